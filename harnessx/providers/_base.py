@@ -1,0 +1,230 @@
+"""The model-provider contract: what the engine sends a model and what it gets back.
+
+Messages handed to a provider are plain JSON-ready dicts, so that a provider written by a
+user (or a scripted test double) can read them without importing harnessx types:
+
+- ``{"role": "user", "content": str}``
+- ``{"role": "assistant", "content": str, "tool_calls": [{"id", "name", "input"}]}``
+  (``tool_calls`` may be absent or empty)
+- ``{"role": "tool", "tool_call_id": str, "name": str, "content": str, "is_error": bool}``
+
+Tools are ``{"name": str, "description": str, "input_schema": dict}`` (JSON Schema).
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "LLMProvider",
+    "ProviderResponse",
+    "StopReason",
+    "StreamChunk",
+    "TokenUsage",
+    "ToolCall",
+    "call_create",
+]
+
+
+class StopReason(StrEnum):
+    """Why the model stopped producing output."""
+
+    END_TURN = "end_turn"
+    TOOL_USE = "tool_use"
+    MAX_TOKENS = "max_tokens"
+    STOP_SEQUENCE = "stop_sequence"
+    SAFETY = "safety"
+    REFUSAL = "refusal"
+    PAUSE_TURN = "pause_turn"
+    OTHER = "other"
+
+    @classmethod
+    def coerce(cls, value: StopReason | str | None) -> StopReason:
+        if value is None:
+            return cls.END_TURN
+        if isinstance(value, StopReason):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.OTHER
+
+
+# Tool calls are honoured whatever the stop reason says, except these.
+STOP_REASONS_WITHOUT_TOOLS = frozenset({StopReason.MAX_TOKENS, StopReason.SAFETY, StopReason.REFUSAL})
+
+
+@dataclass
+class TokenUsage:
+    """Tokens a model call (or a whole run) consumed."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> TokenUsage:
+        data = data or {}
+        return cls(
+            int(data.get("input_tokens", 0)),
+            int(data.get("output_tokens", 0)),
+            int(data.get("cache_read_tokens", 0)),
+            int(data.get("cache_write_tokens", 0)),
+        )
+
+
+@dataclass
+class ToolCall:
+    """One tool invocation the model asked for. ``input`` is the parsed argument object.
+
+    A provider that received arguments it could not parse as a JSON object sets
+    ``parse_error`` (and leaves ``input`` empty); the engine then answers the model with an
+    error result instead of calling the tool.
+    """
+
+    id: str
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+    parse_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": self.id, "name": self.name, "input": self.input}
+        if self.parse_error is not None:
+            data["parse_error"] = self.parse_error
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCall:
+        raw_input = data.get("input")
+        return cls(
+            str(data["id"]),
+            str(data["name"]),
+            raw_input if isinstance(raw_input, dict) else {},
+            data.get("parse_error"),
+        )
+
+
+@dataclass
+class ProviderResponse:
+    """One complete model reply."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] | None = None
+    thinking: str | None = None
+    stop_reason: StopReason | str = StopReason.END_TURN
+    usage: TokenUsage | None = None
+    raw: Any = None
+
+    def __post_init__(self) -> None:
+        self.stop_reason = StopReason.coerce(self.stop_reason)
+        if self.tool_calls is None:
+            self.tool_calls = []
+
+
+@dataclass
+class StreamChunk:
+    """A piece of a streamed reply.
+
+    ``kind`` is ``text_delta`` / ``thinking_delta`` (``data`` is the text), ``progress``
+    (``data`` is provider-specific, e.g. a partial tool call), or ``response`` (``data`` is
+    the final ``ProviderResponse``; always the last chunk).
+    """
+
+    kind: str
+    data: Any = None
+
+
+class LLMProvider(ABC):
+    """A model endpoint. Subclasses implement ``create`` and ``count_tokens``.
+
+    ``create`` may also be written as ``create(self, **kwargs)``; the engine always passes
+    keyword arguments.
+    """
+
+    @abstractmethod
+    async def create(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        system: str,
+        tools: list[dict[str, Any]],
+        max_tokens: int | None,
+        temperature: float | None = None,
+    ) -> ProviderResponse: ...
+
+    @abstractmethod
+    async def count_tokens(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        system: str,
+        tools: list[dict[str, Any]],
+    ) -> int: ...
+
+    async def stream(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        system: str,
+        tools: list[dict[str, Any]],
+        max_tokens: int | None,
+        temperature: float | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        """Stream a reply. The default makes one ``create`` call and yields its text."""
+        response = await call_create(
+            self,
+            model=model,
+            messages=messages,
+            system=system,
+            tools=tools,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
+        if response.text:
+            yield StreamChunk("text_delta", response.text)
+        yield StreamChunk("response", response)
+
+    async def aclose(self) -> None:
+        """Release connections. The default has nothing to release."""
+
+
+async def call_create(provider: LLMProvider, **kwargs: Any) -> ProviderResponse:
+    """Call ``provider.create`` and check that it returned a ``ProviderResponse``."""
+    result = provider.create(**kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    if not isinstance(result, ProviderResponse):
+        raise TypeError(
+            f"{type(provider).__name__}.create() returned {type(result).__name__}; "
+            "it must return a harnessx.ProviderResponse"
+        )
+    return result
