@@ -1,0 +1,113 @@
+"""harnessx: LLM agents whose runs survive a crash.
+
+Start with ``Agent`` for a run in this process. Everything public is importable from here.
+"""
+
+from __future__ import annotations
+
+from harnessx._agent import Agent
+from harnessx._config import AgentConfig, Limits, RetryPolicy
+from harnessx._errors import (
+    ConfigurationError,
+    HarnessError,
+    LeaseLostError,
+    ProviderError,
+    ResolutionError,
+    RunAwaitingInput,
+    RunCancelled,
+    RunError,
+    RunFailed,
+    RunLimitReached,
+    RunPaused,
+    RunRefused,
+    RunTruncated,
+    RuntimeStateError,
+    SchemaError,
+    SessionBusyError,
+    StorageError,
+    TransientToolError,
+    UnknownExecutionKey,
+)
+from harnessx._events import RunEvent, RunEventType
+from harnessx._hooks import HookContext, HookEvent, Hooks
+from harnessx._middleware import Middleware, ModelRequest
+from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
+from harnessx._stream import RunStream
+from harnessx._tools import (
+    PermissionLevel,
+    PermissionManager,
+    ReplayPolicy,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    current_tool_context,
+)
+from harnessx.providers import (
+    AnthropicProvider,
+    LLMProvider,
+    OpenAIProvider,
+    ProviderResponse,
+    StopReason,
+    StreamChunk,
+    TokenUsage,
+    ToolCall,
+)
+from harnessx.providers._scripted import ScriptedProvider, ScriptedRequest
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "AgentConfig",
+    "AnthropicProvider",
+    "ConfigurationError",
+    "HarnessError",
+    "HookContext",
+    "HookEvent",
+    "Hooks",
+    "LLMProvider",
+    "LeaseLostError",
+    "Limits",
+    "Middleware",
+    "ModelRequest",
+    "OpenAIProvider",
+    "PendingTool",
+    "PermissionLevel",
+    "PermissionManager",
+    "ProviderError",
+    "ProviderResponse",
+    "ReplayPolicy",
+    "ResolutionError",
+    "RetryPolicy",
+    "RunAwaitingInput",
+    "RunCancelled",
+    "RunError",
+    "RunEvent",
+    "RunEventType",
+    "RunFailed",
+    "RunLimitReached",
+    "RunPaused",
+    "RunRefused",
+    "RunResult",
+    "RunStatus",
+    "RunStream",
+    "RunTruncated",
+    "RuntimeStateError",
+    "SchemaError",
+    "ScriptedProvider",
+    "ScriptedRequest",
+    "SessionBusyError",
+    "StopReason",
+    "StorageError",
+    "StreamChunk",
+    "TokenUsage",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolRegistry",
+    "ToolResult",
+    "TransientToolError",
+    "UnknownExecutionKey",
+    "__version__",
+    "current_tool_context",
+]

@@ -1,0 +1,449 @@
+"""The step machine: given a ``RunState``, what happens next.
+
+The engine performs no I/O at all. ``next_step`` either returns a ``Delta`` (a pure
+transition the driver commits and applies) or an *effect* the driver must perform (call
+the model, dispatch tools, run result middleware, ask an approver) and report back
+through the matching transition method, which again returns a ``Delta``. Because every
+change is a delta, every phase boundary can be committed before the next effect starts.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from harnessx._config import Limits
+from harnessx._events import RunEvent, RunEventType
+from harnessx._results import RunStatus, ToolResult
+from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus, execution_key
+from harnessx._tools import PERMISSION_DENIED, PermissionLevel, PermissionManager, ReplayPolicy, ToolRegistry
+from harnessx.providers._base import STOP_REASONS_WITHOUT_TOOLS, ProviderResponse, StopReason, ToolCall
+
+__all__ = [
+    "AskApproval",
+    "CallModel",
+    "CompleteResult",
+    "Dispatch",
+    "Engine",
+    "Step",
+    "Stop",
+]
+
+
+@dataclass(frozen=True)
+class CallModel:
+    """Call the model with the state's conversation; report via ``model_responded``."""
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """Commit ``dispatched(keys)``, invoke those tools, report each via ``raw_result``."""
+
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CompleteResult:
+    """Run result middleware on a committed raw result; report via ``completed_result``."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class AskApproval:
+    """Ask the configured approver about these calls; report via ``approvals_answered``."""
+
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The run is not running (finished or waiting); nothing more to do."""
+
+
+Step = Delta | CallModel | Dispatch | CompleteResult | AskApproval | Stop
+
+_TERMINAL_PHASE_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+
+class Engine:
+    """Run rules for one agent definition: its tools, permissions and limits."""
+
+    def __init__(
+        self,
+        *,
+        tools: ToolRegistry,
+        permissions: PermissionManager,
+        limits: Limits,
+        allowed_tools: list[str] | None = None,
+        interactive_approval: bool = False,
+    ) -> None:
+        self.tools = tools
+        self.permissions = permissions
+        self.limits = limits
+        self.allowed_tools = allowed_tools
+        self.interactive_approval = interactive_approval
+
+    # ----------------------------------------------------------------- deciding
+
+    def next_step(self, state: RunState) -> Step:
+        if state.status is not RunStatus.RUNNING:
+            return Stop()
+        if state.phase is Phase.PREPARE_MODEL_CALL:
+            return CallModel()
+        if state.phase is Phase.MODEL_CALL:
+            return self._after_model_call(state)
+        return self._tool_step(state)
+
+    def _after_model_call(self, state: RunState) -> Step:
+        message = state.last_assistant() or {}
+        calls = [ToolCall.from_dict(c) for c in message.get("tool_calls") or []]
+        if calls:
+            return self._prepare_tools(state, calls)
+        if state.stop_reason == StopReason.PAUSE_TURN:
+            # The provider paused a long turn; asking again continues it.
+            return self._next_model_call(state, [])
+        stop = state.stop_reason if state.stop_reason not in ("", StopReason.TOOL_USE) else "end_turn"
+        return self._finish(state, RunStatus.COMPLETED, stop, message.get("content", ""))
+
+    def _tool_step(self, state: RunState) -> Step:
+        entries = state.entries()
+        for entry in entries:
+            if entry.status is ToolStatus.RAW_COMPLETED:
+                return CompleteResult(entry.execution_key)
+        in_flight = [e.execution_key for e in entries if e.status is ToolStatus.STARTED]
+        if in_flight:
+            raise AssertionError(f"tool calls {in_flight} are in flight; recover() the state first")
+        prepared = [e for e in entries if e.status is ToolStatus.PREPARED]
+        if prepared:
+            recheck = self._recheck_permissions(state, prepared)
+            return recheck if recheck is not None else Dispatch(self._batch(prepared))
+        waiting = [e for e in entries if e.status in (ToolStatus.APPROVAL, ToolStatus.UNCERTAIN)]
+        if waiting:
+            approvals = tuple(e.execution_key for e in waiting if e.status is ToolStatus.APPROVAL)
+            if self.interactive_approval and approvals:
+                return AskApproval(approvals)
+            return self._wait(state, "uncertain" if len(approvals) < len(waiting) else "approval")
+        results = [_tool_message(e) for e in entries]
+        return self._next_model_call(state, results)
+
+    def _batch(self, prepared: list[ToolEntry]) -> tuple[str, ...]:
+        """The next calls to run together: a run of concurrent tools, or one exclusive tool."""
+        first = prepared[0]
+        if not self._is_concurrent(first):
+            return (first.execution_key,)
+        batch: list[str] = []
+        for entry in prepared:
+            if not self._is_concurrent(entry) or len(batch) >= self.limits.tool_concurrency:
+                break
+            batch.append(entry.execution_key)
+        return tuple(batch)
+
+    def _is_concurrent(self, entry: ToolEntry) -> bool:
+        tool = self.tools.get(entry.call.name)
+        return tool is not None and tool.concurrent
+
+    # -------------------------------------------------------------- transitions
+
+    def start(self, state: RunState, message: str) -> Delta:
+        """The first boundary of a run: the user's message is part of the conversation."""
+        return Delta(
+            Phase.PREPARE_MODEL_CALL,
+            messages=[{"role": "user", "content": message}],
+            run={"status": RunStatus.RUNNING, "iteration": 0},
+        )
+
+    def model_responded(self, state: RunState, response: ProviderResponse) -> Delta:
+        stop = StopReason.coerce(response.stop_reason)
+        calls = [] if stop in STOP_REASONS_WITHOUT_TOOLS else _unique_ids(response.tool_calls or [])
+        message: dict[str, Any] = {"role": "assistant", "content": response.text}
+        if calls:
+            message["tool_calls"] = [c.to_dict() for c in calls]
+        events = []
+        if response.text:
+            events.append(self._event(state, RunEventType.TEXT_COMPLETE, {"text": response.text}, "model"))
+        run: dict[str, Any] = {"stop_reason": stop.value}
+        if response.usage is not None:
+            run["usage"] = state.usage + response.usage
+        else:
+            run["usage_incomplete"] = True
+        return Delta(Phase.MODEL_CALL, messages=[message], run=run, events=events)
+
+    def model_failed(self, state: RunState, error: BaseException) -> Delta:
+        return self.fail(state, error)
+
+    def fail(self, state: RunState, error: BaseException) -> Delta:
+        details = {"type": type(error).__name__, "message": str(error)}
+        delta = Delta(state.phase, run={"status": RunStatus.FAILED, "stop_reason": "error", "error": details})
+        delta.events.append(self._event(state, RunEventType.ERROR, dict(details), "run"))
+        delta.events.append(self._run_result_event(state, delta))
+        return delta
+
+    def dispatched(self, state: RunState, keys: tuple[str, ...]) -> Delta:
+        """Dispatch intent: recorded *before* the tools are invoked."""
+        moved = [state.tools[k].moved(status=ToolStatus.STARTED, attempt=state.tools[k].attempt + 1) for k in keys]
+        events = [
+            self._tool_event(
+                state,
+                RunEventType.TOOL_CALL_START,
+                e,
+                {"input": e.call.input, "policy": e.policy},
+            )
+            for e in moved
+        ]
+        return Delta(Phase.DISPATCH, tools=moved, events=events)
+
+    def raw_result(self, state: RunState, key: str, result: ToolResult) -> Delta:
+        entry = state.tools[key]
+        raw = ToolResult(entry.call.id, result.content, result.is_error)
+        moved = entry.moved(status=ToolStatus.RAW_COMPLETED, raw_result=raw)
+        event = self._tool_event(state, RunEventType.TOOL_CALL_COMPLETE, moved, {"is_error": raw.is_error})
+        return Delta(Phase.RAW_RESULT, tools=[moved], events=[event])
+
+    def completed_result(self, state: RunState, key: str, result: ToolResult) -> Delta:
+        entry = state.tools[key]
+        final = ToolResult(entry.call.id, result.content, result.is_error)
+        return self._complete(state, entry, final, Phase.COMPLETED_RESULT)
+
+    def approvals_answered(self, state: RunState, answers: dict[str, bool]) -> Delta:
+        delta = Delta(Phase.PREPARE_TOOLS)
+        for key, allowed in answers.items():
+            entry = state.tools[key]
+            if allowed:
+                delta.tools.append(entry.moved(status=ToolStatus.PREPARED, approved=True))
+            else:
+                delta = _merge(delta, self._deny(state, entry))
+        return delta
+
+    def pause(self, state: RunState) -> Delta:
+        return self._stop(state, RunStatus.PAUSED, "paused", waiting="paused")
+
+    def cancel(self, state: RunState, reason: str = "cancelled") -> Delta:
+        return self._stop(state, RunStatus.CANCELLED, reason)
+
+    # ------------------------------------------------- recovery and decisions
+
+    def recover(self, state: RunState) -> Delta | None:
+        """Settle what a dead process left in flight; ``None`` when nothing needs it.
+
+        A call dispatched without a committed raw result is invoked again when its replay
+        policy allows it, and otherwise becomes ``uncertain`` for a person to resolve.
+        """
+        if state.status.finished:
+            return None
+        delta = Delta(state.phase)
+        for entry in state.entries():
+            if entry.status is not ToolStatus.STARTED:
+                continue
+            if entry.policy in (ReplayPolicy.SAFE, ReplayPolicy.IDEMPOTENT):
+                delta.tools.append(entry.moved(status=ToolStatus.PREPARED))
+            else:
+                moved = entry.moved(status=ToolStatus.UNCERTAIN)
+                delta.tools.append(moved)
+                delta.events.append(
+                    self._tool_event(
+                        state, RunEventType.RECOVERY_REQUIRED, moved, {"input": moved.call.input, "policy": moved.policy}
+                    )
+                )
+        if state.phase is Phase.PREPARE_MODEL_CALL and state.status is RunStatus.RUNNING:
+            # A model call may have been streaming when the process died.
+            delta.events.append(self._event(state, RunEventType.ATTEMPT_RESET, {"reason": "recovered"}, "model"))
+        return delta if delta.tools or delta.events else None
+
+    def reopen(self, state: RunState) -> Delta | None:
+        """Make a paused or waiting run runnable again (``None`` if it already is)."""
+        if state.status in (RunStatus.PAUSED, RunStatus.AWAITING_INPUT):
+            return Delta(state.phase, run={"status": RunStatus.RUNNING, "stop_reason": ""})
+        return None
+
+    def approve(self, state: RunState, key: str, allow: bool) -> Delta:
+        entry = state.tools[key]
+        if allow:
+            return Delta(state.phase, tools=[entry.moved(status=ToolStatus.PREPARED, approved=True)])
+        return _merge(Delta(state.phase), self._deny(state, entry)).with_phase(state.phase)
+
+    def resolve(
+        self, state: RunState, key: str, *, result: ToolResult | None, retry: bool, abort: bool
+    ) -> Delta:
+        entry = state.tools[key]
+        if result is not None:
+            raw = ToolResult(entry.call.id, result.content, result.is_error)
+            moved = entry.moved(status=ToolStatus.RAW_COMPLETED, raw_result=raw)
+            event = self._tool_event(state, RunEventType.TOOL_CALL_COMPLETE, moved, {"is_error": raw.is_error})
+            return Delta(state.phase, tools=[moved], events=[event])
+        if retry:
+            return Delta(state.phase, tools=[entry.moved(status=ToolStatus.PREPARED)])
+        aborted = ToolResult(entry.call.id, "Aborted by operator; the call's effect is unknown", True)
+        completed = self._complete(state, entry, aborted, state.phase)
+        delta = Delta(
+            state.phase,
+            tools=completed.tools,
+            run={"status": RunStatus.CANCELLED, "stop_reason": "aborted"},
+            events=list(completed.events),
+        )
+        delta.events.append(self._run_result_event(state, delta))
+        return delta
+
+    # ------------------------------------------------------------------ helpers
+
+    def _prepare_tools(self, state: RunState, calls: list[ToolCall]) -> Delta:
+        delta = Delta(Phase.PREPARE_TOOLS)
+        for index, call in enumerate(calls):
+            key = execution_key(state.run_id, state.iteration, call.id)
+            tool = self.tools.get(call.name)
+            entry = ToolEntry(
+                execution_key=key,
+                iteration=state.iteration,
+                index=index,
+                call=call,
+                policy=(tool.replay_policy if tool else ReplayPolicy.MANUAL).value,
+                status=ToolStatus.PREPARED,
+            )
+            problem = self._call_problem(call, index)
+            if problem is not None:
+                delta = _merge(delta, self._complete(state, entry, ToolResult(call.id, problem, True), None))
+                continue
+            level = self.permissions.check(tool, call)
+            if level is PermissionLevel.DENY:
+                delta = _merge(delta, self._deny(state, entry))
+            elif level is PermissionLevel.ASK:
+                delta = _merge(delta, self._ask(state, entry))
+            else:
+                delta.tools.append(entry)
+        return delta
+
+    def _call_problem(self, call: ToolCall, index: int) -> str | None:
+        """Why a model's call cannot run, phrased for the model to correct itself."""
+        if index >= self.limits.max_tool_calls_per_turn:
+            return (
+                f"Error: too many tool calls in one reply (limit {self.limits.max_tool_calls_per_turn}); "
+                "this call was not run"
+            )
+        tool = self.tools.get(call.name)
+        if tool is None or (self.allowed_tools is not None and call.name not in self.allowed_tools):
+            offered = ", ".join(self._offered_names()) or "none"
+            return f"Error: unknown tool '{call.name}'. Available tools: {offered}"
+        return tool.check_arguments(call)
+
+    def _offered_names(self) -> list[str]:
+        names = self.tools.names()
+        return [n for n in names if self.allowed_tools is None or n in self.allowed_tools]
+
+    def _recheck_permissions(self, state: RunState, prepared: list[ToolEntry]) -> Delta | None:
+        """Permissions can change between prepare and dispatch (or across a resume)."""
+        delta = Delta(Phase.PREPARE_TOOLS)
+        for entry in prepared:
+            problem = self._call_problem(entry.call, entry.index)
+            if problem is not None:
+                delta = _merge(delta, self._complete(state, entry, ToolResult(entry.call.id, problem, True), None))
+                continue
+            level = self.permissions.check(self.tools.get(entry.call.name), entry.call)
+            if level is PermissionLevel.DENY:
+                delta = _merge(delta, self._deny(state, entry))
+            elif level is PermissionLevel.ASK and not entry.approved:
+                delta = _merge(delta, self._ask(state, entry))
+        return delta if delta.tools else None
+
+    def _deny(self, state: RunState, entry: ToolEntry) -> Delta:
+        return self._complete(state, entry, ToolResult(entry.call.id, PERMISSION_DENIED, True), None)
+
+    def _ask(self, state: RunState, entry: ToolEntry) -> Delta:
+        moved = entry.moved(status=ToolStatus.APPROVAL)
+        event = self._tool_event(state, RunEventType.APPROVAL_REQUIRED, moved, {"input": moved.call.input})
+        return Delta(Phase.PREPARE_TOOLS, tools=[moved], events=[event])
+
+    def _complete(self, state: RunState, entry: ToolEntry, result: ToolResult, phase: Phase | None) -> Delta:
+        moved = entry.moved(status=ToolStatus.COMPLETED, result=result)
+        event = self._tool_event(
+            state, RunEventType.TOOL_RESULT, moved, {"content": result.content, "is_error": result.is_error}
+        )
+        return Delta(phase or Phase.PREPARE_TOOLS, tools=[moved], events=[event])
+
+    def _next_model_call(self, state: RunState, results: list[dict[str, Any]]) -> Delta:
+        iteration = state.iteration + 1
+        if iteration >= self.limits.max_iterations:
+            message = state.last_assistant() or {}
+            delta = self._finish(state, RunStatus.COMPLETED, "max_iterations", message.get("content", ""))
+            delta.messages = results
+            return delta
+        return Delta(Phase.PREPARE_MODEL_CALL, messages=results, run={"iteration": iteration})
+
+    def _finish(self, state: RunState, status: RunStatus, stop_reason: str, output: str) -> Delta:
+        delta = Delta(Phase.FINISH, run={"status": status, "stop_reason": stop_reason, "output": output})
+        if status is RunStatus.COMPLETED:
+            delta.events.append(self._event(state, RunEventType.TURN_COMPLETE, {"output": output}, "run"))
+        delta.events.append(self._run_result_event(state, delta))
+        return delta
+
+    def _wait(self, state: RunState, reason: str) -> Delta:
+        return self._stop(state, RunStatus.AWAITING_INPUT, "awaiting_input", waiting=reason)
+
+    def _stop(self, state: RunState, status: RunStatus, stop_reason: str, *, waiting: str | None = None) -> Delta:
+        delta = Delta(state.phase, run={"status": status, "stop_reason": stop_reason})
+        if waiting is not None:
+            pending = [p.to_dict() for p in state.result().pending]
+            delta.events.append(
+                self._event(state, RunEventType.WAITING, {"reason": waiting, "pending": pending}, "run")
+            )
+        delta.events.append(self._run_result_event(state, delta))
+        return delta
+
+    def _run_result_event(self, state: RunState, delta: Delta) -> RunEvent:
+        preview = copy.copy(state)
+        preview.messages = []
+        preview.tools = dict(state.tools)
+        preview.apply(Delta(delta.phase, tools=delta.tools, run=dict(delta.run)))
+        return self._event(state, RunEventType.RUN_RESULT, preview.result().to_dict(), "run")
+
+    def _event(self, state: RunState, kind: RunEventType, data: dict[str, Any], step: str) -> RunEvent:
+        step_id = f"model:{state.iteration}" if step == "model" else step
+        return RunEvent(kind, data, state.session_id, state.run_id, step_id, step_id)
+
+    def _tool_event(
+        self, state: RunState, kind: RunEventType, entry: ToolEntry, extra: dict[str, Any]
+    ) -> RunEvent:
+        data = {
+            "execution_key": entry.execution_key,
+            "tool_call_id": entry.call.id,
+            "name": entry.call.name,
+            "attempt": entry.attempt,
+            **extra,
+        }
+        step_id = f"tool:{entry.execution_key}"
+        return RunEvent(kind, data, state.session_id, state.run_id, step_id, f"{step_id}#{entry.attempt}")
+
+
+def _merge(first: Delta, second: Delta) -> Delta:
+    """Both deltas as one boundary, labelled with the second's phase."""
+    return Delta(
+        second.phase,
+        messages=first.messages + second.messages,
+        tools=first.tools + second.tools,
+        run={**first.run, **second.run},
+        events=first.events + second.events,
+    )
+
+
+def _tool_message(entry: ToolEntry) -> dict[str, Any]:
+    result = entry.result or ToolResult(entry.call.id, "", True)
+    return {
+        "role": "tool",
+        "tool_call_id": entry.call.id,
+        "name": entry.call.name,
+        "content": result.content,
+        "is_error": result.is_error,
+    }
+
+
+def _unique_ids(calls: list[ToolCall]) -> list[ToolCall]:
+    """Give every call of one reply a distinct, non-empty id (execution keys depend on it)."""
+    seen: set[str] = set()
+    unique = []
+    for index, call in enumerate(calls):
+        call_id = call.id or f"call_{index}"
+        if call_id in seen:
+            call_id = f"{call_id}_{index}"
+        seen.add(call_id)
+        unique.append(ToolCall(call_id, call.name, call.input, call.parse_error))
+    return unique

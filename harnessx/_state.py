@@ -1,0 +1,210 @@
+"""The persisted shape of a run: ``RunState``, its tool entries, and the deltas that move it.
+
+A run only ever changes by applying a ``Delta`` the engine computed. A delta lists what is
+*new or moved* (appended messages, the tool entries whose status changed, changed run
+fields, new events), so a store can commit it as an append whose cost does not depend on
+how long the conversation already is.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from harnessx._events import RunEvent
+from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
+from harnessx.providers._base import TokenUsage, ToolCall
+
+__all__ = [
+    "STATE_VERSION",
+    "Delta",
+    "Phase",
+    "RunState",
+    "ToolEntry",
+    "ToolStatus",
+    "execution_key",
+]
+
+STATE_VERSION = 1
+
+
+class Phase(StrEnum):
+    """The last committed boundary of a run."""
+
+    PREPARE_MODEL_CALL = "prepare_model_call"
+    MODEL_CALL = "model_call"
+    PREPARE_TOOLS = "prepare_tools"
+    DISPATCH = "dispatch"
+    RAW_RESULT = "raw_result"
+    COMPLETED_RESULT = "completed_result"
+    FINISH = "finish"
+
+
+class ToolStatus(StrEnum):
+    """``prepared -> started -> raw_completed -> completed``; ``approval`` and
+    ``uncertain`` are waiting states that a decision moves on."""
+
+    PREPARED = "prepared"
+    STARTED = "started"
+    RAW_COMPLETED = "raw_completed"
+    COMPLETED = "completed"
+    APPROVAL = "approval"
+    UNCERTAIN = "uncertain"
+
+
+def execution_key(run_id: str, iteration: int, tool_call_id: str) -> str:
+    return f"{run_id}:{iteration}:{tool_call_id}"
+
+
+@dataclass
+class ToolEntry:
+    """One tool call of a run and everything known about its execution."""
+
+    execution_key: str
+    iteration: int
+    index: int
+    call: ToolCall
+    policy: str
+    status: ToolStatus
+    attempt: int = 0
+    approved: bool = False
+    raw_result: ToolResult | None = None
+    result: ToolResult | None = None
+    generation: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "execution_key": self.execution_key,
+            "iteration": self.iteration,
+            "index": self.index,
+            "call": self.call.to_dict(),
+            "policy": self.policy,
+            "status": self.status.value,
+            "attempt": self.attempt,
+            "approved": self.approved,
+            "raw_result": self.raw_result.to_dict() if self.raw_result else None,
+            "result": self.result.to_dict() if self.result else None,
+            "generation": self.generation,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolEntry:
+        return cls(
+            execution_key=str(data["execution_key"]),
+            iteration=int(data["iteration"]),
+            index=int(data["index"]),
+            call=ToolCall.from_dict(data["call"]),
+            policy=str(data["policy"]),
+            status=ToolStatus(data["status"]),
+            attempt=int(data.get("attempt", 0)),
+            approved=bool(data.get("approved", False)),
+            raw_result=ToolResult.from_dict(data["raw_result"]) if data.get("raw_result") else None,
+            result=ToolResult.from_dict(data["result"]) if data.get("result") else None,
+            generation=data.get("generation"),
+        )
+
+    def moved(self, **changes: Any) -> ToolEntry:
+        """A copy with ``changes`` applied; entries in a state are never edited in place."""
+        clone = copy.copy(self)
+        for name, value in changes.items():
+            setattr(clone, name, value)
+        return clone
+
+    def pending(self) -> PendingTool | None:
+        if self.status is ToolStatus.APPROVAL:
+            return PendingTool(self.execution_key, self.call, "approval", self.attempt, self.policy)
+        if self.status is ToolStatus.UNCERTAIN:
+            return PendingTool(
+                self.execution_key,
+                self.call,
+                "uncertain",
+                self.attempt,
+                self.policy,
+                reason="dispatched before a crash; no result was committed",
+            )
+        return None
+
+
+# Run fields a delta may change, with their types as stored.
+RUN_FIELDS = ("status", "phase", "iteration", "usage", "output", "stop_reason", "error", "usage_incomplete")
+
+
+@dataclass
+class Delta:
+    """What one transition changes. ``run`` maps names from ``RUN_FIELDS`` to new values."""
+
+    phase: Phase
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[ToolEntry] = field(default_factory=list)
+    run: dict[str, Any] = field(default_factory=dict)
+    events: list[RunEvent] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.run) - set(RUN_FIELDS)
+        if unknown:
+            raise ValueError(f"delta changes unknown run fields {sorted(unknown)}")
+        self.run.setdefault("phase", self.phase)
+
+    def with_phase(self, phase: Phase) -> Delta:
+        self.phase = phase
+        self.run["phase"] = phase
+        return self
+
+
+@dataclass
+class RunState:
+    """One run of a session, as the engine sees it.
+
+    ``messages`` is the whole conversation of the session (earlier runs included);
+    ``history_length`` marks where this run's own messages begin.
+    """
+
+    session_id: str
+    run_id: str
+    status: RunStatus = RunStatus.RUNNING
+    phase: Phase = Phase.PREPARE_MODEL_CALL
+    iteration: int = 0
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: dict[str, ToolEntry] = field(default_factory=dict)
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    output: str = ""
+    stop_reason: str = ""
+    error: dict[str, str] | None = None
+    usage_incomplete: bool = False
+    history_length: int = 0
+    version: int = STATE_VERSION
+
+    def apply(self, delta: Delta) -> None:
+        self.messages.extend(delta.messages)
+        for entry in delta.tools:
+            self.tools[entry.execution_key] = entry
+        for name, value in delta.run.items():
+            setattr(self, name, value)
+
+    def entries(self, iteration: int | None = None) -> list[ToolEntry]:
+        """Tool entries of one iteration (default: the current one), in the model's order."""
+        wanted = self.iteration if iteration is None else iteration
+        found = [e for e in self.tools.values() if e.iteration == wanted]
+        return sorted(found, key=lambda e: e.index)
+
+    def last_assistant(self) -> dict[str, Any] | None:
+        for message in reversed(self.messages[self.history_length :]):
+            if message.get("role") == "assistant":
+                return message
+        return None
+
+    def result(self) -> RunResult:
+        pending = [p for p in (e.pending() for e in self.tools.values()) if p is not None]
+        return RunResult(
+            session_id=self.session_id,
+            run_id=self.run_id,
+            output=self.output,
+            status=self.status,
+            stop_reason=self.stop_reason,
+            usage=self.usage,
+            error=self.error,
+            pending=pending,
+            usage_incomplete=self.usage_incomplete,
+        )

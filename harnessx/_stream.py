@@ -1,0 +1,94 @@
+"""``RunStream``: follow one run's events, then get its result. Closing it never cancels the run."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from harnessx._events import RunEvent, RunEventType
+from harnessx._results import RunResult
+
+__all__ = ["EventSource", "RunStream", "text_of"]
+
+EventSource = Callable[[str], AsyncIterator[RunEvent]]
+OnReset = Callable[[RunEvent], Any]
+
+
+class RunStream:
+    """An async iterator of ``RunEvent`` and an async context manager.
+
+    ``source(after)`` yields the run's events behind cursor ``after`` and ends with the
+    execution; ``result()`` waits for the execution's ``RunResult``.
+    """
+
+    def __init__(
+        self,
+        source: EventSource,
+        result: Callable[[], Awaitable[RunResult]],
+        *,
+        after: str = "0",
+        start: Callable[[], None] | None = None,
+    ) -> None:
+        self._source = source
+        self._result = result
+        self._after = after
+        self._start = start
+        self._iterator: AsyncIterator[RunEvent] | None = None
+        self._closed = False
+
+    def _ensure_started(self) -> None:
+        if self._start is not None:
+            start, self._start = self._start, None
+            start()
+
+    def __aiter__(self) -> AsyncIterator[RunEvent]:
+        return self
+
+    async def __anext__(self) -> RunEvent:
+        if self._closed:
+            raise StopAsyncIteration
+        self._ensure_started()
+        if self._iterator is None:
+            self._iterator = self._source(self._after)
+        event = await self._iterator.__anext__()
+        if event.cursor:
+            self._after = event.cursor
+        return event
+
+    async def __aenter__(self) -> RunStream:
+        self._ensure_started()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def result(self) -> RunResult:
+        self._ensure_started()
+        return await self._result()
+
+    async def text(self, on_reset: OnReset | None = None) -> AsyncIterator[str]:
+        """Only the answer's text deltas; ``on_reset`` hears each ``attempt_reset``."""
+        async for event in self:
+            chunk = await text_of(event, on_reset)
+            if chunk:
+                yield chunk
+
+    async def aclose(self) -> None:
+        """Stop following. The run itself goes on."""
+        self._closed = True
+        iterator, self._iterator = self._iterator, None
+        closer = getattr(iterator, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+async def text_of(event: RunEvent, on_reset: OnReset | None) -> str:
+    """The text a streaming consumer should show for ``event`` ('' for none)."""
+    if event.type is RunEventType.TEXT_DELTA:
+        return str(event.data.get("text", ""))
+    if event.type is RunEventType.ATTEMPT_RESET and on_reset is not None:
+        outcome = on_reset(event)
+        if inspect.isawaitable(outcome):
+            await outcome
+    return ""

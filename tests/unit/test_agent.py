@@ -1,0 +1,440 @@
+"""A plain Agent end to end with a scripted model: tools, streaming, limits, sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from harnessx import (
+    Agent,
+    AgentConfig,
+    ConfigurationError,
+    HookEvent,
+    Limits,
+    PermissionLevel,
+    PermissionManager,
+    ProviderResponse,
+    RunEventType,
+    RunStatus,
+    RuntimeStateError,
+    ScriptedProvider,
+    ScriptedRequest,
+    StopReason,
+    ToolCall,
+    ToolResult,
+    TransientToolError,
+    current_tool_context,
+)
+
+
+def weather_agent(replies: list[ProviderResponse | str], **kwargs: object) -> Agent:
+    agent = Agent(provider=ScriptedProvider(replies), **kwargs)  # type: ignore[arg-type]
+
+    @agent.tools.register(replay_policy="safe")
+    def get_weather(city: str) -> str:
+        """Current weather.
+
+        Args:
+            city: City name.
+        """
+        return f"sunny in {city}"
+
+    @agent.tools.register()
+    async def convert(celsius: float) -> dict[str, float]:
+        """Celsius to Fahrenheit."""
+        return {"fahrenheit": celsius * 9 / 5 + 32}
+
+    return agent
+
+
+TWO_TOOL_SCRIPT: list[ProviderResponse | str] = [
+    ProviderResponse(
+        text="Checking.",
+        tool_calls=[ToolCall("c1", "get_weather", {"city": "Oslo"}), ToolCall("c2", "convert", {"celsius": 20})],
+        stop_reason=StopReason.TOOL_USE,
+    ),
+    "It is sunny in Oslo, 68F.",
+    "You asked about Oslo.",
+]
+
+
+async def test_multi_turn_conversation_with_two_tools() -> None:
+    agent = weather_agent(TWO_TOOL_SCRIPT)
+    first = await agent.run("Weather in Oslo?")
+    assert first.ok and first.output == "It is sunny in Oslo, 68F."
+    assert first.usage.input_tokens > 0
+    provider = agent.provider
+    assert isinstance(provider, ScriptedProvider)
+    tool_messages = provider.requests[1].tool_results
+    assert [m["content"] for m in tool_messages] == ["sunny in Oslo", '{"fahrenheit": 68.0}']
+    assert all(not m["is_error"] for m in tool_messages)
+
+    second = await agent.run("What did I ask?")
+    assert second.output == "You asked about Oslo."
+    assert second.session_id == first.session_id and second.run_id != first.run_id
+    # The second request carries the whole conversation so far.
+    roles = [m["role"] for m in provider.requests[2].messages]
+    assert roles == ["user", "assistant", "tool", "tool", "assistant", "user"]
+
+
+async def test_run_stream_event_order_and_cursors() -> None:
+    agent = weather_agent(TWO_TOOL_SCRIPT)
+    kinds: list[RunEventType] = []
+    cursors: list[str | None] = []
+    async with agent.run_stream("Weather?") as stream:
+        async for event in stream:
+            kinds.append(event.type)
+            cursors.append(event.cursor)
+        result = await stream.result()
+    assert result.ok
+    expected = [
+        RunEventType.TEXT_DELTA,
+        RunEventType.TOOL_CALL_START,
+        RunEventType.TOOL_RESULT,
+        RunEventType.TURN_COMPLETE,
+        RunEventType.RUN_RESULT,
+    ]
+    positions = [kinds.index(kind) for kind in expected]
+    assert positions == sorted(positions)
+    assert kinds[-2:] == [RunEventType.TURN_COMPLETE, RunEventType.RUN_RESULT]
+    assert cursors == [str(i) for i in range(1, len(cursors) + 1)]
+
+
+async def test_stream_text_yields_only_text() -> None:
+    agent = weather_agent(TWO_TOOL_SCRIPT)
+    chunks = [chunk async for chunk in agent.stream_text("Weather?")]
+    assert "".join(chunks) == "Checking.It is sunny in Oslo, 68F."
+    assert len(chunks) > 2  # really streamed in pieces
+
+
+async def test_stream_text_raises_when_run_does_not_complete() -> None:
+    from harnessx import RunAwaitingInput
+
+    agent = weather_agent(TWO_TOOL_SCRIPT, permissions={"get_weather": "ask"})
+    with pytest.raises(RunAwaitingInput) as caught:
+        async for _ in agent.stream_text("Weather?"):
+            pass
+    assert caught.value.result.needs_input
+
+
+async def test_malformed_arguments_and_unknown_tool_become_error_results() -> None:
+    script: list[ProviderResponse | str] = [
+        ProviderResponse(
+            tool_calls=[
+                ToolCall("a", "get_weather", {"city": 3}),
+                ToolCall("b", "get_weather", {}),
+                ToolCall("c", "launch_rocket", {}),
+                ToolCall("d", "convert", {}, parse_error="Expecting value: line 1 column 1"),
+            ]
+        ),
+        "Sorry, fixed.",
+    ]
+    agent = weather_agent(script)
+    result = await agent.run("go")
+    assert result.ok
+    provider = agent.provider
+    assert isinstance(provider, ScriptedProvider)
+    results = provider.requests[1].tool_results
+    assert all(m["is_error"] for m in results)
+    assert "city" in results[0]["content"] and "string" in results[0]["content"]
+    assert "missing" in results[1]["content"] and "city" in results[1]["content"]
+    assert "unknown tool 'launch_rocket'" in results[2]["content"]
+    assert "get_weather" in results[2]["content"]  # the model learns what exists
+    assert "JSON" in results[3]["content"]
+
+
+async def test_tool_exception_timeout_and_transient_retry() -> None:
+    attempts: list[int] = []
+    script: list[ProviderResponse | str] = [
+        ProviderResponse(tool_calls=[ToolCall("1", "boom", {}), ToolCall("2", "slow", {}), ToolCall("3", "flaky", {})]),
+        "done",
+    ]
+    agent = Agent(provider=ScriptedProvider(script))
+
+    @agent.tools.register()
+    def boom() -> str:
+        """Always fails."""
+        raise RuntimeError("disk on fire")
+
+    @agent.tools.register(timeout_seconds=0.05)
+    async def slow() -> str:
+        """Takes too long."""
+        await asyncio.sleep(5)
+        return "never"
+
+    from harnessx import RetryPolicy
+
+    @agent.tools.register(retry=RetryPolicy(attempts=3, backoff_seconds=0))
+    def flaky() -> str:
+        """Fails twice, then works."""
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise TransientToolError("try again")
+        return "ok"
+
+    result = await agent.run("go")
+    assert result.ok
+    provider = agent.provider
+    assert isinstance(provider, ScriptedProvider)
+    boom_r, slow_r, flaky_r = provider.requests[1].tool_results
+    assert boom_r["is_error"] and "disk on fire" in boom_r["content"]
+    assert slow_r["is_error"] and "timed out" in slow_r["content"]
+    assert flaky_r == {**flaky_r, "content": "ok", "is_error": False}
+    assert len(attempts) == 3
+
+
+async def test_concurrent_tools_run_together_and_exclusive_ones_alone() -> None:
+    running = 0
+    peak = 0
+
+    async def track() -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.02)
+        running -= 1
+
+    script: list[ProviderResponse | str] = [
+        ProviderResponse(tool_calls=[ToolCall(str(i), "fetch", {"n": i}) for i in range(4)]),
+        ProviderResponse(tool_calls=[ToolCall(str(i), "write", {"n": i}) for i in range(3)]),
+        "done",
+    ]
+    agent = Agent(provider=ScriptedProvider(script))
+
+    @agent.tools.register(concurrent=True)
+    async def fetch(n: int) -> int:
+        """Fetch."""
+        await track()
+        return n
+
+    @agent.tools.register(concurrent=False)
+    async def write(n: int) -> int:
+        """Write."""
+        await track()
+        return n
+
+    await agent.run("go")
+    assert peak == 4
+    peak = 0
+    agent2 = Agent(provider=ScriptedProvider([script[1], "done"]))
+    agent2.tools = agent.tools
+    await agent2.run("go")
+    assert peak == 1
+
+
+async def test_tool_context_inside_sync_and_async_handlers() -> None:
+    seen: list[tuple[str, int, int | None]] = []
+    agent = Agent(provider=ScriptedProvider([ProviderResponse(tool_calls=[ToolCall("x", "probe", {})]), "ok"]))
+
+    @agent.tools.register()
+    def probe() -> str:
+        """Probe."""
+        context = current_tool_context()
+        seen.append((context.execution_key, context.attempt, context.fencing_token))
+        return "fine"
+
+    result = await agent.run("go")
+    assert seen == [(f"{result.run_id}:0:x", 1, None)]
+    with pytest.raises(RuntimeStateError):
+        current_tool_context()
+
+
+async def test_permissions_deny_ask_and_approver() -> None:
+    script: list[ProviderResponse | str] = [
+        ProviderResponse(tool_calls=[ToolCall("1", "get_weather", {"city": "Rome"})]),
+        "final",
+    ]
+    denied = weather_agent(script, permissions={"get_weather": PermissionLevel.DENY})
+    assert (await denied.run("go")).ok
+    provider = denied.provider
+    assert isinstance(provider, ScriptedProvider)
+    assert provider.requests[1].tool_results[0]["content"] == "Permission denied"
+
+    waiting = weather_agent(script, permissions={"get_weather": "ask"})
+    result = await waiting.run("go")
+    assert result.needs_input and result.status is RunStatus.AWAITING_INPUT
+    (pending,) = result.pending
+    assert pending.status == "approval" and pending.call.name == "get_weather"
+    assert pending.execution_key == f"{result.run_id}:0:1"
+
+    answers: list[str] = []
+
+    async def approver(call: ToolCall) -> bool:
+        answers.append(call.name)
+        return True
+
+    approved = weather_agent(script, permissions=PermissionManager(rules={"get_weather": "ask"}, approver=approver))
+    assert (await approved.run("go")).ok and answers == ["get_weather"]
+    declined = weather_agent(
+        script, permissions=PermissionManager(rules={"get_weather": "ask"}, approver=lambda call: False)
+    )
+    assert (await declined.run("go")).ok
+    provider = declined.provider
+    assert isinstance(provider, ScriptedProvider)
+    assert provider.requests[1].tool_results[0]["content"] == "Permission denied"
+
+
+async def test_limits_truncation_refusal_and_tool_calls_ignored_on_those_stops() -> None:
+    loop_script = lambda request: ProviderResponse(tool_calls=[ToolCall("t", "get_weather", {"city": "X"})])  # noqa: E731
+    limited = weather_agent([], config=AgentConfig(limits=Limits(max_iterations=3)))
+    limited._provider = ScriptedProvider(loop_script)
+    result = await limited.run("loop")
+    assert result.limited and not result.ok and result.stop_reason == "max_iterations"
+    provider = limited.provider
+    assert isinstance(provider, ScriptedProvider)
+    assert len(provider.requests) == 3
+
+    truncated = await weather_agent(
+        [ProviderResponse(text="Half an ans", stop_reason="max_tokens", tool_calls=[ToolCall("q", "convert", {})])]
+    ).run("go")
+    assert truncated.truncated and truncated.output == "Half an ans"
+
+    refused = await weather_agent([ProviderResponse(text="No.", stop_reason=StopReason.REFUSAL)]).run("go")
+    assert refused.refused and refused.stop_reason == "refusal"
+    safety = await weather_agent([ProviderResponse(stop_reason="safety")]).run("go")
+    assert safety.refused
+
+
+async def test_tool_calls_run_even_when_stop_reason_says_end_turn() -> None:
+    agent = weather_agent(
+        [ProviderResponse(tool_calls=[ToolCall("1", "get_weather", {"city": "Rome"})], stop_reason="end_turn"), "ok"]
+    )
+    result = await agent.run("go")
+    assert result.ok
+    provider = agent.provider
+    assert isinstance(provider, ScriptedProvider)
+    assert provider.requests[1].tool_results[0]["content"] == "sunny in Rome"
+
+
+async def test_provider_failure_ends_run_failed() -> None:
+    agent = Agent(provider=ScriptedProvider([]))
+    result = await agent.run("hello")
+    assert result.failed and result.error is not None
+    assert result.error["type"] == "ProviderError" and "add replies" in result.error["message"]
+
+
+async def test_one_run_at_a_time() -> None:
+    gate = asyncio.Event()
+
+    async def slow_script(request: ScriptedRequest) -> str:
+        await gate.wait()
+        return "done"
+
+    agent = Agent(provider=ScriptedProvider(slow_script))
+    first = asyncio.ensure_future(agent.run("one"))
+    await asyncio.sleep(0.01)
+    with pytest.raises(RuntimeStateError, match="one run at a time"):
+        await agent.run("two")
+    gate.set()
+    assert (await first).ok
+    assert (await agent.run("three")).ok
+
+
+async def test_agent_without_provider_constructs_then_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "HARNESSX_PROVIDER"):
+        monkeypatch.delenv(name, raising=False)
+    agent = Agent()
+    with pytest.raises(ConfigurationError, match="ANTHROPIC_API_KEY"):
+        await agent.run("hi")
+    # The failed attempt does not leave the agent stuck.
+    agent._provider = ScriptedProvider(["now it works"])
+    assert (await agent.run("hi")).output == "now it works"
+
+
+async def test_hooks_fire_and_a_failing_hook_is_not_fatal(caplog: pytest.LogCaptureFixture) -> None:
+    agent = weather_agent(TWO_TOOL_SCRIPT)
+    checkpoints: list[dict[str, object]] = []
+    agent.hooks.on(HookEvent.CHECKPOINT, lambda ctx: checkpoints.append(ctx.data))
+
+    def broken(ctx: object) -> None:
+        raise ValueError("hook bug")
+
+    agent.hooks.on(HookEvent.TOOL_START, broken)
+    result = await agent.run("go")
+    assert result.ok
+    assert checkpoints and all(set(c) == {"session_id", "run_id", "status", "phase"} for c in checkpoints)
+    phases = [c["phase"] for c in checkpoints]
+    for phase in ("prepare_model_call", "model_call", "prepare_tools", "dispatch", "raw_result", "completed_result"):
+        assert phase in phases
+    assert phases[-1] == "finish" and checkpoints[-1]["status"] == "completed"
+    assert "hook bug" in caplog.text
+
+
+async def test_middleware_transforms_requests_and_results() -> None:
+    agent = weather_agent(TWO_TOOL_SCRIPT)
+
+    @agent.middleware.add_request
+    def shout(request):  # type: ignore[no-untyped-def]
+        request.system = request.system.upper()
+        return request
+
+    agent.middleware.add_result(lambda call, result: ToolResult(result.tool_call_id, f"[{result.content}]"))
+    await agent.run("go")
+    provider = agent.provider
+    assert isinstance(provider, ScriptedProvider)
+    assert provider.requests[0].system == "YOU ARE A HELPFUL ASSISTANT."
+    assert provider.requests[1].tool_results[0]["content"] == "[sunny in Oslo]"
+
+
+async def test_save_and_load_session_continues_conversation(tmp_path: Path) -> None:
+    class Counter:
+        name = "counter"
+
+        def __init__(self) -> None:
+            self.count = 0
+
+        def export_state(self) -> dict[str, int]:
+            return {"count": self.count}
+
+        def import_state(self, state: dict[str, int]) -> None:
+            self.count = state["count"]
+
+    counter = Counter()
+    counter.count = 7
+    agent = weather_agent(TWO_TOOL_SCRIPT, config=AgentConfig(system_prompt="Be brief."), extensions=[counter])
+    await agent.run("Weather?")
+    path = agent.save_session(tmp_path)
+    assert path.name == f"{agent.session_id}.json"
+
+    restored_counter = Counter()
+    loaded = Agent.load_session(
+        agent.session_id, tmp_path, provider=ScriptedProvider(TWO_TOOL_SCRIPT), extensions=[restored_counter]
+    )
+    assert loaded.config.system_prompt == "Be brief."
+    assert restored_counter.count == 7
+    result = await loaded.run("What did I ask?")
+    assert result.output == "You asked about Oslo."
+
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ConfigurationError, match="not a readable harnessx snapshot"):
+        Agent.load_session("bad", tmp_path)
+    with pytest.raises(ConfigurationError, match="no saved session"):
+        Agent.load_session("missing", tmp_path)
+    (tmp_path / "future.json").write_text(json.dumps({"version": 99}))
+    with pytest.raises(ConfigurationError, match="upgrade harnessx"):
+        Agent.load_session("future", tmp_path)
+
+
+async def test_injected_provider_not_closed_but_built_one_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    closed: list[str] = []
+
+    class Tracking(ScriptedProvider):
+        async def aclose(self) -> None:
+            closed.append("x")
+
+    async with Agent(provider=Tracking(["hi"])) as agent:
+        await agent.run("hello")
+    assert closed == []
+    assert agent.closed
+    with pytest.raises(RuntimeStateError, match="closed"):
+        await agent.run("again")
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    built = Agent(config=AgentConfig(model="local"))
+    provider = built.provider
+    await built.aclose()
+    await built.aclose()  # idempotent
+    assert built._owns_provider and provider is not None
