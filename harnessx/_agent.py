@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harnessx._config import AgentConfig
+from harnessx._driver import Driver, RunSettings
 from harnessx._engine import Engine
 from harnessx._errors import ConfigurationError, RuntimeStateError
 from harnessx._hooks import Hooks
@@ -18,7 +19,6 @@ from harnessx._middleware import Middleware
 from harnessx._results import RunResult, RunStatus
 from harnessx._runlog import MemoryRunLog
 from harnessx._state import RunState
-from harnessx._driver import Driver, RunSettings
 from harnessx._stream import OnReset, RunStream, text_of
 from harnessx._tools import PermissionLevel, PermissionManager, ToolRegistry
 from harnessx.providers._base import LLMProvider
@@ -77,7 +77,9 @@ class Agent:
         self._owns_provider = False
         self.tools = _as_registry(tools)
         self.permissions = (
-            permissions if isinstance(permissions, PermissionManager) else PermissionManager(rules=permissions)
+            permissions
+            if isinstance(permissions, PermissionManager)
+            else PermissionManager(rules=permissions)
         )
         self.hooks = hooks or Hooks()
         self.middleware = middleware or Middleware()
@@ -88,7 +90,8 @@ class Agent:
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"Agent(model={self.config.model!r}, tools={self.tools.names()!r}, session_id={self.session_id!r})"
+        names = self.tools.names()
+        return f"Agent(model={self.config.model!r}, tools={names!r}, session_id={self.session_id!r})"
 
     # ------------------------------------------------------------- resources
 
@@ -205,7 +208,9 @@ class Agent:
                 history_length=len(self.messages),
             )
             engine = self.engine(durable=False)
-            driver = Driver(engine=engine, settings=self.run_settings(), provider=lambda: provider, committer=log)
+            driver = Driver(
+                engine=engine, settings=self.run_settings(), provider=lambda: provider, committer=log
+            )
             await driver.commit(state, engine.start(state, message))
             result = await driver.drive(state)
             self.messages = _settled(state)
@@ -308,7 +313,9 @@ def _extension_name(extension: Any) -> str:
 def _extension_state(extensions: list[Any]) -> dict[str, Any]:
     """State of extensions that can export it (``export_state() -> JSON-ready dict``)."""
     return {
-        _extension_name(ext): ext.export_state() for ext in extensions if callable(getattr(ext, "export_state", None))
+        _extension_name(ext): ext.export_state()
+        for ext in extensions
+        if callable(getattr(ext, "export_state", None))
     }
 
 
@@ -317,4 +324,3 @@ def _restore_extensions(extensions: list[Any], saved: dict[str, Any]) -> None:
         name = _extension_name(ext)
         if name in saved and callable(getattr(ext, "import_state", None)):
             ext.import_state(saved[name])
-

@@ -197,7 +197,9 @@ class Driver:
         async for chunk in stream(**kwargs):
             if chunk.kind in ("text_delta", "thinking_delta") and chunk.data:
                 kind = RunEventType(chunk.kind)
-                event = RunEvent(kind, {"text": str(chunk.data)}, state.session_id, state.run_id, step_id, step_id)
+                event = RunEvent(
+                    kind, {"text": str(chunk.data)}, state.session_id, state.run_id, step_id, step_id
+                )
                 await self.committer.provisional(state, event)
             elif chunk.kind == "response":
                 response = chunk.data
@@ -211,8 +213,10 @@ class Driver:
         # Dispatch intent is durable before any tool runs: a crash from here on leaves
         # the calls 'started', which recovery settles by replay policy.
         await self.commit(state, self.engine.dispatched(state, keys))
-        tasks = {asyncio.ensure_future(self._invoke(state, key)): key for key in keys}
-        cancel_wait = asyncio.ensure_future(self.control.cancelled())
+        tasks: dict[asyncio.Future[Any], str] = {
+            asyncio.ensure_future(self._invoke(state, key)): key for key in keys
+        }
+        cancel_wait: asyncio.Future[Any] = asyncio.ensure_future(self.control.cancelled())
         try:
             pending = set(tasks)
             while pending:
@@ -248,7 +252,9 @@ class Driver:
         await hooks.emit(HookEvent.TOOL_START, agent, {"call": entry.call, "execution_key": key})
         with tool_context_scope(context):
             result = await tool.invoke(entry.call.input)
-        await hooks.emit(HookEvent.TOOL_END, agent, {"call": entry.call, "execution_key": key, "result": result})
+        await hooks.emit(
+            HookEvent.TOOL_END, agent, {"call": entry.call, "execution_key": key, "result": result}
+        )
         return result
 
     async def _complete_result(self, state: RunState, key: str) -> None:

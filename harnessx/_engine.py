@@ -182,7 +182,9 @@ class Engine:
 
     def dispatched(self, state: RunState, keys: tuple[str, ...]) -> Delta:
         """Dispatch intent: recorded *before* the tools are invoked."""
-        moved = [state.tools[k].moved(status=ToolStatus.STARTED, attempt=state.tools[k].attempt + 1) for k in keys]
+        moved = [
+            state.tools[k].moved(status=ToolStatus.STARTED, attempt=state.tools[k].attempt + 1) for k in keys
+        ]
         events = [
             self._tool_event(
                 state,
@@ -243,12 +245,17 @@ class Engine:
                 delta.tools.append(moved)
                 delta.events.append(
                     self._tool_event(
-                        state, RunEventType.RECOVERY_REQUIRED, moved, {"input": moved.call.input, "policy": moved.policy}
+                        state,
+                        RunEventType.RECOVERY_REQUIRED,
+                        moved,
+                        {"input": moved.call.input, "policy": moved.policy},
                     )
                 )
         if state.phase is Phase.PREPARE_MODEL_CALL and state.status is RunStatus.RUNNING:
             # A model call may have been streaming when the process died.
-            delta.events.append(self._event(state, RunEventType.ATTEMPT_RESET, {"reason": "recovered"}, "model"))
+            delta.events.append(
+                self._event(state, RunEventType.ATTEMPT_RESET, {"reason": "recovered"}, "model")
+            )
         return delta if delta.tools or delta.events else None
 
     def reopen(self, state: RunState) -> Delta | None:
@@ -270,7 +277,9 @@ class Engine:
         if result is not None:
             raw = ToolResult(entry.call.id, result.content, result.is_error)
             moved = entry.moved(status=ToolStatus.RAW_COMPLETED, raw_result=raw)
-            event = self._tool_event(state, RunEventType.TOOL_CALL_COMPLETE, moved, {"is_error": raw.is_error})
+            event = self._tool_event(
+                state, RunEventType.TOOL_CALL_COMPLETE, moved, {"is_error": raw.is_error}
+            )
             return Delta(state.phase, tools=[moved], events=[event])
         if retry:
             return Delta(state.phase, tools=[entry.moved(status=ToolStatus.PREPARED)])
@@ -336,7 +345,9 @@ class Engine:
         for entry in prepared:
             problem = self._call_problem(entry.call, entry.index)
             if problem is not None:
-                delta = _merge(delta, self._complete(state, entry, ToolResult(entry.call.id, problem, True), None))
+                delta = _merge(
+                    delta, self._complete(state, entry, ToolResult(entry.call.id, problem, True), None)
+                )
                 continue
             level = self.permissions.check(self.tools.get(entry.call.name), entry.call)
             if level is PermissionLevel.DENY:
@@ -379,7 +390,9 @@ class Engine:
     def _wait(self, state: RunState, reason: str) -> Delta:
         return self._stop(state, RunStatus.AWAITING_INPUT, "awaiting_input", waiting=reason)
 
-    def _stop(self, state: RunState, status: RunStatus, stop_reason: str, *, waiting: str | None = None) -> Delta:
+    def _stop(
+        self, state: RunState, status: RunStatus, stop_reason: str, *, waiting: str | None = None
+    ) -> Delta:
         delta = Delta(state.phase, run={"status": status, "stop_reason": stop_reason})
         if waiting is not None:
             pending = [p.to_dict() for p in state.result().pending]

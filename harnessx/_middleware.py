@@ -41,8 +41,8 @@ class ModelRequest:
         }
 
 
-RequestMiddleware = Callable[[ModelRequest], "ModelRequest | None | Awaitable[ModelRequest | None]"]
-ResultMiddleware = Callable[[ToolCall, ToolResult], "ToolResult | None | Awaitable[ToolResult | None]"]
+RequestMiddleware = Callable[[ModelRequest], "ModelRequest | Awaitable[ModelRequest | None] | None"]
+ResultMiddleware = Callable[[ToolCall, ToolResult], "ToolResult | Awaitable[ToolResult | None] | None"]
 
 
 class Middleware:

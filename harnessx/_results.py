@@ -53,7 +53,9 @@ class ToolResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolResult:
-        return cls(str(data.get("tool_call_id", "")), str(data.get("content", "")), bool(data.get("is_error")))
+        return cls(
+            str(data.get("tool_call_id", "")), str(data.get("content", "")), bool(data.get("is_error"))
+        )
 
 
 @dataclass

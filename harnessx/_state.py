@@ -192,7 +192,7 @@ class RunState:
     def last_assistant(self) -> dict[str, Any] | None:
         for message in reversed(self.messages[self.history_length :]):
             if message.get("role") == "assistant":
-                return message
+                return dict(message)
         return None
 
     def result(self) -> RunResult:

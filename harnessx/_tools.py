@@ -145,7 +145,9 @@ class Tool:
                 if attempt < attempts and self.retry is not None:
                     await asyncio.sleep(self.retry.backoff(attempt))
                     continue
-                return ToolResult(content=f"Error: tool '{self.name}' failed transiently: {exc}", is_error=True)
+                return ToolResult(
+                    content=f"Error: tool '{self.name}' failed transiently: {exc}", is_error=True
+                )
             except TimeoutError:
                 return ToolResult(
                     content=f"Error: tool '{self.name}' timed out after {self.timeout_seconds} s",

@@ -213,13 +213,13 @@ class LLMProvider(ABC):
             yield StreamChunk("text_delta", response.text)
         yield StreamChunk("response", response)
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release connections. The default has nothing to release."""
 
 
 async def call_create(provider: LLMProvider, **kwargs: Any) -> ProviderResponse:
     """Call ``provider.create`` and check that it returned a ``ProviderResponse``."""
-    result = provider.create(**kwargs)
+    result: Any = provider.create(**kwargs)
     if inspect.isawaitable(result):
         result = await result
     if not isinstance(result, ProviderResponse):

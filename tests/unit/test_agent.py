@@ -53,7 +53,10 @@ def weather_agent(replies: list[ProviderResponse | str], **kwargs: object) -> Ag
 TWO_TOOL_SCRIPT: list[ProviderResponse | str] = [
     ProviderResponse(
         text="Checking.",
-        tool_calls=[ToolCall("c1", "get_weather", {"city": "Oslo"}), ToolCall("c2", "convert", {"celsius": 20})],
+        tool_calls=[
+            ToolCall("c1", "get_weather", {"city": "Oslo"}),
+            ToolCall("c2", "convert", {"celsius": 20}),
+        ],
         stop_reason=StopReason.TOOL_USE,
     ),
     "It is sunny in Oslo, 68F.",
@@ -149,7 +152,9 @@ async def test_malformed_arguments_and_unknown_tool_become_error_results() -> No
 async def test_tool_exception_timeout_and_transient_retry() -> None:
     attempts: list[int] = []
     script: list[ProviderResponse | str] = [
-        ProviderResponse(tool_calls=[ToolCall("1", "boom", {}), ToolCall("2", "slow", {}), ToolCall("3", "flaky", {})]),
+        ProviderResponse(
+            tool_calls=[ToolCall("1", "boom", {}), ToolCall("2", "slow", {}), ToolCall("3", "flaky", {})]
+        ),
         "done",
     ]
     agent = Agent(provider=ScriptedProvider(script))
@@ -227,7 +232,9 @@ async def test_concurrent_tools_run_together_and_exclusive_ones_alone() -> None:
 
 async def test_tool_context_inside_sync_and_async_handlers() -> None:
     seen: list[tuple[str, int, int | None]] = []
-    agent = Agent(provider=ScriptedProvider([ProviderResponse(tool_calls=[ToolCall("x", "probe", {})]), "ok"]))
+    agent = Agent(
+        provider=ScriptedProvider([ProviderResponse(tool_calls=[ToolCall("x", "probe", {})]), "ok"])
+    )
 
     @agent.tools.register()
     def probe() -> str:
@@ -266,7 +273,9 @@ async def test_permissions_deny_ask_and_approver() -> None:
         answers.append(call.name)
         return True
 
-    approved = weather_agent(script, permissions=PermissionManager(rules={"get_weather": "ask"}, approver=approver))
+    approved = weather_agent(
+        script, permissions=PermissionManager(rules={"get_weather": "ask"}, approver=approver)
+    )
     assert (await approved.run("go")).ok and answers == ["get_weather"]
     declined = weather_agent(
         script, permissions=PermissionManager(rules={"get_weather": "ask"}, approver=lambda call: False)
@@ -288,7 +297,11 @@ async def test_limits_truncation_refusal_and_tool_calls_ignored_on_those_stops()
     assert len(provider.requests) == 3
 
     truncated = await weather_agent(
-        [ProviderResponse(text="Half an ans", stop_reason="max_tokens", tool_calls=[ToolCall("q", "convert", {})])]
+        [
+            ProviderResponse(
+                text="Half an ans", stop_reason="max_tokens", tool_calls=[ToolCall("q", "convert", {})]
+            )
+        ]
     ).run("go")
     assert truncated.truncated and truncated.output == "Half an ans"
 
@@ -300,7 +313,12 @@ async def test_limits_truncation_refusal_and_tool_calls_ignored_on_those_stops()
 
 async def test_tool_calls_run_even_when_stop_reason_says_end_turn() -> None:
     agent = weather_agent(
-        [ProviderResponse(tool_calls=[ToolCall("1", "get_weather", {"city": "Rome"})], stop_reason="end_turn"), "ok"]
+        [
+            ProviderResponse(
+                tool_calls=[ToolCall("1", "get_weather", {"city": "Rome"})], stop_reason="end_turn"
+            ),
+            "ok",
+        ]
     )
     result = await agent.run("go")
     assert result.ok
@@ -357,7 +375,14 @@ async def test_hooks_fire_and_a_failing_hook_is_not_fatal(caplog: pytest.LogCapt
     assert result.ok
     assert checkpoints and all(set(c) == {"session_id", "run_id", "status", "phase"} for c in checkpoints)
     phases = [c["phase"] for c in checkpoints]
-    for phase in ("prepare_model_call", "model_call", "prepare_tools", "dispatch", "raw_result", "completed_result"):
+    for phase in (
+        "prepare_model_call",
+        "model_call",
+        "prepare_tools",
+        "dispatch",
+        "raw_result",
+        "completed_result",
+    ):
         assert phase in phases
     assert phases[-1] == "finish" and checkpoints[-1]["status"] == "completed"
     assert "hook bug" in caplog.text
@@ -394,7 +419,9 @@ async def test_save_and_load_session_continues_conversation(tmp_path: Path) -> N
 
     counter = Counter()
     counter.count = 7
-    agent = weather_agent(TWO_TOOL_SCRIPT, config=AgentConfig(system_prompt="Be brief."), extensions=[counter])
+    agent = weather_agent(
+        TWO_TOOL_SCRIPT, config=AgentConfig(system_prompt="Be brief."), extensions=[counter]
+    )
     await agent.run("Weather?")
     path = agent.save_session(tmp_path)
     assert path.name == f"{agent.session_id}.json"
