@@ -1,0 +1,1018 @@
+"""Tool functions as JSON Schema, and the checks on the arguments a model sends back.
+
+The engine uses the three public functions in this order:
+
+- ``function_schema(fn)`` describes a Python function to the model: a description taken from
+  the docstring summary and an ``input_schema`` built from the signature and the type hints.
+- ``validate_arguments(schema, args)`` checks the JSON arguments the model sent and returns
+  readable error strings, which go back to the model so that it can correct its call.
+- ``bind_arguments(fn, args)`` turns validated JSON arguments into the keyword arguments ``fn``
+  expects: Enum members, dataclass instances, tuples and sets instead of plain JSON values.
+
+Annotations understood by ``function_schema``: ``str``, ``int``, ``float``, ``bool``, ``None``,
+``Any`` / no annotation, ``list`` / ``Sequence`` / ``tuple`` / ``set`` / ``frozenset``, ``dict`` /
+``Mapping`` with ``str`` keys, unions and ``Optional``, ``Literal``, ``Enum`` subclasses,
+``TypedDict``, dataclasses (nested to any depth, but not recursive), ``NewType`` and
+``Annotated[X, "description"]``. Anything else raises ``ConfigurationError``; such tools need
+an explicit schema.
+
+Descriptions come from Google-style docstrings: the text before the first section header is
+the tool's description, and entries of the ``Args:`` section (``name: text`` or
+``name (type): text``, continuation lines indented further) describe the parameters. For
+dataclasses and TypedDicts the class docstring's ``Attributes:`` (or ``Args:``) section
+describes the fields. A string in ``Annotated`` takes precedence over the docstring entry.
+
+``validate_arguments`` understands this subset of JSON Schema: boolean schemas, ``type``
+(a name or a list of names), ``enum``, ``const``, ``properties``, ``required``,
+``additionalProperties``, ``patternProperties``, ``items`` (a schema, or draft-07's list form
+with ``additionalItems``), ``prefixItems``, ``minItems``, ``maxItems``, ``uniqueItems``,
+``minLength``, ``maxLength``, ``pattern``, ``minimum``, ``maximum``, ``exclusiveMinimum``,
+``exclusiveMaximum``, ``anyOf``, ``oneOf`` and ``allOf``. Patterns are run with Python's ``re``.
+Every other keyword (``$ref``, ``format``, ``not``, ``if``/``then``/``else``, ...), every
+keyword whose value is malformed and every pattern ``re`` rejects is ignored, so a
+hand-written schema can make the check more lenient than intended but can never make it raise.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import copy
+import dataclasses
+import functools
+import inspect
+import json
+import operator
+import re
+import types
+import typing
+from collections.abc import Callable, Collection
+from enum import Enum
+from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin
+
+from harnessx._errors import ConfigurationError
+
+__all__ = ["bind_arguments", "function_schema", "validate_arguments"]
+
+JsonSchema = dict[str, Any]
+
+# The schema of every tool is needed for every model request; resolving string annotations and
+# parsing docstrings each time would be wasted work. The bound keeps tools created on the fly
+# (closures, lambdas) from growing the caches without limit.
+_CACHE_SIZE = 1024
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------------
+
+
+def function_schema(fn: Callable[..., Any], *, skip: Collection[str] = ()) -> tuple[str, JsonSchema]:
+    """Return ``(description, input_schema)`` describing ``fn`` to a model.
+
+    ``skip`` names parameters the caller fills in itself (a context object, say); they are
+    left out of the schema. ``self``/``cls`` as the first parameter, ``*args`` and ``**kwargs``
+    are always left out. Raises ``ConfigurationError`` when a parameter's annotation has no
+    JSON Schema equivalent, when the annotations cannot be resolved, or when a parameter is
+    positional-only (arguments are always passed by keyword).
+    """
+    skipped = frozenset(skip)
+    if _is_hashable(fn):
+        description, schema = _cached_function_schema(fn, skipped)
+    else:
+        description, schema = _build_function_schema(fn, skipped)
+    # Callers may add to the schema they get back; the cached copy must stay as built.
+    return description, copy.deepcopy(schema)
+
+
+def validate_arguments(schema: JsonSchema, args: Any) -> list[str]:
+    """Check ``args`` against ``schema``; return one readable message per problem, ``[]`` if valid.
+
+    Messages name the offending argument by a slash-separated path from the top-level
+    argument, e.g. ``argument 'points/2/x': expected number, got string "a"``. See the module
+    docstring for the keywords understood; all others are ignored.
+    """
+    errors: list[str] = []
+    _validate(schema, args, (), errors)
+    return errors
+
+
+def bind_arguments(
+    fn: Callable[..., Any], args: dict[str, Any], *, skip: Collection[str] = ()
+) -> dict[str, Any]:
+    """Turn JSON arguments (already checked by ``validate_arguments``) into keyword arguments for ``fn``.
+
+    Enum parameters receive the member, dataclass parameters an instance (built recursively),
+    TypedDict, list, dict and union values have their contents converted the same way, tuples
+    and sets are built from lists, and an integral float for an ``int`` parameter becomes an
+    ``int``. Everything else is passed through unchanged. Keys that match no parameter are
+    dropped unless ``fn`` takes ``**kwargs``; keys in ``skip`` (the caller's own parameters)
+    are always dropped so that a model can never supply them. Invalid values are not reported
+    here: an Enum value that is not a member raises ``ValueError``.
+    """
+    info = _function_info(fn)
+    fields = {field.name: field for field in info.fields}
+    kwargs: dict[str, Any] = {}
+    for name, value in args.items():
+        if name in skip:
+            continue
+        field = fields.get(name)
+        if field is None:
+            if info.var_keyword:
+                kwargs[name] = value
+        elif not field.positional_only:
+            kwargs[name] = _convert(field.annotation, value)
+    return kwargs
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a function: signature, resolved annotations, docstring
+# ---------------------------------------------------------------------------------------------
+
+
+class _NoDefault:
+    """Marks a parameter or field without a default (``None`` is a legitimate default)."""
+
+
+_NO_DEFAULT = _NoDefault()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    """A function parameter, dataclass field or TypedDict key, as far as the schema is concerned."""
+
+    name: str
+    annotation: Any
+    required: bool
+    default: Any = _NO_DEFAULT
+    positional_only: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class _Docstring:
+    summary: str
+    params: dict[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class _FunctionInfo:
+    name: str
+    fields: tuple[_Field, ...]  # without self/cls, *args and **kwargs
+    var_keyword: bool  # fn takes **kwargs
+    doc: _Docstring
+
+
+def _is_hashable(obj: object) -> bool:
+    try:
+        hash(obj)
+    except TypeError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _cached_function_schema(fn: Callable[..., Any], skip: frozenset[str]) -> tuple[str, JsonSchema]:
+    return _build_function_schema(fn, skip)
+
+
+def _function_info(fn: Callable[..., Any]) -> _FunctionInfo:
+    return _cached_function_info(fn) if _is_hashable(fn) else _load_function_info(fn)
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _cached_function_info(fn: Callable[..., Any]) -> _FunctionInfo:
+    return _load_function_info(fn)
+
+
+def _load_function_info(fn: Callable[..., Any]) -> _FunctionInfo:
+    name = _callable_name(fn)
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"cannot read the signature of tool function {name!r}: {exc}") from exc
+    hint_source, doc_source = _introspection_targets(fn)
+    try:
+        hints = typing.get_type_hints(hint_source, include_extras=True)
+    except Exception as exc:  # evaluating an annotation string can raise anything; NameError is typical
+        raise ConfigurationError(
+            f"cannot resolve the type annotations of tool function {name!r} "
+            f"({type(exc).__name__}: {exc}); annotations are evaluated when the schema is built, so "
+            "the names they use must be importable at module level, not only under TYPE_CHECKING"
+        ) from exc
+    fields: list[_Field] = []
+    var_keyword = False
+    for index, param in enumerate(signature.parameters.values()):
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            var_keyword = True
+        elif param.kind is inspect.Parameter.VAR_POSITIONAL:
+            continue
+        elif not (index == 0 and param.name in ("self", "cls")):
+            fields.append(_parameter_field(param, hints))
+    return _FunctionInfo(name, tuple(fields), var_keyword, _parse_docstring(_own_doc(doc_source)))
+
+
+def _parameter_field(param: inspect.Parameter, hints: dict[str, Any]) -> _Field:
+    has_default = param.default is not inspect.Parameter.empty
+    return _Field(
+        name=param.name,
+        annotation=hints.get(param.name, Any),
+        required=not has_default,
+        default=param.default if has_default else _NO_DEFAULT,
+        positional_only=param.kind is inspect.Parameter.POSITIONAL_ONLY,
+    )
+
+
+def _callable_name(fn: object) -> str:
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn))
+
+
+def _introspection_targets(fn: Any) -> tuple[Any, Any]:
+    """Return (object holding fn's parameter annotations, object holding its docstring).
+
+    ``inspect.signature`` sees through partials, classes and callable instances by itself, but
+    ``get_type_hints`` would read the wrong annotations (a class's attributes, or none at all).
+    """
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if isinstance(fn, type):
+        return typing.cast(Any, fn).__init__, fn
+    if inspect.isroutine(fn):
+        return fn, fn
+    call = type(fn).__call__
+    return call, (call if getattr(call, "__doc__", None) else type(fn))
+
+
+def _own_doc(obj: Any) -> str | None:
+    """The docstring written for ``obj`` itself: never one inherited or invented for it."""
+    if not isinstance(obj, type):
+        doc = getattr(obj, "__doc__", None)
+        return doc if isinstance(doc, str) else None
+    # inspect.getdoc would fall back to a base class (a TypedDict would get dict's docstring).
+    doc = obj.__dict__.get("__doc__")
+    if not isinstance(doc, str):
+        return None
+    # @dataclass writes "Name(field: type, ...)" into classes without a docstring.
+    if dataclasses.is_dataclass(obj) and doc.startswith(f"{obj.__name__}("):
+        return None
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------
+# Google-style docstrings
+# ---------------------------------------------------------------------------------------------
+
+_SECTION_HEADER = re.compile(
+    r"^\s*(?P<name>args|arguments|parameters|params|keyword args|keyword arguments|other parameters"
+    r"|attributes|returns?|yields?|raises|examples?|notes?|warnings?|see also|references|todo)\s*:\s*$",
+    re.IGNORECASE,
+)
+# "attributes" is where dataclasses and TypedDicts conventionally describe their fields.
+_PARAMETER_SECTIONS = frozenset(
+    {
+        "args",
+        "arguments",
+        "parameters",
+        "params",
+        "keyword args",
+        "keyword arguments",
+        "other parameters",
+        "attributes",
+    }
+)
+# "name: text" or "name (type): text"; the lazy group stops at the first "):" so that
+# parentheses in the text are left alone, while nested ones in the type still match.
+_ENTRY = re.compile(r"^\*{0,2}(?P<name>[A-Za-z_]\w*)\s*(?:\(.*?\))?\s*:(?P<text>.*)$")
+
+
+def _parse_docstring(doc: str | None) -> _Docstring:
+    if not doc:
+        return _Docstring("", {})
+    lines = inspect.cleandoc(doc).splitlines()
+    headers = [(index, match) for index, line in enumerate(lines) if (match := _SECTION_HEADER.match(line))]
+    summary_end = headers[0][0] if headers else len(lines)
+    params: dict[str, str] = {}
+    for index, match in headers:
+        if match.group("name").lower() in _PARAMETER_SECTIONS:
+            params.update(_parse_entries(_section_body(lines, index)))
+    return _Docstring(_normalise(" ".join(lines[:summary_end])), params)
+
+
+def _section_body(lines: list[str], header: int) -> list[str]:
+    """The lines under ``lines[header]``: up to the next line indented no deeper than the header."""
+    header_indent = _indent(lines[header])
+    body: list[str] = []
+    for line in lines[header + 1 :]:
+        if line.strip() and _indent(line) <= header_indent:
+            break
+        body.append(line)
+    return body
+
+
+def _parse_entries(body: list[str]) -> dict[str, str]:
+    entries: dict[str, list[str]] = {}
+    entry_indent: int | None = None
+    current: str | None = None
+    for line in body:
+        if not line.strip():
+            continue
+        indent = _indent(line)
+        if entry_indent is None:
+            entry_indent = indent
+        if indent <= entry_indent:
+            # A line at entry depth that is not "name: text" ends the entry without starting one.
+            match = _ENTRY.match(line.strip())
+            current = match.group("name") if match else None
+            if match:
+                entries[match.group("name")] = [match.group("text")]
+        elif current is not None:
+            entries[current].append(line)
+    return {name: _normalise(" ".join(parts)) for name, parts in entries.items()}
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.split())
+
+
+# ---------------------------------------------------------------------------------------------
+# Annotations to JSON Schema
+# ---------------------------------------------------------------------------------------------
+
+
+class _Unsupported(Exception):
+    """An annotation without a JSON Schema equivalent.
+
+    Raised deep inside the recursion, where the function and parameter are unknown; the
+    caller that knows them turns it into a ``ConfigurationError``.
+    """
+
+    def __init__(self, annotation: Any, reason: str = "") -> None:
+        super().__init__(annotation, reason)
+        self.annotation = annotation
+        self.reason = reason
+
+
+_PRIMITIVES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_SEQUENCES = frozenset(
+    {
+        list,
+        collections.abc.Sequence,
+        collections.abc.MutableSequence,
+        collections.abc.Collection,
+        collections.abc.Iterable,
+    }
+)
+_SETS = frozenset({set, frozenset, collections.abc.Set, collections.abc.MutableSet})
+_MAPPINGS = frozenset({dict, collections.abc.Mapping, collections.abc.MutableMapping})
+_UNIONS = (Union, types.UnionType)
+_NONE_TYPE = type(None)
+# A nullable variant of these cannot be made by adding "null" to "type": the keyword would
+# still reject null (an enum without None, say), so they get an anyOf instead.
+_NULL_REJECTING_KEYWORDS = frozenset({"enum", "const", "anyOf", "oneOf", "allOf"})
+
+
+def _build_function_schema(fn: Callable[..., Any], skip: frozenset[str]) -> tuple[str, JsonSchema]:
+    info = _function_info(fn)
+    properties: dict[str, JsonSchema] = {}
+    required: list[str] = []
+    for field in info.fields:
+        if field.name in skip:
+            continue
+        if field.positional_only:
+            raise ConfigurationError(
+                f"tool function {info.name!r}: parameter {field.name!r} is positional-only, but tool "
+                "arguments are passed by keyword; remove the '/' from the signature or add the "
+                "parameter to skip"
+            )
+        try:
+            properties[field.name] = _field_schema(field, info.doc.params.get(field.name), ())
+        except _Unsupported as exc:
+            raise ConfigurationError(_unsupported_message(info.name, field, exc)) from None
+        if field.required:
+            required.append(field.name)
+    schema = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+    return info.doc.summary, schema
+
+
+def _unsupported_message(function: str, field: _Field, exc: _Unsupported) -> str:
+    inside = "" if exc.annotation is field.annotation else f" (in {_type_repr(field.annotation)})"
+    reason = f": {exc.reason}" if exc.reason else ""
+    return (
+        f"tool function {function!r}, parameter {field.name!r}: type {_type_repr(exc.annotation)}{inside} "
+        f"cannot be described as JSON Schema{reason}. Use str, int, float, bool, None, list/tuple/set/dict "
+        "of those, Optional or a union, Literal, an Enum, a TypedDict or a dataclass (with "
+        "Annotated[..., 'description'] for descriptions), or register the tool with an explicit "
+        "schema through register_with_schema"
+    )
+
+
+def _type_repr(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__qualname__ if tp.__module__ == "builtins" else f"{tp.__module__}.{tp.__qualname__}"
+    return repr(tp)
+
+
+def _field_schema(field: _Field, doc: str | None, seen: tuple[type, ...]) -> JsonSchema:
+    schema = _type_schema(field.annotation, seen)
+    if doc and not _has_annotated_description(field.annotation):
+        schema = {**schema, "description": doc}
+    if field.default is not _NO_DEFAULT:
+        default = _json_default(field.default, schema)
+        if default is not _NO_DEFAULT:
+            schema = {**schema, "default": default}
+    return schema
+
+
+def _has_annotated_description(tp: Any) -> bool:
+    if get_origin(tp) in (Required, NotRequired):
+        tp = get_args(tp)[0]
+    return get_origin(tp) is Annotated and any(isinstance(meta, str) for meta in tp.__metadata__)
+
+
+def _json_default(value: Any, schema: JsonSchema) -> Any:
+    """``value`` as JSON if it is expressible and allowed by ``schema``, else ``_NO_DEFAULT``."""
+    if isinstance(value, Enum):
+        value = value.value
+    try:
+        encoded = json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        return _NO_DEFAULT
+    # A default the schema itself rejects (``x: int = None``) would only confuse the model.
+    return _NO_DEFAULT if validate_arguments(schema, encoded) else encoded
+
+
+def _type_schema(tp: Any, seen: tuple[type, ...] = ()) -> JsonSchema:
+    """The schema for one annotation. ``seen`` holds the records being expanded, to stop recursion."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _annotated_schema(tp, seen)
+    if origin is Required or origin is NotRequired:
+        return _type_schema(get_args(tp)[0], seen)
+    if tp is Any or tp is object:
+        return {}
+    if tp is None or tp is _NONE_TYPE:
+        return {"type": "null"}
+    if isinstance(tp, typing.NewType):
+        return _type_schema(tp.__supertype__, seen)
+    if origin in _UNIONS:
+        return _union_schema(get_args(tp), seen)
+    if origin is Literal:
+        return _literal_schema(tp)
+    if isinstance(tp, type) and origin is None:
+        return _class_schema(tp, seen)
+    return _generic_schema(tp, origin, get_args(tp), seen)
+
+
+def _annotated_schema(tp: Any, seen: tuple[type, ...]) -> JsonSchema:
+    inner, *metadata = get_args(tp)
+    schema = _type_schema(inner, seen)
+    # Only strings mean something here; other metadata belongs to other libraries.
+    description = next((meta for meta in metadata if isinstance(meta, str)), None)
+    return schema if description is None else {**schema, "description": _normalise(description)}
+
+
+def _union_schema(members: tuple[Any, ...], seen: tuple[type, ...]) -> JsonSchema:
+    nullable = _NONE_TYPE in members
+    schemas = [_type_schema(member, seen) for member in members if member is not _NONE_TYPE]
+    if {} in schemas:  # Any absorbs every other member
+        return {}
+    if nullable and len(schemas) == 1:
+        return _nullable(schemas[0])
+    if nullable:
+        schemas.append({"type": "null"})
+    return {"anyOf": schemas}
+
+
+def _nullable(schema: JsonSchema) -> JsonSchema:
+    kind = schema.get("type")
+    if isinstance(kind, str) and not _NULL_REJECTING_KEYWORDS.intersection(schema):
+        return {**schema, "type": [kind, "null"]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _literal_schema(tp: Any) -> JsonSchema:
+    values = list(get_args(tp))
+    for value in values:
+        if isinstance(value, Enum) or not (value is None or isinstance(value, (str, int))):
+            raise _Unsupported(
+                tp, "Literal values must be str, int, bool or None (use the Enum class itself)"
+            )
+    return _enum_values_schema(values)
+
+
+def _enum_schema(cls: type[Enum]) -> JsonSchema:
+    values = [member.value for member in cls]
+    for value in values:
+        if not (value is None or isinstance(value, (str, int, float))):
+            raise _Unsupported(cls, f"member value {value!r} is not a JSON string, number, boolean or null")
+    return _enum_values_schema(values)
+
+
+def _enum_values_schema(values: list[Any]) -> JsonSchema:
+    kinds = {_json_type_name(value) for value in values}
+    if kinds == {"integer", "number"}:
+        kinds = {"number"}
+    # A "type" beside "enum" is redundant for validation but helps models that read types first.
+    return {"type": kinds.pop(), "enum": values} if len(kinds) == 1 else {"enum": values}
+
+
+def _class_schema(cls: type, seen: tuple[type, ...]) -> JsonSchema:
+    if issubclass(cls, Enum):
+        return _enum_schema(cls)
+    if cls in _PRIMITIVES:
+        return {"type": _PRIMITIVES[cls]}
+    if typing.is_typeddict(cls) or dataclasses.is_dataclass(cls):
+        return _record_schema(cls, seen)
+    return _generic_schema(cls, cls, None, seen)
+
+
+def _generic_schema(tp: Any, base: Any, args: tuple[Any, ...] | None, seen: tuple[type, ...]) -> JsonSchema:
+    """Containers; ``args`` is None for a bare class such as ``list`` (as opposed to ``tuple[()]``)."""
+    if base in _SEQUENCES:
+        return _array_schema(args, seen)
+    if base in _SETS:
+        return {**_array_schema(args, seen), "uniqueItems": True}
+    if base is tuple:
+        return _tuple_schema(args, seen)
+    if base in _MAPPINGS:
+        return _mapping_schema(args, seen)
+    raise _Unsupported(tp)
+
+
+def _array_schema(args: tuple[Any, ...] | None, seen: tuple[type, ...]) -> JsonSchema:
+    if not args:
+        return {"type": "array"}
+    return {"type": "array", "items": _type_schema(args[0], seen)}
+
+
+def _tuple_schema(args: tuple[Any, ...] | None, seen: tuple[type, ...]) -> JsonSchema:
+    if args is None:
+        return {"type": "array"}
+    if len(args) == 2 and args[1] is Ellipsis:
+        return _array_schema(args[:1], seen)
+    # A fixed-length tuple: one schema per position, and exactly that many items.
+    prefix = [_type_schema(arg, seen) for arg in args]
+    return {"type": "array", "prefixItems": prefix, "minItems": len(args), "maxItems": len(args)}
+
+
+def _mapping_schema(args: tuple[Any, ...] | None, seen: tuple[type, ...]) -> JsonSchema:
+    if not args:
+        return {"type": "object"}
+    key, value = args
+    if key is not str and key is not Any:
+        raise _Unsupported(key, "JSON object keys are always strings, so dict keys must be str")
+    return {"type": "object", "additionalProperties": _type_schema(value, seen)}
+
+
+def _record_schema(cls: type, seen: tuple[type, ...]) -> JsonSchema:
+    """A dataclass or TypedDict: a closed object whose properties are its fields."""
+    if cls in seen:
+        raise _Unsupported(cls, "recursive types are not supported")
+    doc = _parse_docstring(_own_doc(cls))
+    properties: dict[str, JsonSchema] = {}
+    required: list[str] = []
+    for field in _record_fields(cls):
+        properties[field.name] = _field_schema(field, doc.params.get(field.name), (*seen, cls))
+        if field.required:
+            required.append(field.name)
+    schema: JsonSchema = {"type": "object"}
+    if doc.summary:
+        schema["description"] = doc.summary
+    schema.update(properties=properties, required=required, additionalProperties=False)
+    return schema
+
+
+def _record_fields(cls: Any) -> list[_Field]:
+    try:
+        hints = _class_hints(cls)
+    except Exception as exc:  # evaluating an annotation string can raise anything
+        raise _Unsupported(cls, f"its annotations cannot be resolved ({type(exc).__name__}: {exc})") from exc
+    if typing.is_typeddict(cls):
+        required_keys = _typeddict_required_keys(cls, hints)
+        return [_Field(name, hint, name in required_keys) for name, hint in hints.items()]
+    fields: list[_Field] = []
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        has_factory = field.default_factory is not dataclasses.MISSING
+        default = _NO_DEFAULT if field.default is dataclasses.MISSING else field.default
+        required = default is _NO_DEFAULT and not has_factory
+        fields.append(_Field(field.name, hints.get(field.name, Any), required, default))
+    return fields
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _class_hints(cls: Any) -> dict[str, Any]:
+    """Resolved annotations of a dataclass or TypedDict; never mutate the returned dict."""
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+def _typeddict_required_keys(cls: Any, hints: dict[str, Any]) -> set[str]:
+    # Python 3.11 only notices Required/NotRequired when the class is created, and string
+    # annotations (from __future__ import annotations) hide them then, so __required_keys__
+    # reflects totality alone; the resolved hints still carry the markers.
+    required = set(cls.__required_keys__)
+    for name, hint in hints.items():
+        origin = get_origin(get_args(hint)[0] if get_origin(hint) is Annotated else hint)
+        if origin is Required:
+            required.add(name)
+        elif origin is NotRequired:
+            required.discard(name)
+    return required
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------
+
+_Path = tuple[str | int, ...]
+
+
+def _is_number(value: Any) -> bool:
+    # bool is a subclass of int in Python, but true/false are not numbers in JSON.
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_integer(value: Any) -> bool:
+    # JSON Schema counts 2.0 as an integer; bind_arguments turns it into 2 for int parameters.
+    return _is_number(value) and (isinstance(value, int) or float(value).is_integer())
+
+
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "null": lambda value: value is None,
+    "boolean": lambda value: isinstance(value, bool),
+    "integer": _is_integer,
+    "number": _is_number,
+    "string": lambda value: isinstance(value, str),
+    "array": lambda value: isinstance(value, (list, tuple)),
+    "object": lambda value: isinstance(value, dict),
+}
+_BOUNDS: tuple[tuple[str, Callable[[Any, Any], bool], str], ...] = (
+    ("minimum", operator.ge, ">="),
+    ("maximum", operator.le, "<="),
+    ("exclusiveMinimum", operator.gt, ">"),
+    ("exclusiveMaximum", operator.lt, "<"),
+)
+
+
+def _validate(schema: Any, value: Any, path: _Path, errors: list[str]) -> None:
+    if schema is False:
+        errors.append(f"{_where(path)}: no value is allowed here")
+        return
+    if not isinstance(schema, dict):  # True, or something that is not a schema at all
+        return
+    if not _check_type(schema, value, path, errors):
+        return  # the keywords below would only repeat the type error in other words
+    _check_enum_and_const(schema, value, path, errors)
+    if isinstance(value, dict):
+        _check_object(schema, value, path, errors)
+    elif isinstance(value, (list, tuple)):
+        _check_array(schema, value, path, errors)
+    elif isinstance(value, str):
+        _check_string(schema, value, path, errors)
+    elif _is_number(value):
+        _check_number(schema, value, path, errors)
+    _check_combinators(schema, value, path, errors)
+
+
+def _type_names(schema: Any) -> list[str]:
+    """The known type names a schema allows; empty when it does not restrict the type."""
+    if not isinstance(schema, dict):
+        return []
+    declared = schema.get("type")
+    names = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
+    return [name for name in names if isinstance(name, str) and name in _TYPE_CHECKS]
+
+
+def _type_accepts(schema: Any, value: Any) -> bool:
+    if schema is False:
+        return False
+    names = _type_names(schema)
+    return not names or any(_TYPE_CHECKS[name](value) for name in names)
+
+
+def _check_type(schema: JsonSchema, value: Any, path: _Path, errors: list[str]) -> bool:
+    if _type_accepts(schema, value):
+        return True
+    errors.append(f"{_where(path)}: expected {' or '.join(_type_names(schema))}, got {_describe(value)}")
+    return False
+
+
+def _check_enum_and_const(schema: JsonSchema, value: Any, path: _Path, errors: list[str]) -> None:
+    options = schema.get("enum")
+    if isinstance(options, list) and not any(_json_equal(value, option) for option in options):
+        allowed = ", ".join(_json(option) for option in options)
+        errors.append(f"{_where(path)}: {_json(value)} is not one of {allowed}")
+    if "const" in schema and not _json_equal(value, schema["const"]):
+        errors.append(f"{_where(path)}: must be {_json(schema['const'])}, got {_json(value)}")
+
+
+def _check_object(schema: JsonSchema, value: dict[Any, Any], path: _Path, errors: list[str]) -> None:
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    required = schema.get("required")
+    if isinstance(required, list):
+        for name in required:
+            if isinstance(name, str) and name not in value:
+                errors.append(f"missing required argument {_render(path, name)!r}")
+    additional = schema.get("additionalProperties", True)
+    patterns = schema.get("patternProperties")
+    for name, item in value.items():
+        # Understood mainly so that additionalProperties does not reject the keys they cover.
+        matching = _matching_pattern_schemas(patterns, name)
+        for pattern_schema in matching:
+            _validate(pattern_schema, item, (*path, name), errors)
+        if name in properties:
+            _validate(properties[name], item, (*path, name), errors)
+        elif matching:
+            continue
+        elif additional is False:
+            errors.append(f"unexpected argument {_render(path, name)!r}")
+        else:
+            _validate(additional, item, (*path, name), errors)
+
+
+def _matching_pattern_schemas(patterns: Any, name: Any) -> list[Any]:
+    if not isinstance(patterns, dict) or not isinstance(name, str):
+        return []
+    return [schema for pattern, schema in patterns.items() if _regex_matches(pattern, name)]
+
+
+def _regex_matches(pattern: Any, text: str) -> bool | None:
+    """``re.search`` as a bool; None when ``pattern`` is not a regular expression Python accepts.
+
+    JSON Schema patterns are ECMA-262; the common subset reads the same in Python, and a
+    pattern outside it is ignored rather than allowed to raise.
+    """
+    if not isinstance(pattern, str):
+        return None
+    try:
+        return re.search(pattern, text) is not None
+    except re.error:
+        return None
+
+
+def _check_array(
+    schema: JsonSchema, value: list[Any] | tuple[Any, ...], path: _Path, errors: list[str]
+) -> None:
+    _check_size(schema, len(value), ("minItems", "maxItems", "item"), path, errors)
+    if schema.get("uniqueItems") is True:
+        _check_unique(value, path, errors)
+    prefix = schema.get("prefixItems")
+    rest = schema.get("items")
+    if isinstance(rest, list):  # draft-07 spelling of prefixItems
+        prefix, rest = rest, schema.get("additionalItems")
+    start = 0
+    if isinstance(prefix, list):
+        for index, (item_schema, item) in enumerate(zip(prefix, value, strict=False)):
+            _validate(item_schema, item, (*path, index), errors)
+        start = len(prefix)
+    if rest is not None:
+        for index in range(start, len(value)):
+            _validate(rest, value[index], (*path, index), errors)
+
+
+def _check_unique(value: list[Any] | tuple[Any, ...], path: _Path, errors: list[str]) -> None:
+    for index, item in enumerate(value):
+        if any(_json_equal(item, earlier) for earlier in value[:index]):
+            errors.append(f"{_where(path)}: items must be unique, but {_json(item)} appears more than once")
+            return
+
+
+def _check_string(schema: JsonSchema, value: str, path: _Path, errors: list[str]) -> None:
+    _check_size(schema, len(value), ("minLength", "maxLength", "character"), path, errors)
+    pattern = schema.get("pattern")
+    if _regex_matches(pattern, value) is False:
+        errors.append(f"{_where(path)}: {_json(value)} does not match the pattern {_json(pattern)}")
+
+
+def _check_size(
+    schema: JsonSchema, size: int, keywords: tuple[str, str, str], path: _Path, errors: list[str]
+) -> None:
+    low_keyword, high_keyword, unit = keywords
+    low: Any = schema.get(low_keyword)
+    high: Any = schema.get(high_keyword)
+    if _is_number(low) and size < low:
+        errors.append(f"{_where(path)}: expected at least {_count(low, unit)}, got {size}")
+    if _is_number(high) and size > high:
+        errors.append(f"{_where(path)}: expected at most {_count(high, unit)}, got {size}")
+
+
+def _check_number(schema: JsonSchema, value: float, path: _Path, errors: list[str]) -> None:
+    for keyword, within, symbol in _BOUNDS:
+        limit = schema.get(keyword)
+        if _is_number(limit) and not within(value, limit):
+            errors.append(f"{_where(path)}: must be {symbol} {_json(limit)}, got {_json(value)}")
+
+
+def _check_combinators(schema: JsonSchema, value: Any, path: _Path, errors: list[str]) -> None:
+    all_of = schema.get("allOf")
+    if isinstance(all_of, list):
+        for branch in all_of:
+            _validate(branch, value, path, errors)
+    for keyword in ("anyOf", "oneOf"):
+        branches = schema.get(keyword)
+        if not isinstance(branches, list) or not branches:
+            continue
+        outcomes = [_branch_errors(branch, value, path) for branch in branches]
+        matches = sum(1 for outcome in outcomes if not outcome)
+        if matches == 0:
+            errors.extend(_no_alternative_matches(branches, outcomes, value, path))
+        elif keyword == "oneOf" and matches > 1:
+            errors.append(
+                f"{_where(path)}: matches {matches} of the alternatives, but must match exactly one"
+            )
+
+
+def _branch_errors(branch: Any, value: Any, path: _Path) -> list[str]:
+    errors: list[str] = []
+    _validate(branch, value, path, errors)
+    return errors
+
+
+def _no_alternative_matches(
+    branches: list[Any], outcomes: list[list[str]], value: Any, path: _Path
+) -> list[str]:
+    # When only one alternative takes a value of this type (an object where the choice is
+    # "object or null", say), its own complaints tell the model precisely what to fix.
+    plausible = [
+        outcome for branch, outcome in zip(branches, outcomes, strict=True) if _type_accepts(branch, value)
+    ]
+    if len(plausible) == 1:
+        return plausible[0]
+    summaries = list(dict.fromkeys(_summarise(branch) for branch in branches))
+    return [f"{_where(path)}: expected {' or '.join(summaries)}, got {_describe(value)}"]
+
+
+def _summarise(schema: Any) -> str:
+    if isinstance(schema, dict):
+        if isinstance(schema.get("enum"), list):
+            return "one of " + ", ".join(_json(option) for option in schema["enum"])
+        if "const" in schema:
+            return _json(schema["const"])
+        if _type_names(schema):
+            return " or ".join(_type_names(schema))
+    return "a value matching another alternative"
+
+
+def _json_equal(left: Any, right: Any) -> bool:
+    """Equality as JSON sees it: ``true`` is not ``1``, but ``1`` is ``1.0``."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left == right
+    if _is_number(left) and _is_number(right):
+        return bool(left == right)
+    if isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+        return len(left) == len(right) and all(map(_json_equal, left, right))
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(_json_equal(left[key], right[key]) for key in left)
+    if _is_number(left) or _is_number(right):
+        return False
+    return bool(left == right)
+
+
+def _render(path: _Path, *more: str | int) -> str:
+    return "/".join(str(part) for part in (*path, *more))
+
+
+def _where(path: _Path) -> str:
+    return f"argument {_render(path)!r}" if path else "arguments"
+
+
+def _count(number: float, unit: str) -> str:
+    return f"{_json(number)} {unit}" + ("" if number == 1 else "s")
+
+
+def _json_type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _describe(value: Any) -> str:
+    kind = _json_type_name(value)
+    return kind if value is None else f"{kind} {_json(value)}"
+
+
+_MAX_SHOWN = 80  # long values are cut so that one bad argument cannot flood the model's context
+
+
+def _json(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):  # keys JSON cannot express, or a reference cycle
+        text = repr(value)
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+# ---------------------------------------------------------------------------------------------
+# Binding JSON values to Python parameters
+# ---------------------------------------------------------------------------------------------
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    tp = _strip_wrappers(tp)
+    origin = get_origin(tp)
+    if origin in _UNIONS:
+        return _convert_union(get_args(tp), value)
+    if isinstance(tp, type) and origin is None:
+        return _convert_to_class(tp, value)
+    if origin is not None:
+        return _convert_container(origin, get_args(tp), value)
+    return value
+
+
+def _strip_wrappers(tp: Any) -> Any:
+    """Peel off what does not change the runtime type: Annotated, Required, NewType."""
+    while True:
+        if get_origin(tp) in (Annotated, Required, NotRequired):
+            tp = get_args(tp)[0]
+        elif isinstance(tp, typing.NewType):
+            tp = tp.__supertype__
+        else:
+            return tp
+
+
+def _convert_union(members: tuple[Any, ...], value: Any) -> Any:
+    if value is None and _NONE_TYPE in members:
+        return None
+    # The first member whose schema accepts the value decides the conversion, so that
+    # ``Unit | None`` yields a Unit and ``Point | str`` yields a Point for an object.
+    for member in members:
+        if member is _NONE_TYPE:
+            continue
+        try:
+            schema = _type_schema(member)
+        except _Unsupported:
+            continue
+        if not validate_arguments(schema, value):
+            return _convert(member, value)
+    return value
+
+
+def _convert_to_class(cls: Any, value: Any) -> Any:
+    if issubclass(cls, Enum):
+        return value if isinstance(value, cls) else cls(value)
+    if cls is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        if dataclasses.is_dataclass(cls):
+            return _build_dataclass(cls, value)
+        if typing.is_typeddict(cls):
+            hints = _binding_hints(cls)
+            return {key: _convert(hints.get(key, Any), item) for key, item in value.items()}
+    return _convert_container(cls, (), value)
+
+
+def _binding_hints(cls: Any) -> dict[str, Any]:
+    # A tool registered with a hand-written schema may use records function_schema could not
+    # resolve; their values are then passed on unconverted rather than failing here.
+    try:
+        return _class_hints(cls)
+    except Exception:  # evaluating an annotation string can raise anything
+        return {}
+
+
+def _build_dataclass(cls: Any, value: dict[str, Any]) -> Any:
+    hints = _binding_hints(cls)
+    kwargs = {
+        field.name: _convert(hints.get(field.name, Any), value[field.name])
+        for field in dataclasses.fields(cls)
+        if field.init and field.name in value
+    }
+    return cls(**kwargs)
+
+
+def _convert_container(base: Any, args: tuple[Any, ...], value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        if base is tuple:
+            return tuple(_convert_tuple_items(args, value))
+        items = [_convert(args[0], item) for item in value] if args else list(value)
+        if base in _SETS:
+            return frozenset(items) if base is frozenset else set(items)
+        if base in _SEQUENCES:
+            return items
+    if isinstance(value, dict) and base in _MAPPINGS and len(args) == 2:
+        return {key: _convert(args[1], item) for key, item in value.items()}
+    return value
+
+
+def _convert_tuple_items(args: tuple[Any, ...], value: list[Any] | tuple[Any, ...]) -> list[Any]:
+    if len(args) == 2 and args[1] is Ellipsis:
+        return [_convert(args[0], item) for item in value]
+    if not args:  # bare ``tuple``
+        return list(value)
+    return [_convert(arg, item) for arg, item in zip(args, value, strict=False)]

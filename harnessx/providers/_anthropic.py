@@ -1,0 +1,412 @@
+"""Anthropic Messages API (``POST {base_url}/v1/messages``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from harnessx._config import RetryPolicy
+from harnessx._errors import ConfigurationError, ProviderError
+from harnessx.providers._base import ProviderResponse, StopReason, StreamChunk, TokenUsage, ToolCall
+from harnessx.providers._http import (
+    HTTPProvider,
+    SSEEvent,
+    as_dict,
+    as_int,
+    as_text,
+    decode_event_json,
+    error_message_from_body,
+    parse_tool_arguments,
+)
+
+__all__ = ["AnthropicProvider"]
+
+ANTHROPIC_DEFAULT_BASE_URL = "https://api.anthropic.com"
+
+_STOP_REASONS = {
+    "end_turn": StopReason.END_TURN,
+    "tool_use": StopReason.TOOL_USE,
+    "max_tokens": StopReason.MAX_TOKENS,
+    "stop_sequence": StopReason.STOP_SEQUENCE,
+    "refusal": StopReason.REFUSAL,
+    "pause_turn": StopReason.PAUSE_TURN,
+    # The context window filled up mid-reply: as truncated as hitting max_tokens.
+    "model_context_window_exceeded": StopReason.MAX_TOKENS,
+}
+
+# Stream error events that are the streaming form of a 529 / 500 / 429.
+_TRANSIENT_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
+
+
+class AnthropicProvider(HTTPProvider):
+    """Claude models through the Messages API.
+
+    The key comes from ``api_key=`` or ``ANTHROPIC_API_KEY`` and is required; the base URL
+    from ``base_url=`` or ``ANTHROPIC_BASE_URL``. ``max_tokens`` is mandatory in this API,
+    so ``default_max_tokens`` is sent when the caller gives none.
+    """
+
+    provider_name = "Anthropic"
+    api_key_env = "ANTHROPIC_API_KEY"
+    base_url_env = "ANTHROPIC_BASE_URL"
+    default_base_url = ANTHROPIC_DEFAULT_BASE_URL
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        anthropic_version: str = "2023-06-01",
+        retry: RetryPolicy | None = None,
+        timeout: float = 120.0,
+        http_client: httpx.AsyncClient | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        default_max_tokens: int = 4096,
+    ) -> None:
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            retry=retry,
+            timeout=timeout,
+            http_client=http_client,
+            extra_headers=extra_headers,
+        )
+        if default_max_tokens < 1:
+            raise ConfigurationError(f"default_max_tokens must be positive, got {default_max_tokens}")
+        self.anthropic_version = anthropic_version
+        self.default_max_tokens = default_max_tokens
+
+    def _headers(self) -> dict[str, str]:
+        if not self._api_key:
+            raise self._missing_key_error()
+        return {
+            "accept": "application/json",
+            "x-api-key": self._api_key,
+            "anthropic-version": self.anthropic_version,
+        }
+
+    # ------------------------------------------------------------------ calls
+
+    async def create(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        system: str,
+        tools: list[dict[str, Any]],
+        max_tokens: int | None,
+        temperature: float | None = None,
+    ) -> ProviderResponse:
+        payload = self._payload(model, messages, system, tools, max_tokens, temperature)
+        data = await self._post_json("/v1/messages", payload)
+        return _parse_message(data)
+
+    async def stream(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        system: str,
+        tools: list[dict[str, Any]],
+        max_tokens: int | None,
+        temperature: float | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        payload = self._payload(model, messages, system, tools, max_tokens, temperature)
+        payload["stream"] = True
+        async for chunk in self._stream_chunks("/v1/messages", payload, _parse_stream):
+            yield chunk
+
+    async def count_tokens(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        system: str,
+        tools: list[dict[str, Any]],
+    ) -> int:
+        """Exact input-token count from ``POST /v1/messages/count_tokens``."""
+        payload = self._base_payload(model, messages, system, tools)
+        data = await self._post_json("/v1/messages/count_tokens", payload)
+        count = data.get("input_tokens")
+        if not isinstance(count, int):
+            raise ProviderError("Anthropic count_tokens reply has no input_tokens")
+        return count
+
+    def _base_payload(
+        self, model: str, messages: list[dict[str, Any]], system: str, tools: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self._resolve_model(model),
+            "messages": to_wire_messages(messages),
+        }
+        if system:
+            payload["system"] = system
+        if tools:
+            payload["tools"] = to_wire_tools(tools)
+        return payload
+
+    def _payload(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        system: str,
+        tools: list[dict[str, Any]],
+        max_tokens: int | None,
+        temperature: float | None,
+    ) -> dict[str, Any]:
+        payload = self._base_payload(model, messages, system, tools)
+        payload["max_tokens"] = max_tokens if max_tokens is not None else self.default_max_tokens
+        if temperature is not None:
+            payload["temperature"] = temperature
+        return payload
+
+
+# --------------------------------------------------------------------------- request
+
+
+def to_wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Neutral messages to Messages-API messages.
+
+    Tool results become ``tool_result`` blocks in a user message, and adjacent messages of
+    the same role are merged, because the API wants strictly alternating roles (so several
+    consecutive tool results end up in one user message, as it expects).
+    """
+    wire: list[dict[str, Any]] = []
+    for message in messages:
+        role, blocks = _to_wire_blocks(message)
+        if not blocks:  # the API rejects empty content; an empty turn says nothing anyway
+            continue
+        if wire and wire[-1]["role"] == role:
+            wire[-1]["content"].extend(blocks)
+        else:
+            wire.append({"role": role, "content": blocks})
+    for entry in wire:
+        # Tool results must open the user message that answers the tool calls.
+        entry["content"].sort(key=lambda block: block.get("type") != "tool_result")
+    return wire
+
+
+def _to_wire_blocks(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    role = message.get("role")
+    if role == "user":
+        return "user", _text_blocks(message.get("content"))
+    if role == "assistant":
+        blocks = _text_blocks(message.get("content"))
+        for call in message.get("tool_calls") or []:
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": str(call.get("id", "")),
+                    "name": str(call.get("name", "")),
+                    "input": call.get("input") or {},
+                }
+            )
+        return "assistant", blocks
+    if role == "tool":
+        block: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": str(message.get("tool_call_id", "")),
+            "content": as_text(message.get("content")),
+        }
+        if message.get("is_error"):
+            block["is_error"] = True
+        return "user", [block]
+    raise ConfigurationError(f"unknown message role {role!r}; expected user, assistant or tool")
+
+
+def _text_blocks(content: object) -> list[dict[str, Any]]:
+    text = as_text(content)
+    # Empty text blocks are rejected by the API.
+    return [{"type": "text", "text": text}] if text else []
+
+
+def to_wire_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    wire = []
+    for tool in tools:
+        entry: dict[str, Any] = {
+            "name": tool["name"],
+            "input_schema": tool.get("input_schema") or {"type": "object", "properties": {}},
+        }
+        if tool.get("description"):
+            entry["description"] = tool["description"]
+        wire.append(entry)
+    return wire
+
+
+# --------------------------------------------------------------------------- response
+
+
+def _stop_reason(value: object) -> StopReason:
+    if not value:
+        return StopReason.END_TURN
+    return _STOP_REASONS.get(str(value), StopReason.OTHER)
+
+
+def _usage(data: object) -> TokenUsage | None:
+    usage = as_dict(data)
+    if not usage:
+        return None
+    return TokenUsage(
+        input_tokens=as_int(usage.get("input_tokens")),
+        output_tokens=as_int(usage.get("output_tokens")),
+        cache_read_tokens=as_int(usage.get("cache_read_input_tokens")),
+        cache_write_tokens=as_int(usage.get("cache_creation_input_tokens")),
+    )
+
+
+def _tool_call(block: dict[str, Any], raw_input: object) -> ToolCall:
+    parsed, error = parse_tool_arguments(raw_input)
+    return ToolCall(str(block.get("id", "")), str(block.get("name", "")), parsed, parse_error=error)
+
+
+def _parse_message(data: dict[str, Any]) -> ProviderResponse:
+    content = data.get("content")
+    if not isinstance(content, list):
+        detail = error_message_from_body(data) or "no content in the reply"
+        raise ProviderError(f"Anthropic returned no message: {detail}")
+    text: list[str] = []
+    thinking: list[str] = []
+    tool_calls: list[ToolCall] = []
+    for block in map(as_dict, content):
+        kind = block.get("type")
+        if kind == "text":
+            text.append(as_text(block.get("text")))
+        elif kind == "thinking":
+            thinking.append(as_text(block.get("thinking")))
+        elif kind == "tool_use":
+            tool_calls.append(_tool_call(block, block.get("input")))
+    return ProviderResponse(
+        text="".join(text),
+        tool_calls=tool_calls,
+        thinking="".join(thinking) or None,
+        stop_reason=_stop_reason(data.get("stop_reason")),
+        usage=_usage(data.get("usage")),
+        raw=data,
+    )
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+@dataclass
+class _Block:
+    """One content block as it streams in."""
+
+    type: str
+    start: dict[str, Any]
+    parts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _StreamState:
+    blocks: dict[int, _Block] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    stop_reason: object = None
+    finished: bool = False
+
+    def feed(self, event: str, data: dict[str, Any]) -> list[StreamChunk]:
+        kind = data.get("type") or event
+        if kind == "message_start":
+            self.usage.update(_present(as_dict(as_dict(data.get("message")).get("usage"))))
+        elif kind == "content_block_start":
+            return self._start_block(as_int(data.get("index")), as_dict(data.get("content_block")))
+        elif kind == "content_block_delta":
+            return self._delta(as_int(data.get("index")), as_dict(data.get("delta")))
+        elif kind == "message_delta":
+            delta = as_dict(data.get("delta"))
+            if "stop_reason" in delta:
+                self.stop_reason = delta["stop_reason"]
+            # message_delta usage is cumulative, so it replaces what message_start said.
+            self.usage.update(_present(as_dict(data.get("usage"))))
+        elif kind == "message_stop":
+            self.finished = True
+        elif kind == "error":
+            error = as_dict(data.get("error"))
+            message = error_message_from_body(data) or "unknown stream error"
+            raise ProviderError(
+                f"Anthropic stream error: {message}",
+                retryable=error.get("type") in _TRANSIENT_STREAM_ERRORS,
+            )
+        # ping, content_block_stop and event types added later need no action.
+        return []
+
+    def _start_block(self, index: int, block: dict[str, Any]) -> list[StreamChunk]:
+        kind = str(block.get("type", ""))
+        self.blocks[index] = _Block(kind, block)
+        if kind == "text" and block.get("text"):
+            self.blocks[index].parts.append(str(block["text"]))
+            return [StreamChunk("text_delta", block["text"])]
+        if kind == "tool_use":
+            return [StreamChunk("progress", _progress(block, ""))]
+        return []
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> list[StreamChunk]:
+        block = self.blocks.get(index)
+        if block is None:
+            raise ProviderError(f"Anthropic stream sent a delta for unknown content block {index}")
+        kind = delta.get("type")
+        if kind == "text_delta":
+            piece = as_text(delta.get("text"))
+            block.parts.append(piece)
+            return [StreamChunk("text_delta", piece)] if piece else []
+        if kind == "thinking_delta":
+            piece = as_text(delta.get("thinking"))
+            block.parts.append(piece)
+            return [StreamChunk("thinking_delta", piece)] if piece else []
+        if kind == "input_json_delta":
+            piece = as_text(delta.get("partial_json"))
+            block.parts.append(piece)
+            return [StreamChunk("progress", _progress(block.start, piece))]
+        return []  # signature_delta, citations_delta: nothing the engine uses
+
+    def response(self) -> ProviderResponse:
+        text: list[str] = []
+        thinking: list[str] = []
+        tool_calls: list[ToolCall] = []
+        for _, block in sorted(self.blocks.items()):
+            joined = "".join(block.parts)
+            if block.type == "text":
+                text.append(joined)
+            elif block.type == "thinking":
+                thinking.append(joined)
+            elif block.type == "tool_use":
+                # No input_json_delta at all means the start block's input is the whole input.
+                raw_input = joined if block.parts else block.start.get("input")
+                tool_calls.append(_tool_call(block.start, raw_input))
+        return ProviderResponse(
+            text="".join(text),
+            tool_calls=tool_calls,
+            thinking="".join(thinking) or None,
+            stop_reason=_stop_reason(self.stop_reason),
+            usage=_usage(self.usage),
+        )
+
+
+def _present(usage: dict[str, Any]) -> dict[str, Any]:
+    # Counts the server leaves null must not erase ones it reported earlier.
+    return {key: value for key, value in usage.items() if value is not None}
+
+
+def _progress(block: dict[str, Any], arguments_delta: str) -> dict[str, Any]:
+    return {
+        "tool_call_id": block.get("id", ""),
+        "name": block.get("name", ""),
+        "arguments_delta": arguments_delta,
+    }
+
+
+async def _parse_stream(events: AsyncIterator[SSEEvent]) -> AsyncGenerator[StreamChunk, None]:
+    state = _StreamState()
+    async for event, data in events:
+        for chunk in state.feed(event, decode_event_json("Anthropic", data)):
+            yield chunk
+        if state.finished:
+            break
+    if not state.finished:
+        raise ProviderError("Anthropic stream ended before message_stop", retryable=True)
+    yield StreamChunk("response", state.response())

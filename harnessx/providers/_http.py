@@ -1,0 +1,502 @@
+"""Shared machinery for providers that reach a model over HTTP.
+
+``HTTPProvider`` owns the parts every HTTP provider needs and none should get subtly
+different: API-key handling (the key never shows up in ``repr``, error messages or logs),
+the retry loop (429 / 5xx / timeouts / dropped connections, honouring ``Retry-After``),
+turning error responses into ``ProviderError`` with the server's own message, and a
+server-sent-events parser for streamed replies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import math
+import os
+import time
+from abc import abstractmethod
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import aclosing, asynccontextmanager
+from datetime import UTC
+from typing import Any, ClassVar
+
+import httpx
+
+from harnessx._config import RetryPolicy
+from harnessx._errors import ConfigurationError, ProviderError
+from harnessx.providers._base import LLMProvider, StreamChunk
+
+__all__ = [
+    "RETRYABLE_STATUS_CODES",
+    "ChunkParser",
+    "HTTPProvider",
+    "SSEEvent",
+    "SleepFunction",
+    "as_dict",
+    "as_int",
+    "as_text",
+    "decode_event_json",
+    "error_message_from_body",
+    "estimate_tokens",
+    "iter_sse",
+    "parse_retry_after",
+    "parse_tool_arguments",
+]
+
+logger = logging.getLogger("harnessx.providers")
+
+# 408 is not in every SDK's list, but it is the server saying "you were too slow", which is
+# the same situation as a client-side timeout. 529 is Anthropic's "overloaded".
+RETRYABLE_STATUS_CODES = frozenset({408, 429, 500, 502, 503, 504, 529})
+
+SleepFunction = Callable[[float], Awaitable[None]]
+SSEEvent = tuple[str, str]
+ChunkParser = Callable[[AsyncIterator[SSEEvent]], AsyncGenerator[StreamChunk, None]]
+
+_SECRET_PLACEHOLDER = "[secure]"
+_MAX_MESSAGE_CHARS = 500
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+async def iter_sse(lines: AsyncIterable[str]) -> AsyncGenerator[SSEEvent, None]:
+    """Parse server-sent events from text lines (e.g. ``response.aiter_lines()``).
+
+    Yields ``(event, data)``; ``event`` is ``"message"`` when the server named none, and a
+    multi-line ``data`` field is joined with newlines. Comment lines (``:``) are skipped;
+    ``id`` and ``retry`` are ignored because API streams are never resumed. An event the
+    server did not terminate with a blank line before closing is still delivered, since
+    some OpenAI-compatible servers omit the final blank line.
+    """
+    event = ""
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                yield (event or "message", "\n".join(data))
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        # The spec strips exactly one space after the colon; more belong to the value.
+        value = value.removeprefix(" ")
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+    if data:
+        yield (event or "message", "\n".join(data))
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Seconds the server asked us to wait, or ``None`` if it did not say (or said nonsense).
+
+    ``retry-after-ms`` (sent by OpenAI and Anthropic) is more precise, so it wins over
+    ``Retry-After``, which may be a number of seconds or an HTTP date.
+    """
+    millis = _finite_float(headers.get("retry-after-ms"))
+    if millis is not None and millis >= 0:
+        return millis / 1000.0
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    seconds = _finite_float(value)
+    if seconds is not None:
+        return max(0.0, seconds)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+def _finite_float(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def parse_tool_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
+    """Turn a model's tool arguments into ``(input, parse_error)``; never raises.
+
+    Empty arguments mean "no arguments" (models send ``""`` for parameterless tools).
+    Anything else that is not a JSON object yields ``({}, <what was wrong>)`` so the engine
+    can tell the model instead of crashing the run.
+    """
+    if isinstance(raw, dict):
+        return raw, None
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, None
+    if not isinstance(raw, str):
+        return {}, f"tool arguments must be a JSON object, got {type(raw).__name__}"
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        reason = f"{exc.msg} at position {exc.pos}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        return {}, f"tool arguments are not valid JSON ({reason}): {_shorten(raw, 200)}"
+    if not isinstance(value, dict):
+        return {}, f"tool arguments must be a JSON object, got {_json_type_name(value)}"
+    return value, None
+
+
+def _json_type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__
+
+
+def estimate_tokens(*parts: object) -> int:
+    """Rough token count: about four characters of JSON per token.
+
+    Only for providers without a counting endpoint; it can be off by tens of percent,
+    particularly for non-English text and code.
+    """
+    text = json.dumps(parts, ensure_ascii=False, default=str)
+    return max(1, math.ceil(len(text) / 4))
+
+
+def as_dict(value: object) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (wire data is untrusted)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_int(value: object) -> int:
+    """An integer count from wire data; missing or null counts are zero."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return int(value)
+    return 0
+
+
+def as_text(value: object) -> str:
+    """Message content as text; non-string content is sent as its JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def decode_event_json(provider_name: str, data: str) -> dict[str, Any]:
+    """The JSON object carried by one streamed event."""
+    try:
+        value = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise ProviderError(
+            f"{provider_name} sent a stream event that is not JSON ({exc.msg}): {_shorten(data, 200)}"
+        ) from None
+    if not isinstance(value, dict):
+        raise ProviderError(f"{provider_name} sent a stream event that is not a JSON object")
+    return value
+
+
+def error_message_from_body(body: object) -> str | None:
+    """The human-readable message in an error body, across the shapes servers use.
+
+    OpenAI and Anthropic: ``{"error": {"type", "message"}}``; Ollama: ``{"error": str}``;
+    vLLM: ``{"message": str}``; FastAPI-based servers: ``{"detail": str}``.
+    """
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error")
+    if isinstance(error, dict):
+        message = error.get("message")
+        kind = error.get("type") or error.get("code")
+        if isinstance(message, str) and message:
+            return f"{kind}: {message}" if isinstance(kind, str) and kind else message
+    if isinstance(error, str) and error:
+        return error
+    for key in ("message", "detail"):
+        value = body.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _shorten(text: str, limit: int = _MAX_MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class _Transient(Exception):
+    """A failure worth retrying. Internal: callers only ever see ``ProviderError``."""
+
+    def __init__(self, message: str, *, status_code: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.retry_after = retry_after
+
+
+# --------------------------------------------------------------------------- base class
+
+
+class HTTPProvider(LLMProvider):
+    """Base for providers that call a JSON-over-HTTP model API.
+
+    Subclasses set the class constants and implement ``_headers``, ``create``,
+    ``count_tokens`` and (optionally) ``stream``, using ``_post_json`` and
+    ``_stream_chunks`` for the actual requests.
+
+    ``sleep`` is the coroutine used to wait between attempts; replace it (e.g. in tests) to
+    observe or skip the waits.
+    """
+
+    provider_name: ClassVar[str]
+    api_key_env: ClassVar[str]
+    base_url_env: ClassVar[str]
+    default_base_url: ClassVar[str]
+
+    def __init__(
+        self,
+        model: str | None,
+        *,
+        api_key: str | None,
+        base_url: str | None,
+        retry: RetryPolicy | None,
+        timeout: float,
+        http_client: httpx.AsyncClient | None,
+        extra_headers: Mapping[str, str] | None,
+    ) -> None:
+        self.model = model
+        # Resolved once so that repr() can say whether a key is present; the value itself
+        # is only ever read by _headers().
+        self._api_key = api_key or os.environ.get(self.api_key_env) or None
+        self.base_url = (base_url or os.environ.get(self.base_url_env) or self.default_base_url).rstrip("/")
+        self.retry = retry or RetryPolicy()
+        self.timeout = timeout
+        self.extra_headers = dict(extra_headers or {})
+        self._client = http_client
+        self._owns_client = http_client is None
+        self.sleep: SleepFunction = asyncio.sleep
+
+    def __repr__(self) -> str:
+        key = _SECRET_PLACEHOLDER if self._api_key else "None"
+        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r}, api_key={key})"
+
+    @property
+    def http_client(self) -> httpx.AsyncClient:
+        """The client requests go through. An owned one is created on first use, so a
+        provider that is never called holds no connections."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout))
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the client if this provider created it; an injected client is the caller's."""
+        if self._owns_client and self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    # ------------------------------------------------------------------ subclass hooks
+
+    @abstractmethod
+    def _headers(self) -> dict[str, str]:
+        """Authentication and API headers. Raises ``ConfigurationError`` if a needed key is missing."""
+
+    def _missing_key_error(self, extra_hint: str = "") -> ConfigurationError:
+        cls = type(self).__name__
+        return ConfigurationError(
+            f"{cls} has no API key: set the {self.api_key_env} environment variable "
+            f"or pass api_key= to {cls}(){extra_hint}"
+        )
+
+    def _resolve_model(self, model: str | None) -> str:
+        chosen = model or self.model
+        if not chosen:
+            cls = type(self).__name__
+            raise ConfigurationError(
+                f"{cls} needs a model name: pass model= to {cls}() or set AgentConfig.model"
+            )
+        return chosen
+
+    # ------------------------------------------------------------------ requests
+
+    async def _post_json(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """POST ``payload`` and return the decoded JSON object, retrying transient failures."""
+        headers = self._request_headers()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = await self.http_client.post(self._url(path), json=payload, headers=headers)
+                self._check_response(response)
+                return self._decode_json(response)
+            except (_Transient, ProviderError, httpx.HTTPError) as exc:
+                failure = self._retryable_or_raise(exc)
+                if attempt >= self.retry.attempts:
+                    raise self._exhausted(failure, attempt) from exc
+            await self._pause(attempt, failure)
+
+    async def _stream_chunks(
+        self, path: str, payload: Mapping[str, Any], parse: ChunkParser
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """POST ``payload`` and yield what ``parse`` makes of the server-sent events.
+
+        A failure is retried only while nothing has been yielded: once the caller has seen
+        part of a reply, a silent restart would show it the beginning twice.
+        """
+        headers = self._request_headers()
+        attempt = 0
+        while True:
+            attempt += 1
+            delivered = False
+            try:
+                async with (
+                    self._open_stream(path, payload, headers) as response,
+                    aclosing(iter_sse(response.aiter_lines())) as events,
+                    aclosing(parse(events)) as chunks,
+                ):
+                    async for chunk in chunks:
+                        delivered = True
+                        yield chunk
+                return
+            except (_Transient, ProviderError, httpx.HTTPError) as exc:
+                failure = self._retryable_or_raise(exc)
+                if delivered:
+                    raise ProviderError(
+                        f"{self.provider_name} stream broke off after part of the reply was delivered "
+                        f"(not retried): {failure.message}",
+                        status_code=failure.status_code,
+                        retryable=True,
+                    ) from exc
+                if attempt >= self.retry.attempts:
+                    raise self._exhausted(failure, attempt) from exc
+            await self._pause(attempt, failure)
+
+    @asynccontextmanager
+    async def _open_stream(
+        self, path: str, payload: Mapping[str, Any], headers: dict[str, str]
+    ) -> AsyncIterator[httpx.Response]:
+        client = self.http_client
+        request = client.build_request("POST", self._url(path), json=payload, headers=headers)
+        response = await client.send(request, stream=True)
+        try:
+            if not response.is_success:
+                await response.aread()  # the error body carries the server's message
+                self._check_response(response)
+            yield response
+        finally:
+            await response.aclose()
+
+    def _request_headers(self) -> dict[str, str]:
+        return {**self._headers(), **self.extra_headers}
+
+    def _url(self, path: str) -> str:
+        return f"{self.base_url}/{path.lstrip('/')}"
+
+    # ------------------------------------------------------------------ failures
+
+    def _check_response(self, response: httpx.Response) -> None:
+        """Raise ``_Transient`` or ``ProviderError`` for an unsuccessful response."""
+        if response.is_success:
+            return
+        status = response.status_code
+        message = self._redact(
+            f"{self.provider_name} API returned HTTP {status}: {self._server_message(response)}"
+        )
+        if status in RETRYABLE_STATUS_CODES:
+            raise _Transient(message, status_code=status, retry_after=parse_retry_after(response.headers))
+        if status in (401, 403):
+            cls = type(self).__name__
+            message += (
+                f" (check the API key: the {self.api_key_env} environment variable "
+                f"or the api_key= argument of {cls})"
+            )
+        raise ProviderError(message, status_code=status)
+
+    @staticmethod
+    def _server_message(response: httpx.Response) -> str:
+        try:
+            body = response.json()
+        except ValueError:  # also covers undecodable bytes
+            body = None
+        found = error_message_from_body(body)
+        if found:
+            return _shorten(found)
+        text = response.text.strip()
+        return _shorten(text) if text else (response.reason_phrase or "no error message")
+
+    def _decode_json(self, response: httpx.Response) -> dict[str, Any]:
+        try:
+            body = response.json()
+        except ValueError:
+            raise ProviderError(
+                self._redact(
+                    f"{self.provider_name} returned a body that is not JSON: {_shorten(response.text)}"
+                ),
+                status_code=response.status_code,
+            ) from None
+        if not isinstance(body, dict):
+            raise ProviderError(f"{self.provider_name} returned JSON that is not an object")
+        return body
+
+    def _retryable_or_raise(self, exc: Exception) -> _Transient:
+        """Classify a failed attempt: return it if worth retrying, otherwise raise it as a
+        ``ProviderError``."""
+        if isinstance(exc, _Transient):
+            return exc
+        if isinstance(exc, ProviderError):
+            if exc.retryable:
+                return _Transient(self._redact(str(exc)), status_code=exc.status_code)
+            raise exc
+        if isinstance(exc, httpx.TimeoutException):
+            if self.retry.retry_on_timeout:
+                return _Transient(f"{self.provider_name} request timed out ({type(exc).__name__})")
+            raise ProviderError(
+                f"{self.provider_name} request timed out ({type(exc).__name__})", retryable=True
+            ) from exc
+        # NetworkError: could not connect / connection reset; RemoteProtocolError: the
+        # server hung up mid-response. Both are typical of overloaded or restarting servers.
+        if isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError):
+            return _Transient(
+                self._redact(f"{self.provider_name} connection failed: {type(exc).__name__}: {exc}")
+            )
+        raise ProviderError(
+            self._redact(f"{self.provider_name} request failed: {type(exc).__name__}: {exc}")
+        ) from exc
+
+    def _exhausted(self, failure: _Transient, attempts: int) -> ProviderError:
+        return ProviderError(
+            f"{failure.message} (gave up after {attempts} attempt{'s' if attempts != 1 else ''})",
+            status_code=failure.status_code,
+            retryable=True,
+        )
+
+    async def _pause(self, attempt: int, failure: _Transient) -> None:
+        delay = self.retry.backoff(attempt, failure.retry_after)
+        logger.warning(
+            "%s; retrying in %.2fs (attempt %d of %d)",
+            failure.message,
+            delay,
+            attempt + 1,
+            self.retry.attempts,
+        )
+        await self.sleep(delay)
+
+    def _redact(self, text: str) -> str:
+        """Servers sometimes echo the key they rejected; never pass it on."""
+        if self._api_key and self._api_key in text:
+            return text.replace(self._api_key, _SECRET_PLACEHOLDER)
+        return text

@@ -1,0 +1,393 @@
+"""OpenAI-compatible chat completions (OpenAI itself, vLLM, Ollama, LM Studio, ...)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from harnessx._config import RetryPolicy
+from harnessx._errors import ConfigurationError, ProviderError
+from harnessx.providers._base import ProviderResponse, StopReason, StreamChunk, TokenUsage, ToolCall
+from harnessx.providers._http import (
+    HTTPProvider,
+    SSEEvent,
+    as_dict,
+    as_int,
+    as_text,
+    decode_event_json,
+    error_message_from_body,
+    estimate_tokens,
+    parse_tool_arguments,
+)
+
+__all__ = ["OpenAIProvider"]
+
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_OPENAI_HOST = "api.openai.com"
+
+_FINISH_REASONS = {
+    "stop": StopReason.END_TURN,
+    "tool_calls": StopReason.TOOL_USE,
+    "function_call": StopReason.TOOL_USE,
+    "length": StopReason.MAX_TOKENS,
+    "content_filter": StopReason.SAFETY,
+}
+
+# Error types an OpenAI-compatible server may put in a mid-stream error event that mean
+# "try again later" rather than "your request is wrong".
+_TRANSIENT_STREAM_ERRORS = frozenset({"server_error", "rate_limit_exceeded", "overloaded", "timeout"})
+
+
+class OpenAIProvider(HTTPProvider):
+    """Chat completions over HTTP: ``POST {base_url}/chat/completions``.
+
+    ``base_url`` (or ``OPENAI_BASE_URL``) points it at any OpenAI-compatible server. An
+    API key (``api_key=`` or ``OPENAI_API_KEY``) is required only for OpenAI's own host; a
+    local server without a key gets no ``Authorization`` header.
+
+    Usage: ``input_tokens`` is OpenAI's ``prompt_tokens``, which already *includes* the
+    cached tokens also reported as ``cache_read_tokens``.
+    """
+
+    provider_name = "OpenAI"
+    api_key_env = "OPENAI_API_KEY"
+    base_url_env = "OPENAI_BASE_URL"
+    default_base_url = OPENAI_DEFAULT_BASE_URL
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        organization: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float = 120.0,
+        http_client: httpx.AsyncClient | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            retry=retry,
+            timeout=timeout,
+            http_client=http_client,
+            extra_headers=extra_headers,
+        )
+        self.organization = organization
+
+    @property
+    def requires_api_key(self) -> bool:
+        """Only OpenAI's own endpoint insists on a key; local servers usually have none."""
+        return urlsplit(self.base_url).hostname == _OPENAI_HOST
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"accept": "application/json"}
+        if self._api_key:
+            headers["authorization"] = f"Bearer {self._api_key}"
+        elif self.requires_api_key:
+            raise self._missing_key_error(
+                " (or point base_url / OPENAI_BASE_URL at a server that needs none)"
+            )
+        if self.organization:
+            headers["openai-organization"] = self.organization
+        return headers
+
+    # ------------------------------------------------------------------ calls
+
+    async def create(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        system: str,
+        tools: list[dict[str, Any]],
+        max_tokens: int | None,
+        temperature: float | None = None,
+    ) -> ProviderResponse:
+        payload = self._payload(model, messages, system, tools, max_tokens, temperature)
+        data = await self._post_json("/chat/completions", payload)
+        return _parse_completion(data)
+
+    async def stream(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        system: str,
+        tools: list[dict[str, Any]],
+        max_tokens: int | None,
+        temperature: float | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        payload = self._payload(model, messages, system, tools, max_tokens, temperature)
+        payload["stream"] = True
+        # Without this the stream carries no token counts at all.
+        payload["stream_options"] = {"include_usage": True}
+        async for chunk in self._stream_chunks("/chat/completions", payload, _parse_stream):
+            yield chunk
+
+    async def count_tokens(
+        self,
+        *,
+        model: str,
+        messages: list[dict[str, Any]],
+        system: str,
+        tools: list[dict[str, Any]],
+    ) -> int:
+        """An *estimate* (about four characters per token): OpenAI has no counting endpoint."""
+        return estimate_tokens(system, messages, tools)
+
+    def _payload(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        system: str,
+        tools: list[dict[str, Any]],
+        max_tokens: int | None,
+        temperature: float | None,
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "model": self._resolve_model(model),
+            "messages": to_wire_messages(messages, system),
+        }
+        if tools:  # OpenAI rejects an empty "tools" array
+            payload["tools"] = to_wire_tools(tools)
+        if max_tokens is not None:
+            payload["max_tokens"] = max_tokens
+        if temperature is not None:
+            payload["temperature"] = temperature
+        return payload
+
+
+# --------------------------------------------------------------------------- request
+
+
+def to_wire_messages(messages: list[dict[str, Any]], system: str) -> list[dict[str, Any]]:
+    """Neutral messages (see ``harnessx.providers._base``) to chat-completions messages."""
+    wire: list[dict[str, Any]] = []
+    if system:
+        wire.append({"role": "system", "content": system})
+    for message in messages:
+        wire.append(_to_wire_message(message))
+    return wire
+
+
+def _to_wire_message(message: dict[str, Any]) -> dict[str, Any]:
+    role = message.get("role")
+    if role == "user":
+        return {"role": "user", "content": as_text(message.get("content"))}
+    if role == "assistant":
+        return _to_wire_assistant(message)
+    if role == "tool":
+        content = as_text(message.get("content"))
+        # Chat completions has no error flag on tool results, so say it in the text.
+        if message.get("is_error") and not content.lower().startswith("error"):
+            content = f"Error: {content}"
+        return {"role": "tool", "tool_call_id": str(message.get("tool_call_id", "")), "content": content}
+    raise ConfigurationError(f"unknown message role {role!r}; expected user, assistant or tool")
+
+
+def _to_wire_assistant(message: dict[str, Any]) -> dict[str, Any]:
+    text = as_text(message.get("content"))
+    calls = [
+        {
+            "id": str(call.get("id", "")),
+            "type": "function",
+            "function": {
+                "name": str(call.get("name", "")),
+                "arguments": json.dumps(call.get("input") or {}, ensure_ascii=False),
+            },
+        }
+        for call in message.get("tool_calls") or []
+    ]
+    wire: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        wire["tool_calls"] = calls
+        # The API wants null, not "", for an assistant turn that is only tool calls.
+        wire["content"] = text or None
+    return wire
+
+
+def to_wire_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool["name"],
+                "description": tool.get("description", ""),
+                "parameters": tool.get("input_schema") or {"type": "object", "properties": {}},
+            },
+        }
+        for tool in tools
+    ]
+
+
+# --------------------------------------------------------------------------- response
+
+
+def _stop_reason(finish_reason: object, has_tool_calls: bool) -> StopReason:
+    if not finish_reason:
+        reason = StopReason.END_TURN
+    else:
+        reason = _FINISH_REASONS.get(str(finish_reason), StopReason.OTHER)
+    # Some compatible servers (older Ollama, some vLLM parsers) say "stop" while
+    # returning tool calls; the tool calls are what matters.
+    if has_tool_calls and reason == StopReason.END_TURN:
+        return StopReason.TOOL_USE
+    return reason
+
+
+def _usage(data: object) -> TokenUsage | None:
+    usage = as_dict(data)
+    if not usage:
+        return None
+    details = as_dict(usage.get("prompt_tokens_details"))
+    return TokenUsage(
+        input_tokens=as_int(usage.get("prompt_tokens")),
+        output_tokens=as_int(usage.get("completion_tokens")),
+        cache_read_tokens=as_int(details.get("cached_tokens")),
+    )
+
+
+def _reasoning_text(message: dict[str, Any]) -> str | None:
+    # vLLM and DeepSeek say reasoning_content; OpenRouter and newer Ollama say reasoning.
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _tool_call(call_id: object, name: object, arguments: object) -> ToolCall:
+    parsed, error = parse_tool_arguments(arguments)
+    # A few local servers omit the id; the engine needs one to pair the result.
+    ident = call_id if isinstance(call_id, str) and call_id else f"call_{uuid.uuid4().hex[:24]}"
+    return ToolCall(ident, str(name or ""), parsed, parse_error=error)
+
+
+def _wire_tool_call(call: dict[str, Any]) -> ToolCall:
+    function = as_dict(call.get("function"))
+    return _tool_call(call.get("id"), function.get("name"), function.get("arguments"))
+
+
+def _parse_completion(data: dict[str, Any]) -> ProviderResponse:
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        detail = error_message_from_body(data) or "no choices in the reply"
+        raise ProviderError(f"OpenAI returned no completion: {detail}")
+    choice = as_dict(choices[0])
+    message = as_dict(choice.get("message"))
+    tool_calls = [_wire_tool_call(as_dict(call)) for call in message.get("tool_calls") or []]
+    return ProviderResponse(
+        text=as_text(message.get("content")),
+        tool_calls=tool_calls,
+        thinking=_reasoning_text(message),
+        stop_reason=_stop_reason(choice.get("finish_reason"), bool(tool_calls)),
+        usage=_usage(data.get("usage")),
+        raw=data,
+    )
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+@dataclass
+class _PartialToolCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _StreamState:
+    """Everything a stream has said so far; becomes the final ``ProviderResponse``."""
+
+    text: list[str] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)
+    calls: dict[int, _PartialToolCall] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: TokenUsage | None = None
+    done: bool = False
+
+    def feed(self, event: dict[str, Any]) -> list[StreamChunk]:
+        error = event.get("error")
+        if error:
+            message = error_message_from_body(event) or str(error)
+            kind = str(as_dict(error).get("type") or as_dict(error).get("code") or "")
+            raise ProviderError(f"OpenAI stream error: {message}", retryable=kind in _TRANSIENT_STREAM_ERRORS)
+        if event.get("usage"):
+            self.usage = _usage(event["usage"])
+        chunks: list[StreamChunk] = []
+        for choice in map(as_dict, event.get("choices") or []):
+            if as_int(choice.get("index")) != 0:  # we never ask for n > 1
+                continue
+            chunks.extend(self._feed_delta(as_dict(choice.get("delta"))))
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+        return chunks
+
+    def _feed_delta(self, delta: dict[str, Any]) -> list[StreamChunk]:
+        chunks: list[StreamChunk] = []
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self.text.append(content)
+            chunks.append(StreamChunk("text_delta", content))
+        reasoning = _reasoning_text(delta)
+        if reasoning:
+            self.thinking.append(reasoning)
+            chunks.append(StreamChunk("thinking_delta", reasoning))
+        for position, fragment in enumerate(delta.get("tool_calls") or []):
+            chunks.append(self._feed_tool_fragment(position, as_dict(fragment)))
+        return chunks
+
+    def _feed_tool_fragment(self, position: int, fragment: dict[str, Any]) -> StreamChunk:
+        # The id and name come in a call's first fragment only; later fragments carry just
+        # the index and another piece of the arguments string.
+        index = fragment.get("index")
+        call = self.calls.setdefault(index if isinstance(index, int) else position, _PartialToolCall())
+        if isinstance(fragment.get("id"), str) and fragment["id"]:
+            call.id = fragment["id"]
+        function = as_dict(fragment.get("function"))
+        name = function.get("name")
+        if isinstance(name, str) and name and not call.name:
+            call.name = name
+        piece = function.get("arguments")
+        if isinstance(piece, dict):  # some servers send the whole object at once
+            piece = json.dumps(piece)
+        piece = piece if isinstance(piece, str) else ""
+        call.arguments.append(piece)
+        return StreamChunk("progress", {"tool_call_id": call.id, "name": call.name, "arguments_delta": piece})
+
+    def response(self) -> ProviderResponse:
+        tool_calls = [
+            _tool_call(call.id, call.name, "".join(call.arguments)) for _, call in sorted(self.calls.items())
+        ]
+        return ProviderResponse(
+            text="".join(self.text),
+            tool_calls=tool_calls,
+            thinking="".join(self.thinking) or None,
+            stop_reason=_stop_reason(self.finish_reason, bool(tool_calls)),
+            usage=self.usage,
+        )
+
+
+async def _parse_stream(events: AsyncIterator[SSEEvent]) -> AsyncGenerator[StreamChunk, None]:
+    state = _StreamState()
+    async for _event, data in events:
+        if data.strip() == "[DONE]":
+            state.done = True
+            break
+        for chunk in state.feed(decode_event_json("OpenAI", data)):
+            yield chunk
+    # Some compatible servers never send [DONE]; a finish reason is proof enough that the
+    # reply is complete. Neither means the connection was cut short.
+    if not state.done and state.finish_reason is None:
+        raise ProviderError("OpenAI stream ended before the reply was complete", retryable=True)
+    yield StreamChunk("response", state.response())

@@ -1,0 +1,502 @@
+"""AnthropicProvider against a scripted Messages API server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from harnessx._errors import ConfigurationError, ProviderError
+from harnessx.providers import AnthropicProvider, StopReason, StreamChunk, TokenUsage
+
+if TYPE_CHECKING:
+    from conftest import ScriptedServer, SleepRecorder
+
+MakeAnthropic = Callable[..., AnthropicProvider]
+KEY = "sk-test-SECRET-0123456789"
+ASK: dict[str, Any] = {"model": "claude-test", "messages": [{"role": "user", "content": "?"}], "system": ""}
+
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "Current weather for a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def message(
+    *blocks: dict[str, Any], stop_reason: str | None = "end_turn", usage: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test",
+        "content": list(blocks),
+        "stop_reason": stop_reason,
+        "usage": usage or {"input_tokens": 12, "output_tokens": 4},
+    }
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+async def collect(stream: AsyncIterator[StreamChunk]) -> list[StreamChunk]:
+    return [chunk async for chunk in stream]
+
+
+def events(server: ScriptedServer, *items: tuple[str, dict[str, Any]]) -> list[str]:
+    return [server.event({"type": name, **data}, event=name) for name, data in items]
+
+
+def message_start(input_tokens: int = 20) -> tuple[str, dict[str, Any]]:
+    usage = {"input_tokens": input_tokens, "output_tokens": 1, "cache_read_input_tokens": 5}
+    return ("message_start", {"message": {"id": "msg_s", "content": [], "usage": usage}})
+
+
+def block_start(index: int, block: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return ("content_block_start", {"index": index, "content_block": block})
+
+
+def block_delta(index: int, delta: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    return ("content_block_delta", {"index": index, "delta": delta})
+
+
+def block_stop(index: int) -> tuple[str, dict[str, Any]]:
+    return ("content_block_stop", {"index": index})
+
+
+def message_end(stop_reason: str = "end_turn", output_tokens: int = 9) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        ("message_delta", {"delta": {"stop_reason": stop_reason}, "usage": {"output_tokens": output_tokens}}),
+        ("message_stop", {}),
+    ]
+
+
+def text_reply(server: ScriptedServer, *pieces: str) -> list[str]:
+    deltas = [block_delta(0, {"type": "text_delta", "text": piece}) for piece in pieces]
+    return events(
+        server,
+        message_start(),
+        block_start(0, {"type": "text", "text": ""}),
+        *deltas,
+        block_stop(0),
+        *message_end(),
+    )
+
+
+# --------------------------------------------------------------------------- create
+
+
+async def test_plain_text_reply(server: ScriptedServer, anthropic: MakeAnthropic) -> None:
+    server.reply_json(message(text("Hello"), text(" there")))
+    response = await anthropic().create(
+        model="claude-test",
+        messages=[{"role": "user", "content": "Hi"}],
+        system="Be brief.",
+        tools=[],
+        max_tokens=None,
+    )
+    assert response.text == "Hello there"
+    assert response.stop_reason == StopReason.END_TURN
+    assert response.usage == TokenUsage(input_tokens=12, output_tokens=4)
+
+    request = server.requests[0]
+    assert (request.method, request.path) == ("POST", "/v1/messages")
+    assert request.headers["x-api-key"] == KEY
+    assert request.headers["anthropic-version"] == "2023-06-01"
+    assert "authorization" not in request.headers
+    assert request.json == {
+        "model": "claude-test",
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+        "max_tokens": 4096,  # the API requires it; default_max_tokens fills in
+    }
+
+
+async def test_explicit_max_tokens_temperature_and_version(
+    server: ScriptedServer, anthropic: MakeAnthropic
+) -> None:
+    server.reply_json(message(text("ok")))
+    provider = anthropic(anthropic_version="2099-01-01", default_max_tokens=10)
+    await provider.create(**ASK, tools=[], max_tokens=77, temperature=0.0)
+    sent = server.requests[0]
+    assert sent.json["max_tokens"] == 77 and sent.json["temperature"] == 0.0
+    assert "system" not in sent.json and "tools" not in sent.json
+    assert sent.headers["anthropic-version"] == "2099-01-01"
+
+
+async def test_tool_use_reply_and_tool_results_on_the_wire(
+    server: ScriptedServer, anthropic: MakeAnthropic
+) -> None:
+    server.reply_json(
+        message(
+            {"type": "thinking", "thinking": "Need weather.", "signature": "sig"},
+            text("Let me check."),
+            {"type": "tool_use", "id": "toolu_9", "name": "get_weather", "input": {"city": "Oslo"}},
+            stop_reason="tool_use",
+        )
+    )
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "Paris and Rome?"},
+        {
+            "role": "assistant",
+            "content": "Checking both.",
+            "tool_calls": [
+                {"id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+                {"id": "toolu_2", "name": "get_weather", "input": {"city": "Rome"}},
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "toolu_1",
+            "name": "get_weather",
+            "content": "sunny",
+            "is_error": False,
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "toolu_2",
+            "name": "get_weather",
+            "content": "failed",
+            "is_error": True,
+        },
+        {"role": "user", "content": "And Oslo?"},
+    ]
+    response = await anthropic().create(
+        model="claude-test", messages=history, system="Weather bot.", tools=[WEATHER_TOOL], max_tokens=500
+    )
+
+    assert response.text == "Let me check."
+    assert response.thinking == "Need weather."
+    assert response.stop_reason == StopReason.TOOL_USE
+    assert response.tool_calls is not None
+    assert [(c.id, c.name, c.input, c.parse_error) for c in response.tool_calls] == [
+        ("toolu_9", "get_weather", {"city": "Oslo"}, None)
+    ]
+
+    sent = server.requests[0].json
+    assert sent["system"] == "Weather bot."
+    assert sent["tools"] == [
+        {
+            "name": "get_weather",
+            "description": "Current weather for a city",
+            "input_schema": WEATHER_TOOL["input_schema"],
+        }
+    ]
+    assert sent["messages"] == [
+        {"role": "user", "content": [text("Paris and Rome?")]},
+        {
+            "role": "assistant",
+            "content": [
+                text("Checking both."),
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {"city": "Rome"}},
+            ],
+        },
+        {
+            # Both results in ONE user message, followed by the user's next words.
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"},
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": "failed", "is_error": True},
+                text("And Oslo?"),
+            ],
+        },
+    ]
+
+
+async def test_assistant_turn_of_only_tool_calls_has_no_empty_text_block(
+    server: ScriptedServer, anthropic: MakeAnthropic
+) -> None:
+    server.reply_json(message(text("ok")))
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "t1", "name": "noop", "input": {}}]},
+        {"role": "tool", "tool_call_id": "t1", "name": "noop", "content": "done", "is_error": False},
+    ]
+    await anthropic().create(model="claude-test", messages=history, system="", tools=[], max_tokens=None)
+    assistant = server.requests[0].json["messages"][1]
+    assert assistant["content"] == [{"type": "tool_use", "id": "t1", "name": "noop", "input": {}}]
+
+
+async def test_tool_input_that_is_not_an_object_becomes_a_parse_error(
+    server: ScriptedServer, anthropic: MakeAnthropic
+) -> None:
+    server.reply_json(
+        message(
+            {"type": "tool_use", "id": "t", "name": "get_weather", "input": "Oslo"}, stop_reason="tool_use"
+        )
+    )
+    response = await anthropic().create(**ASK, tools=[WEATHER_TOOL], max_tokens=None)
+    assert response.tool_calls is not None
+    (call,) = response.tool_calls
+    assert call.input == {} and call.parse_error is not None
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "expected"),
+    [
+        ("end_turn", StopReason.END_TURN),
+        ("tool_use", StopReason.TOOL_USE),
+        ("max_tokens", StopReason.MAX_TOKENS),
+        ("stop_sequence", StopReason.STOP_SEQUENCE),
+        ("refusal", StopReason.REFUSAL),
+        ("pause_turn", StopReason.PAUSE_TURN),
+        ("brand_new_reason", StopReason.OTHER),
+    ],
+)
+async def test_stop_reason_mapping(
+    server: ScriptedServer, anthropic: MakeAnthropic, stop_reason: str, expected: StopReason
+) -> None:
+    server.reply_json(message(text("x"), stop_reason=stop_reason))
+    response = await anthropic().create(**ASK, tools=[], max_tokens=None)
+    assert response.stop_reason == expected
+
+
+async def test_usage_includes_cache_tokens(server: ScriptedServer, anthropic: MakeAnthropic) -> None:
+    usage = {
+        "input_tokens": 3,
+        "output_tokens": 50,
+        "cache_read_input_tokens": 1000,
+        "cache_creation_input_tokens": 200,
+    }
+    server.reply_json(message(text("x"), usage=usage))
+    response = await anthropic().create(**ASK, tools=[], max_tokens=None)
+    assert response.usage == TokenUsage(
+        input_tokens=3, output_tokens=50, cache_read_tokens=1000, cache_write_tokens=200
+    )
+
+
+async def test_count_tokens_uses_the_endpoint(server: ScriptedServer, anthropic: MakeAnthropic) -> None:
+    server.reply_json({"input_tokens": 321})
+    count = await anthropic().count_tokens(
+        model="claude-test", messages=[{"role": "user", "content": "hi"}], system="sys", tools=[WEATHER_TOOL]
+    )
+    assert count == 321
+    request = server.requests[0]
+    assert request.path == "/v1/messages/count_tokens"
+    assert request.headers["x-api-key"] == KEY
+    assert request.json["system"] == "sys" and request.json["tools"][0]["name"] == "get_weather"
+    assert "max_tokens" not in request.json
+
+
+# --------------------------------------------------------------------------- keys and errors
+
+
+async def test_missing_key_fails_at_call_time(server: ScriptedServer) -> None:
+    provider = AnthropicProvider("claude-test", base_url=server.url)  # constructing is fine
+    try:
+        with pytest.raises(ConfigurationError, match="ANTHROPIC_API_KEY"):
+            await provider.create(**ASK, tools=[], max_tokens=None)
+        with pytest.raises(ConfigurationError, match="ANTHROPIC_API_KEY"):
+            await provider.count_tokens(**ASK, tools=[])
+        with pytest.raises(ConfigurationError, match="ANTHROPIC_API_KEY"):
+            await collect(provider.stream(**ASK, tools=[], max_tokens=None))
+    finally:
+        await provider.aclose()
+    assert server.requests == []
+
+
+async def test_key_and_base_url_from_the_environment(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-from-env")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+    server.reply_json(message(text("env")))
+    provider = AnthropicProvider("claude-test")
+    try:
+        response = await provider.create(**ASK, tools=[], max_tokens=None)
+    finally:
+        await provider.aclose()
+    assert response.text == "env"
+    assert server.requests[0].headers["x-api-key"] == "sk-ant-from-env"
+    assert "sk-ant-from-env" not in repr(provider)
+
+
+async def test_401_names_the_env_var(server: ScriptedServer, anthropic: MakeAnthropic) -> None:
+    server.reply_json(
+        {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}},
+        status=401,
+    )
+    with pytest.raises(ProviderError) as caught:
+        await anthropic().create(**ASK, tools=[], max_tokens=None)
+    assert caught.value.status_code == 401
+    assert "ANTHROPIC_API_KEY" in str(caught.value)
+    assert "invalid x-api-key" in str(caught.value)
+    assert KEY not in str(caught.value)
+    assert len(server.requests) == 1
+
+
+async def test_400_carries_the_server_message(server: ScriptedServer, anthropic: MakeAnthropic) -> None:
+    server.reply_json(
+        {"type": "error", "error": {"type": "invalid_request_error", "message": "max_tokens: too large"}},
+        status=400,
+    )
+    with pytest.raises(ProviderError, match="max_tokens: too large") as caught:
+        await anthropic().create(**ASK, tools=[], max_tokens=None)
+    assert caught.value.status_code == 400 and caught.value.retryable is False
+    assert len(server.requests) == 1
+
+
+async def test_529_overloaded_is_retried(
+    server: ScriptedServer, sleeps: SleepRecorder, anthropic: MakeAnthropic
+) -> None:
+    server.reply_json(
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, status=529
+    )
+    server.reply_json(message(text("recovered")))
+    response = await anthropic().create(**ASK, tools=[], max_tokens=None)
+    assert response.text == "recovered"
+    assert len(server.requests) == 2
+    assert sleeps.waits == [0.01]
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+async def test_streaming_text(server: ScriptedServer, anthropic: MakeAnthropic) -> None:
+    reply = text_reply(server, "Hel", "lo")
+    reply.insert(2, ": a comment line\n\n")
+    reply.insert(3, server.event({"type": "ping"}, event="ping"))
+    server.reply_sse(reply)
+    chunks = await collect(anthropic().stream(**ASK, tools=[], max_tokens=None))
+    assert [(c.kind, c.data) for c in chunks[:-1]] == [("text_delta", "Hel"), ("text_delta", "lo")]
+    final = chunks[-1]
+    assert final.kind == "response"
+    assert final.data.text == "Hello"
+    assert final.data.stop_reason == StopReason.END_TURN
+    # input from message_start, output from message_delta
+    assert final.data.usage == TokenUsage(input_tokens=20, output_tokens=9, cache_read_tokens=5)
+    assert server.requests[0].json["stream"] is True
+
+
+async def test_streamed_tool_call_with_split_json(server: ScriptedServer, anthropic: MakeAnthropic) -> None:
+    pieces = ['{"ci', 'ty": "Pa', 'ris"', "}"]
+    server.reply_sse(
+        events(
+            server,
+            message_start(),
+            block_start(0, {"type": "thinking", "thinking": ""}),
+            block_delta(0, {"type": "thinking_delta", "thinking": "Hmm."}),
+            block_delta(0, {"type": "signature_delta", "signature": "abc"}),
+            block_stop(0),
+            block_start(1, {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}),
+            *[block_delta(1, {"type": "input_json_delta", "partial_json": piece}) for piece in pieces],
+            block_stop(1),
+            block_start(2, {"type": "tool_use", "id": "toolu_2", "name": "list_cities", "input": {}}),
+            block_stop(2),
+            *message_end("tool_use"),
+        )
+    )
+    chunks = await collect(anthropic().stream(**ASK, tools=[WEATHER_TOOL], max_tokens=None))
+    assert chunks[0] == StreamChunk("thinking_delta", "Hmm.")
+    progress = [c.data for c in chunks if c.kind == "progress"]
+    assert progress[0] == {"tool_call_id": "toolu_1", "name": "get_weather", "arguments_delta": ""}
+    assert [p["arguments_delta"] for p in progress[1:5]] == pieces
+    final = chunks[-1].data
+    assert final.thinking == "Hmm."
+    assert final.stop_reason == StopReason.TOOL_USE
+    assert [(c.id, c.name, c.input, c.parse_error) for c in final.tool_calls] == [
+        ("toolu_1", "get_weather", {"city": "Paris"}, None),
+        ("toolu_2", "list_cities", {}, None),
+    ]
+
+
+async def test_streamed_invalid_tool_json_becomes_a_parse_error(
+    server: ScriptedServer, anthropic: MakeAnthropic
+) -> None:
+    server.reply_sse(
+        events(
+            server,
+            message_start(),
+            block_start(0, {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}),
+            block_delta(0, {"type": "input_json_delta", "partial_json": '{"city": '}),
+            block_stop(0),
+            *message_end("tool_use"),
+        )
+    )
+    chunks = await collect(anthropic().stream(**ASK, tools=[WEATHER_TOOL], max_tokens=None))
+    (call,) = chunks[-1].data.tool_calls
+    assert call.id == "toolu_1" and call.input == {}
+    assert call.parse_error is not None and "not valid JSON" in call.parse_error
+
+
+async def test_overloaded_error_event_before_output_is_retried(
+    server: ScriptedServer, sleeps: SleepRecorder, anthropic: MakeAnthropic
+) -> None:
+    server.reply_sse(
+        events(
+            server,
+            message_start(),
+            ("ping", {}),
+            ("error", {"error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        )
+    )
+    server.reply_sse(text_reply(server, "second try"))
+    chunks = await collect(anthropic().stream(**ASK, tools=[], max_tokens=None))
+    assert chunks[-1].data.text == "second try"
+    assert len(server.requests) == 2
+    assert len(sleeps.waits) == 1
+
+
+async def test_error_event_after_output_is_raised(
+    server: ScriptedServer, sleeps: SleepRecorder, anthropic: MakeAnthropic
+) -> None:
+    server.reply_sse(
+        events(
+            server,
+            message_start(),
+            block_start(0, {"type": "text", "text": ""}),
+            block_delta(0, {"type": "text_delta", "text": "Half a"}),
+            ("error", {"error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        )
+    )
+    received: list[StreamChunk] = []
+    with pytest.raises(ProviderError, match="Overloaded"):
+        async for chunk in anthropic().stream(**ASK, tools=[], max_tokens=None):
+            received.append(chunk)
+    assert received == [StreamChunk("text_delta", "Half a")]
+    assert len(server.requests) == 1
+    assert sleeps.waits == []
+
+
+async def test_non_transient_error_event_is_not_retried(
+    server: ScriptedServer, sleeps: SleepRecorder, anthropic: MakeAnthropic
+) -> None:
+    server.reply_sse(
+        events(
+            server,
+            message_start(),
+            ("error", {"error": {"type": "invalid_request_error", "message": "bad thing"}}),
+        )
+    )
+    with pytest.raises(ProviderError, match="bad thing") as caught:
+        await collect(anthropic().stream(**ASK, tools=[], max_tokens=None))
+    assert caught.value.retryable is False
+    assert len(server.requests) == 1
+
+
+async def test_stream_http_error_before_output_is_retried(
+    server: ScriptedServer, sleeps: SleepRecorder, anthropic: MakeAnthropic
+) -> None:
+    server.reply_json(
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+        status=529,
+        headers={"retry-after": "1"},
+    )
+    server.reply_sse(text_reply(server, "fine"))
+    chunks = await collect(anthropic().stream(**ASK, tools=[], max_tokens=None))
+    assert chunks[-1].data.text == "fine"
+    assert sleeps.waits == [1.0]
+
+
+async def test_stream_cut_before_message_stop_is_retried_when_nothing_was_delivered(
+    server: ScriptedServer, anthropic: MakeAnthropic
+) -> None:
+    server.reply_sse(events(server, message_start(), block_start(0, {"type": "text", "text": ""})))
+    server.reply_sse(text_reply(server, "complete"))
+    chunks = await collect(anthropic().stream(**ASK, tools=[], max_tokens=None))
+    assert chunks[-1].data.text == "complete"
+    assert len(server.requests) == 2
