@@ -29,9 +29,12 @@ from harnessx._errors import (
     UnknownExecutionKey,
 )
 from harnessx._events import RunEvent, RunEventType
+from harnessx._handle import RunHandle
 from harnessx._hooks import HookContext, HookEvent, Hooks
 from harnessx._middleware import Middleware, ModelRequest
+from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
+from harnessx._runtime import AgentRuntime, RuntimeConfig
 from harnessx._stream import RunStream
 from harnessx._tools import (
     PermissionLevel,
@@ -53,12 +56,16 @@ from harnessx.providers import (
     ToolCall,
 )
 from harnessx.providers._scripted import ScriptedProvider, ScriptedRequest
+from harnessx.store import SQLiteBackend
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Agent",
     "AgentConfig",
+    "AgentRef",
+    "AgentRegistry",
+    "AgentRuntime",
     "AnthropicProvider",
     "ConfigurationError",
     "HarnessError",
@@ -85,6 +92,7 @@ __all__ = [
     "RunEvent",
     "RunEventType",
     "RunFailed",
+    "RunHandle",
     "RunLimitReached",
     "RunPaused",
     "RunRefused",
@@ -92,7 +100,9 @@ __all__ = [
     "RunStatus",
     "RunStream",
     "RunTruncated",
+    "RuntimeConfig",
     "RuntimeStateError",
+    "SQLiteBackend",
     "SchemaError",
     "ScriptedProvider",
     "ScriptedRequest",
@@ -109,5 +119,6 @@ __all__ = [
     "TransientToolError",
     "UnknownExecutionKey",
     "__version__",
+    "agents",
     "current_tool_context",
 ]

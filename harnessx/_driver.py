@@ -114,9 +114,6 @@ class Driver:
         hooks, agent = self.settings.hooks, self.settings.agent
         await hooks.emit(HookEvent.RUN_START, agent, {"session_id": state.session_id, "run_id": state.run_id})
         try:
-            recovered = self.engine.recover(state)
-            if recovered is not None:
-                await self.commit(state, recovered)
             await self._loop(state)
         except (LeaseLostError, asyncio.CancelledError):
             # Fenced out or torn down: nothing more may be written for this run.

@@ -259,9 +259,11 @@ class Engine:
         return delta if delta.tools or delta.events else None
 
     def reopen(self, state: RunState) -> Delta | None:
-        """Make a paused or waiting run runnable again (``None`` if it already is)."""
-        if state.status in (RunStatus.PAUSED, RunStatus.AWAITING_INPUT):
-            return Delta(state.phase, run={"status": RunStatus.RUNNING, "stop_reason": ""})
+        """Make a paused, waiting or failed run runnable again (``None`` if it already is).
+
+        A run still waiting on an undecided call goes straight back to waiting."""
+        if state.status in (RunStatus.PAUSED, RunStatus.AWAITING_INPUT, RunStatus.FAILED):
+            return Delta(state.phase, run={"status": RunStatus.RUNNING, "stop_reason": "", "error": None})
         return None
 
     def approve(self, state: RunState, key: str, allow: bool) -> Delta:

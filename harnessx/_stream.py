@@ -19,7 +19,8 @@ class RunStream:
     """An async iterator of ``RunEvent`` and an async context manager.
 
     ``source(after)`` yields the run's events behind cursor ``after`` and ends with the
-    execution; ``result()`` waits for the execution's ``RunResult``.
+    execution; ``result()`` waits for the execution's ``RunResult``. ``start``, when given,
+    begins the run on first use (iteration, ``async with`` or ``result()``).
     """
 
     def __init__(
@@ -28,7 +29,7 @@ class RunStream:
         result: Callable[[], Awaitable[RunResult]],
         *,
         after: str = "0",
-        start: Callable[[], None] | None = None,
+        start: Callable[[], Awaitable[None] | None] | None = None,
     ) -> None:
         self._source = source
         self._result = result
@@ -37,10 +38,12 @@ class RunStream:
         self._iterator: AsyncIterator[RunEvent] | None = None
         self._closed = False
 
-    def _ensure_started(self) -> None:
+    async def _ensure_started(self) -> None:
         if self._start is not None:
             start, self._start = self._start, None
-            start()
+            outcome = start()
+            if inspect.isawaitable(outcome):
+                await outcome
 
     def __aiter__(self) -> AsyncIterator[RunEvent]:
         return self
@@ -48,7 +51,7 @@ class RunStream:
     async def __anext__(self) -> RunEvent:
         if self._closed:
             raise StopAsyncIteration
-        self._ensure_started()
+        await self._ensure_started()
         if self._iterator is None:
             self._iterator = self._source(self._after)
         event = await self._iterator.__anext__()
@@ -57,14 +60,14 @@ class RunStream:
         return event
 
     async def __aenter__(self) -> RunStream:
-        self._ensure_started()
+        await self._ensure_started()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def result(self) -> RunResult:
-        self._ensure_started()
+        await self._ensure_started()
         return await self._result()
 
     async def text(self, on_reset: OnReset | None = None) -> AsyncIterator[str]:

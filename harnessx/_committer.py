@@ -1,0 +1,109 @@
+"""Committing a durable run: fenced checkpoints, coalesced text deltas, and a live feed.
+
+The lease holder is the only writer of a run's events, so it numbers them itself. Text
+deltas get their cursor at once and go to local followers through the ``RunFeed``, but
+reach the store in batches (at most ``flush_max`` events or ``flush_interval`` seconds
+apart, and always together with the next checkpoint). A crash loses at most the unflushed
+provisional text, which the next attempt's ``attempt_reset`` tells consumers to discard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from harnessx._events import RunEvent
+from harnessx._state import Delta, RunState
+from harnessx.store._protocol import Lease, Store
+
+__all__ = ["RunFeed", "StoreCommitter"]
+
+
+class RunFeed:
+    """Events of a run driven in this process, flushed or not, for local followers."""
+
+    def __init__(self, first_seq: int) -> None:
+        self.first_seq = first_seq
+        self.events: list[RunEvent] = []
+        self.closed = False
+        self._changed = asyncio.Event()
+
+    def covers(self, seq: int) -> bool:
+        return seq >= self.first_seq
+
+    def after(self, position: int) -> list[RunEvent]:
+        start = position + 1 - self.first_seq
+        return self.events[max(start, 0) :]
+
+    def publish(self, events: list[RunEvent]) -> None:
+        if events:
+            self.events.extend(events)
+            self._wake()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait(self, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            pass
+
+
+class StoreCommitter:
+    """The ``Committer`` for a durable run: every write is fenced by ``lease``."""
+
+    def __init__(
+        self,
+        store: Store,
+        lease: Lease,
+        *,
+        last_seq: int,
+        feed: RunFeed | None = None,
+        flush_interval: float = 0.05,
+        flush_max: int = 64,
+    ) -> None:
+        self.store = store
+        self.lease = lease
+        self.feed = feed
+        self._seq = last_seq
+        self._buffer: list[RunEvent] = []
+        self._buffer_since = 0.0
+        self.flush_interval = flush_interval
+        self.flush_max = flush_max
+
+    @property
+    def last_seq(self) -> int:
+        return self._seq
+
+    def _number(self, events: list[RunEvent]) -> None:
+        for event in events:
+            self._seq += 1
+            event.cursor = str(self._seq)
+
+    async def commit(self, state: RunState, delta: Delta) -> None:
+        self._number(delta.events)
+        buffered, self._buffer = self._buffer, []
+        await self.store.commit(self.lease, state, delta, buffered)
+        if self.feed is not None:
+            self.feed.publish(delta.events)
+
+    async def provisional(self, state: RunState, event: RunEvent) -> None:
+        self._number([event])
+        if not self._buffer:
+            self._buffer_since = time.monotonic()
+        self._buffer.append(event)
+        if self.feed is not None:
+            self.feed.publish([event])
+        if len(self._buffer) >= self.flush_max or time.monotonic() - self._buffer_since >= self.flush_interval:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if self._buffer:
+            buffered, self._buffer = self._buffer, []
+            await self.store.append_events(self.lease, buffered[0].run_id, buffered)

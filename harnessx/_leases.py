@@ -1,0 +1,78 @@
+"""Keeping leases alive: one heartbeat renews every lease this holder has, in one call."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from harnessx._errors import StorageError
+from harnessx.store._protocol import Lease, Store
+
+__all__ = ["LeaseKeeper"]
+
+logger = logging.getLogger("harnessx.leases")
+
+OnLost = Callable[[Lease], None]
+OnControl = Callable[[Lease, str], None]
+
+
+class LeaseKeeper:
+    """Renews held leases every ``interval`` seconds.
+
+    A lease the store no longer confirms is reported to its ``on_lost`` callback at once
+    (the run must stop writing). Control requests written by other processes (pause,
+    cancel) arrive in the same round trip and go to ``on_control``.
+    """
+
+    def __init__(self, store: Store, lease_seconds: float, interval: float | None = None) -> None:
+        self.store = store
+        self.lease_seconds = lease_seconds
+        self.interval = interval if interval is not None else lease_seconds / 3
+        self._held: dict[str, tuple[Lease, OnLost, OnControl | None]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def hold(self, lease: Lease, on_lost: OnLost, on_control: OnControl | None = None) -> None:
+        self._held[lease.session_id] = (lease, on_lost, on_control)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._beat(), name="harnessx-lease-heartbeat")
+
+    def drop(self, lease: Lease) -> None:
+        held = self._held.get(lease.session_id)
+        if held is not None and held[0] == lease:
+            del self._held[lease.session_id]
+
+    async def renew_now(self) -> None:
+        if not self._held:
+            return
+        leases = [held[0] for held in self._held.values()]
+        renewal = await self.store.renew(leases, self.lease_seconds)
+        for lease in leases:
+            held = self._held.get(lease.session_id)
+            if held is None or held[0] != lease:
+                continue
+            if lease.session_id in renewal.lost:
+                del self._held[lease.session_id]
+                logger.warning("lost the lease on session %s (generation %d)", lease.session_id, lease.generation)
+                held[1](lease)
+            elif lease.session_id in renewal.controls and held[2] is not None:
+                held[2](lease, renewal.controls[lease.session_id])
+
+    async def _beat(self) -> None:
+        while self._held:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.renew_now()
+            except StorageError as exc:
+                # The lease may still hold; the next beat tries again. Fencing keeps a
+                # run that really lost it from writing in the meantime.
+                logger.warning("lease renewal failed: %s", exc)
+
+    async def aclose(self) -> None:
+        self._held.clear()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

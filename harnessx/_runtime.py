@@ -1,0 +1,564 @@
+"""``AgentRuntime``: durable runs. Every phase boundary is committed under a fenced lease.
+
+The runtime binds to one session at a time. It drives runs in this process (a task per
+run), holding the session's lease only while it drives or records a decision, so another
+process can approve, resume or take over as soon as this one lets go or dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from harnessx._agent import Agent
+from harnessx._committer import RunFeed, StoreCommitter
+from harnessx._config import AgentConfig
+from harnessx._driver import Driver, RunControl
+from harnessx._errors import (
+    ConfigurationError,
+    LeaseLostError,
+    ResolutionError,
+    RuntimeStateError,
+    SessionBusyError,
+    StorageError,
+    UnknownExecutionKey,
+)
+from harnessx._events import RunEvent, RunEventType
+from harnessx._handle import RunHandle
+from harnessx._leases import LeaseKeeper
+from harnessx._registry import AgentRef, AgentRegistry, agents
+from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
+from harnessx._runlog import parse_cursor
+from harnessx._state import Delta, RunState, ToolStatus
+from harnessx._stream import OnReset, RunStream
+from harnessx.store._protocol import Lease, RunRecord, Store
+from harnessx.store._sqlite import SQLiteBackend
+
+__all__ = ["AgentRuntime", "RuntimeConfig"]
+
+logger = logging.getLogger("harnessx.runtime")
+
+_UNFINISHED = frozenset({"running", "paused", "awaiting_input"})
+# What a resumed run must agree on with the agent that started it.
+_COMPATIBILITY_KEYS = ("model", "system_prompt", "tools")
+
+
+@dataclass
+class RuntimeConfig:
+    """Runtime settings. ``lease_seconds`` is renewed every ``lease_seconds / 3``."""
+
+    storage_dir: str = ".agent_sessions"
+    lease_seconds: float = 30.0
+    renew_interval: float | None = None
+    poll_interval: float = 0.1
+    flush_interval: float = 0.05
+    flush_max_events: int = 64
+
+    def __post_init__(self) -> None:
+        if self.lease_seconds <= 0:
+            raise ConfigurationError("RuntimeConfig.lease_seconds must be positive")
+
+
+@dataclass
+class _Active:
+    run_id: str
+    control: RunControl
+    task: asyncio.Task[RunResult]
+    feed: RunFeed
+    start_seq: int
+
+
+class AgentRuntime:
+    """Drives an agent durably. ``async with`` starts a new session and stops on exit."""
+
+    def __init__(
+        self,
+        agent: Agent | AgentRef | None = None,
+        *,
+        backend: Store | None = None,
+        registry: AgentRegistry | None = None,
+        agent_config: AgentConfig | None = None,
+        runtime_config: RuntimeConfig | None = None,
+    ) -> None:
+        self.config = runtime_config or RuntimeConfig()
+        self._ref = agent if isinstance(agent, AgentRef) else None
+        self._agent = agent if isinstance(agent, Agent) else None
+        if agent is None:
+            self._agent = Agent(config=agent_config)
+        elif agent_config is not None:
+            raise ConfigurationError("pass agent_config only when no agent is given")
+        self._registry = registry or agents
+        self._owns_backend = backend is None
+        self._backend: Store = backend or SQLiteBackend(Path(self.config.storage_dir) / "runtime.sqlite3")
+        self._holder = uuid.uuid4().hex
+        self._session_id: str | None = None
+        self._state: Literal["created", "started", "stopped"] = "created"
+        self._active: _Active | None = None
+        self._keeper: LeaseKeeper | None = None
+        self._ready_done = False
+
+    def __repr__(self) -> str:
+        return f"AgentRuntime(agent={self._ref or self._agent!r}, session_id={self._session_id!r})"
+
+    # ---------------------------------------------------------- properties
+
+    @property
+    def agent(self) -> Agent:
+        if self._agent is None:
+            assert self._ref is not None
+            self._agent = self._registry.create(self._ref)
+        return self._agent
+
+    @property
+    def session_id(self) -> str | None:
+        return self._session_id
+
+    @property
+    def state(self) -> str:
+        """``created``, ``started`` (bound to a session) or ``stopped``."""
+        return self._state
+
+    @property
+    def backend(self) -> Store:
+        return self._backend
+
+    # ----------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> AgentRuntime:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _ready(self) -> Store:
+        if self._state == "stopped":
+            raise RuntimeStateError("this runtime is stopped; create a new AgentRuntime")
+        if not self._ready_done:
+            await self._backend.initialize()
+            self._keeper = LeaseKeeper(self._backend, self.config.lease_seconds, self.config.renew_interval)
+            self._ready_done = True
+        return self._backend
+
+    async def start(self, session_id: str | None = None) -> str:
+        """Bind to a new session (or to ``session_id``, creating it if needed)."""
+        store = await self._ready()
+        sid = session_id or uuid.uuid4().hex
+        existing = await store.get_session(sid) if session_id else None
+        if existing is not None:
+            self._check_compatible(sid, existing.fingerprint)
+        else:
+            await store.create_session(sid, str(self._ref) if self._ref else None, self.agent.fingerprint())
+        self._bind(sid)
+        return sid
+
+    def _bind(self, session_id: str) -> None:
+        if self._session_id != session_id and self._active is not None and not self._active.task.done():
+            raise RuntimeStateError(
+                f"this runtime is driving a run of session {self._session_id}; wait for it or stop() first"
+            )
+        self._session_id = session_id
+        self._state = "started"
+
+    async def stop(self) -> None:
+        """Pause local work at its next boundary, release leases, close the agent and any
+        backend this runtime created. Safe to call more than once."""
+        if self._state == "stopped":
+            return
+        active = self._active
+        if active is not None and not active.task.done():
+            active.control.request_pause()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await active.task
+        if self._keeper is not None:
+            await self._keeper.aclose()
+        self._state = "stopped"
+        if self._agent is not None:
+            await self._agent.aclose()
+        if self._owns_backend:
+            await self._backend.aclose()
+
+    async def aclose(self) -> None:
+        """Alias of ``stop()``."""
+        await self.stop()
+
+    # ---------------------------------------------------------------- runs
+
+    async def submit(self, message: str, *, request_id: str | None = None) -> RunHandle:
+        """Start a run of ``message`` in the bound session and return its handle."""
+        if not isinstance(message, str):
+            raise ConfigurationError(f"message must be a str, got {type(message).__name__}")
+        store = await self._ready()
+        if self._session_id is None:
+            await self.start()
+        sid = self._session_id
+        assert sid is not None
+        if request_id is not None:
+            existing = await store.find_run(sid, request_id)
+            if existing is not None:
+                return self._existing_handle(existing, message, request_id)
+        if self._active is not None and not self._active.task.done():
+            raise SessionBusyError(f"session {sid} already has an unfinished run ({self._active.run_id})")
+        lease = await store.claim(sid, self._holder, self.config.lease_seconds)
+        run_id = uuid.uuid4().hex
+        probe = RunState(session_id=sid, run_id=run_id)
+        try:
+            await store.create_run(lease, run_id, request_id, message, self.agent.engine(durable=True).start(probe, message))
+        except BaseException:
+            with contextlib.suppress(StorageError):
+                await store.release(lease)
+            raise
+        state = await store.load_state(run_id)
+        return self._launch(lease, state, last_seq=0)
+
+    def _existing_handle(self, record: RunRecord, message: str, request_id: str) -> RunHandle:
+        if record.request_message != message:
+            raise ConfigurationError(
+                f"request_id {request_id!r} was already used in session {record.session_id} with a different "
+                "message; use a new request_id for a new request"
+            )
+        active = self._active
+        if active is not None and active.run_id == record.id:
+            return RunHandle(self, record.session_id, record.id, start_seq=active.start_seq, task=active.task)
+        start = 0 if record.status in _UNFINISHED else max(record.event_count - 1, 0)
+        return RunHandle(self, record.session_id, record.id, start_seq=start)
+
+    async def run(self, message: str, *, request_id: str | None = None) -> RunResult:
+        handle = await self.submit(message, request_id=request_id)
+        return await handle.result()
+
+    def run_stream(self, message: str, *, request_id: str | None = None) -> RunStream:
+        """Submit ``message`` on first use and stream the run's events."""
+        handle: RunHandle | None = None
+
+        async def start() -> None:
+            nonlocal handle
+            handle = await self.submit(message, request_id=request_id)
+
+        def source(after: str) -> AsyncIterator[RunEvent]:
+            assert handle is not None
+            return handle.events(after)
+
+        async def result() -> RunResult:
+            assert handle is not None
+            return await handle.result()
+
+        return RunStream(source, result, start=start)
+
+    async def stream_text(
+        self, message: str, *, request_id: str | None = None, on_reset: OnReset | None = None
+    ) -> AsyncIterator[str]:
+        """The answer's text; raises a ``RunError`` subclass if the run does not complete."""
+        stream = self.run_stream(message, request_id=request_id)
+        async with stream:
+            async for chunk in stream.text(on_reset):
+                yield chunk
+            result = await stream.result()
+        if result.status is not RunStatus.COMPLETED:
+            result.raise_for_status()
+
+    async def resume(self, session_id: str) -> RunHandle | None:
+        """Continue the session's latest run; ``None`` if it has none or it is completed or
+        cancelled. Raises for a missing session, an incompatible agent, or a session another
+        live process holds (``SessionBusyError``)."""
+        store = await self._ready()
+        session = await store.get_session(session_id)
+        if session is None:
+            raise ConfigurationError(
+                f"no session {session_id!r} in this store: check the id, and that this runtime uses the "
+                "same database (and schema) as the one that started it"
+            )
+        self._check_compatible(session_id, session.fingerprint)
+        self._bind(session_id)
+        active = self._active
+        if active is not None and not active.task.done():
+            return RunHandle(self, session_id, active.run_id, start_seq=active.start_seq, task=active.task)
+        record = await store.latest_run(session_id)
+        if record is None or record.status in ("completed", "cancelled"):
+            return None
+        lease = await store.claim(session_id, self._holder, self.config.lease_seconds)
+        try:
+            if session.control:
+                await store.set_control(session_id, None)
+            state = await store.load_state(record.id)
+            handle = self._launch(lease, state, last_seq=record.event_count, resumed=True)
+        except BaseException:
+            with contextlib.suppress(StorageError):
+                await store.release(lease)
+            raise
+        return handle
+
+    def _launch(self, lease: Lease, state: RunState, *, last_seq: int, resumed: bool = False) -> RunHandle:
+        control = RunControl()
+        feed = RunFeed(first_seq=last_seq + 1)
+        task = asyncio.create_task(
+            self._execute(lease, state, control, feed, last_seq, resumed), name=f"harnessx-run-{state.run_id}"
+        )
+        self._active = _Active(state.run_id, control, task, feed, last_seq)
+        return RunHandle(self, state.session_id, state.run_id, start_seq=last_seq, task=task)
+
+    async def _execute(
+        self,
+        lease: Lease,
+        state: RunState,
+        control: RunControl,
+        feed: RunFeed,
+        last_seq: int,
+        resumed: bool,
+    ) -> RunResult:
+        store = self._backend
+        assert self._keeper is not None
+        me = asyncio.current_task()
+        lost = False
+
+        def on_lost(_: Lease) -> None:
+            nonlocal lost
+            lost = True
+            if me is not None:
+                me.cancel()
+
+        def on_control(_: Lease, request: str) -> None:
+            if request == "cancel":
+                control.request_cancel()
+            elif request == "pause":
+                control.request_pause()
+
+        committer = StoreCommitter(
+            store,
+            lease,
+            last_seq=last_seq,
+            feed=feed,
+            flush_interval=self.config.flush_interval,
+            flush_max=self.config.flush_max_events,
+        )
+        driver = self._driver(committer, control, lease)
+        self._keeper.hold(lease, on_lost, on_control)
+        try:
+            if resumed:
+                # First settle what a dead driver left in flight, then reopen a paused,
+                # waiting or failed run; each is its own committed boundary.
+                for opening in (driver.engine.recover, driver.engine.reopen):
+                    delta = opening(state)
+                    if delta is not None:
+                        await driver.commit(state, delta)
+            return await driver.drive(state)
+        except asyncio.CancelledError:
+            if lost:
+                raise LeaseLostError(
+                    f"lost the lease on session {lease.session_id}; another process owns the run now"
+                ) from None
+            raise
+        finally:
+            self._keeper.drop(lease)
+            feed.close()
+            with contextlib.suppress(StorageError):
+                await store.release(lease)
+
+    def _driver(self, committer: StoreCommitter, control: RunControl, lease: Lease) -> Driver:
+        agent = self.agent
+        return Driver(
+            engine=agent.engine(durable=True),
+            settings=agent.run_settings(),
+            provider=lambda: agent.provider,
+            committer=committer,
+            control=control,
+            fencing_token=lease.generation,
+        )
+
+    # ----------------------------------------------------------- decisions
+
+    async def approve(
+        self, target: str | PendingTool, *, allow: bool = True, resume: bool = False
+    ) -> RunHandle | None:
+        """Record a decision on a call awaiting approval; ``resume=True`` continues the run."""
+
+        def decide(state: RunState, key: str) -> Delta:
+            self._expect(state, key, ToolStatus.APPROVAL, "awaiting approval")
+            return self.agent.engine(durable=True).approve(state, key, allow)
+
+        session_id = await self._decide(target, decide)
+        return await self.resume(session_id) if resume else None
+
+    async def decline(self, target: str | PendingTool, *, resume: bool = False) -> RunHandle | None:
+        """Decline a call awaiting approval: the model sees ``Permission denied``."""
+        return await self.approve(target, allow=False, resume=resume)
+
+    async def resolve_tool(
+        self,
+        target: str | PendingTool,
+        *,
+        result: ToolResult | None = None,
+        retry: bool = False,
+        abort: bool = False,
+    ) -> None:
+        """Settle an ``uncertain`` call: a verified ``result``, ``retry=True`` (invoke it
+        again) or ``abort=True`` (end the run cancelled; nothing is undone)."""
+        if (result is not None) + bool(retry) + bool(abort) != 1:
+            raise ResolutionError("pass exactly one of result=ToolResult(...), retry=True or abort=True")
+
+        def decide(state: RunState, key: str) -> Delta:
+            self._expect(state, key, ToolStatus.UNCERTAIN, "uncertain")
+            return self.agent.engine(durable=True).resolve(state, key, result=result, retry=retry, abort=abort)
+
+        await self._decide(target, decide)
+
+    @staticmethod
+    def _expect(state: RunState, key: str, status: ToolStatus, wanted: str) -> None:
+        entry = state.tools.get(key)
+        if entry is None or entry.status is not status:
+            raise UnknownExecutionKey(f"no tool call {wanted} has execution key {key!r} in run {state.run_id}")
+
+    async def _decide(self, target: str | PendingTool, decide: Any) -> str:
+        store = await self._ready()
+        key = target.execution_key if isinstance(target, PendingTool) else str(target)
+        run_id = key.split(":", 1)[0]
+        record = await store.get_run(run_id)
+        if record is None:
+            raise UnknownExecutionKey(f"no run has a tool call with execution key {key!r}")
+        session = await store.get_session(record.session_id)
+        assert session is not None
+        self._check_compatible(record.session_id, session.fingerprint)
+        self._bind(record.session_id)
+        self._refuse_while_driving()
+        lease = await store.claim(record.session_id, self._holder, self.config.lease_seconds)
+        try:
+            state = await store.load_state(run_id)
+            delta = decide(state, key)
+            committer = StoreCommitter(store, lease, last_seq=record.event_count)
+            await self._driver(committer, RunControl(), lease).commit(state, delta)
+        finally:
+            with contextlib.suppress(StorageError):
+                await store.release(lease)
+        return record.session_id
+
+    # ------------------------------------------------------------ controls
+
+    async def pause(self) -> None:
+        """Stop starting new steps; active tools settle, then the run is ``paused``."""
+        await self._control("pause")
+
+    async def cancel(self) -> None:
+        """Cancel cooperatively; threads or remote effects may outlive the run."""
+        await self._control("cancel")
+
+    async def _control(self, request: Literal["pause", "cancel"]) -> None:
+        store = await self._ready()
+        sid = self._require_session()
+        active = self._active
+        if active is not None and not active.task.done():
+            if request == "pause":
+                active.control.request_pause()
+            else:
+                active.control.request_cancel()
+            return
+        record = await store.latest_run(sid)
+        if record is None or record.status not in _UNFINISHED:
+            return
+        if request == "pause" and record.status != "running":
+            return
+        try:
+            lease = await store.claim(sid, self._holder, self.config.lease_seconds)
+        except SessionBusyError:
+            # Another live process drives it: leave the request where its heartbeat reads it.
+            await store.set_control(sid, request)
+            return
+        try:
+            state = await store.load_state(record.id)
+            engine = self.agent.engine(durable=True)
+            delta = engine.pause(state) if request == "pause" else engine.cancel(state)
+            committer = StoreCommitter(store, lease, last_seq=record.event_count)
+            await self._driver(committer, RunControl(), lease).commit(state, delta)
+        finally:
+            with contextlib.suppress(StorageError):
+                await store.release(lease)
+
+    async def status(self) -> dict[str, Any]:
+        """``{"session_id", "state", "run"}``: ``state`` is the latest run's status (``idle``
+        without a run) and ``run`` its ``RunResult`` or ``None``."""
+        store = await self._ready()
+        sid = self._require_session()
+        record = await store.latest_run(sid)
+        if record is None:
+            return {"session_id": sid, "state": "idle", "run": None}
+        result = (await store.load_state(record.id)).result()
+        return {"session_id": sid, "state": result.status.value, "run": result}
+
+    def _refuse_while_driving(self) -> None:
+        if self._active is not None and not self._active.task.done():
+            raise RuntimeStateError(
+                f"run {self._active.run_id} is being driven by this runtime; wait for its result first"
+            )
+
+    def _require_session(self) -> str:
+        if self._session_id is None:
+            raise RuntimeStateError("this runtime is not bound to a session: call start() or resume(session_id)")
+        return self._session_id
+
+    def _check_compatible(self, session_id: str, saved: dict[str, Any]) -> None:
+        current = self.agent.fingerprint()
+        problems: list[str] = []
+        saved_config, current_config = saved.get("config", {}), current["config"]
+        for key in _COMPATIBILITY_KEYS:
+            if key in saved_config and saved_config[key] != current_config.get(key):
+                problems.append(f"{key}: session has {saved_config[key]!r}, agent has {current_config.get(key)!r}")
+        for name, policy in (saved.get("tools") or {}).items():
+            now = current["tools"].get(name)
+            if now is None:
+                problems.append(f"tool '{name}' is not registered on this agent")
+            elif now != policy:
+                problems.append(f"tool '{name}' replay policy: session has '{policy}', agent has '{now}'")
+        if problems:
+            raise ConfigurationError(
+                f"cannot use session {session_id} with this agent: " + "; ".join(problems)
+                + ". Resume it with an agent defined like the one that started it."
+            )
+
+    # ----------------------------------------------------------- observing
+
+    async def _follow(self, run_id: str, after: str) -> AsyncIterator[RunEvent]:
+        store = await self._ready()
+        position = parse_cursor(after)
+        result_at = -1
+        while True:
+            active = self._active if self._active is not None and self._active.run_id == run_id else None
+            feed = active.feed if active is not None else None
+            if feed is not None and feed.covers(position + 1):
+                events = feed.after(position)
+            else:
+                events = await store.read_events(run_id, position)
+            for event in events:
+                position = int(event.cursor or position)
+                yield event
+                if event.type is RunEventType.RUN_RESULT:
+                    result_at = position
+            if result_at == position and await self._execution_over(run_id, position):
+                return
+            if events:
+                continue
+            if feed is not None and not feed.closed:
+                await feed.wait(self.config.poll_interval * 10)
+            else:
+                await store.wait_for_events(run_id, self.config.poll_interval)
+
+    async def _execution_over(self, run_id: str, seq: int) -> bool:
+        """A ``run_result`` ends an execution unless the run has moved on since."""
+        active = self._active
+        if active is not None and active.run_id == run_id and not active.feed.closed:
+            return False
+        record = await self._backend.get_run(run_id)
+        return record is None or (record.event_count <= seq and record.status != "running")
+
+    async def _await_result(self, run_id: str, start_seq: int) -> RunResult:
+        last: RunResult | None = None
+        async for event in self._follow(run_id, str(start_seq)):
+            if event.type is RunEventType.RUN_RESULT:
+                last = RunResult.from_dict(event.data)
+        if last is None:
+            raise StorageError(f"run {run_id} has no result to report")
+        return last

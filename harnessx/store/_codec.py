@@ -1,0 +1,183 @@
+"""Rows to objects and back, shared by both dialects.
+
+A row that does not decode is reported as a ``StorageError`` naming the row and what to
+do, never as a bare ``JSONDecodeError`` from deep inside a resume.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from harnessx._errors import StorageError
+from harnessx._events import RunEvent, RunEventType
+from harnessx._results import RunStatus, ToolResult
+from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus
+from harnessx.providers._base import TokenUsage, ToolCall
+from harnessx.store._protocol import RunRecord
+
+__all__ = [
+    "dumps",
+    "event_from_row",
+    "loads",
+    "run_record",
+    "run_row_values",
+    "state_after",
+    "tool_entry_from_row",
+    "tool_entry_values",
+]
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def loads(text: Any, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise StorageError(
+            f"corrupt {what} in the harnessx store ({exc}); the row was written by something other than "
+            "harnessx or damaged on disk: restore it from a backup, or cancel the run to move on"
+        ) from exc
+
+
+def run_record(row: Sequence[Any]) -> RunRecord:
+    (run_id, session_id, request_id, message, status, phase, event_count, iteration, usage, output, stop_reason) = row[
+        :11
+    ]
+    error, usage_incomplete, history_length = row[11:14]
+    what = f"run {run_id}"
+    result = {
+        "session_id": session_id,
+        "run_id": run_id,
+        "output": output,
+        "status": status,
+        "stop_reason": stop_reason,
+        "usage": loads(usage, what + " usage") or {},
+        "error": loads(error, what + " error"),
+        "usage_incomplete": bool(usage_incomplete),
+        "iteration": int(iteration),
+        "history_length": int(history_length),
+    }
+    return RunRecord(run_id, session_id, request_id, message, status, phase, int(event_count), result)
+
+
+def state_from(record: RunRecord, messages: list[dict[str, Any]], entries: list[ToolEntry]) -> RunState:
+    data = record.result
+    try:
+        return RunState(
+            session_id=record.session_id,
+            run_id=record.id,
+            status=RunStatus(record.status),
+            phase=Phase(record.phase),
+            iteration=int(data["iteration"]),
+            messages=messages,
+            tools={e.execution_key: e for e in entries},
+            usage=TokenUsage.from_dict(data["usage"]),
+            output=str(data["output"]),
+            stop_reason=str(data["stop_reason"]),
+            error=data["error"],
+            usage_incomplete=bool(data["usage_incomplete"]),
+            history_length=int(data["history_length"]),
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise StorageError(
+            f"corrupt run {record.id} in the harnessx store ({exc}): restore it from a backup, "
+            "or cancel the run to move on"
+        ) from exc
+
+
+def tool_entry_values(entry: ToolEntry, run_id: str, generation: int, now: float) -> tuple[Any, ...]:
+    return (
+        entry.execution_key,
+        run_id,
+        entry.iteration,
+        entry.index,
+        dumps(entry.call.to_dict()),
+        entry.policy,
+        entry.status.value,
+        entry.attempt,
+        1 if entry.approved else 0,
+        dumps(entry.raw_result.to_dict()) if entry.raw_result else None,
+        dumps(entry.result.to_dict()) if entry.result else None,
+        generation,
+        now,
+    )
+
+
+def tool_entry_from_row(row: Sequence[Any]) -> ToolEntry:
+    key, iteration, index, call, policy, status, attempt, approved, raw_result, result, generation = row
+    what = f"tool call {key}"
+    try:
+        raw = loads(raw_result, what)
+        final = loads(result, what)
+        return ToolEntry(
+            execution_key=key,
+            iteration=int(iteration),
+            index=int(index),
+            call=ToolCall.from_dict(loads(call, what)),
+            policy=str(policy),
+            status=ToolStatus(status),
+            attempt=int(attempt),
+            approved=bool(approved),
+            raw_result=ToolResult.from_dict(raw) if raw else None,
+            result=ToolResult.from_dict(final) if final else None,
+            generation=int(generation),
+        )
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        if isinstance(exc, StorageError):
+            raise
+        raise StorageError(f"corrupt {what} in the harnessx store ({exc}): restore it from a backup") from exc
+
+
+def event_from_row(row: Sequence[Any], session_id: str = "") -> RunEvent:
+    seq, event_id, kind, step_id, attempt_id, data, run_id = row
+    try:
+        return RunEvent(
+            type=RunEventType(kind),
+            data=loads(data, f"event {seq} of run {run_id}") or {},
+            session_id=session_id,
+            run_id=run_id,
+            step_id=step_id,
+            attempt_id=attempt_id,
+            event_id=event_id,
+            cursor=str(seq),
+        )
+    except ValueError as exc:
+        if isinstance(exc, StorageError):
+            raise
+        raise StorageError(f"corrupt event {seq} of run {run_id} ({exc}): restore it from a backup") from exc
+
+
+def state_after(state: RunState, delta: Delta) -> dict[str, Any]:
+    """The run's scalar fields once ``delta`` is applied (what ``update_run`` writes)."""
+    fields = {
+        "status": state.status,
+        "phase": state.phase,
+        "iteration": state.iteration,
+        "usage": state.usage,
+        "output": state.output,
+        "stop_reason": state.stop_reason,
+        "error": state.error,
+        "usage_incomplete": state.usage_incomplete,
+    }
+    fields.update(delta.run)
+    return fields
+
+
+def run_row_values(fields: dict[str, Any]) -> tuple[Any, ...]:
+    """``status, phase, iteration, usage, output, stop_reason, error, usage_incomplete``."""
+    return (
+        RunStatus(fields["status"]).value,
+        Phase(fields["phase"]).value,
+        int(fields["iteration"]),
+        dumps(fields["usage"].to_dict()),
+        fields["output"],
+        fields["stop_reason"],
+        dumps(fields["error"]) if fields["error"] else None,
+        1 if fields["usage_incomplete"] else 0,
+    )

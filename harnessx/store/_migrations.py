@@ -1,0 +1,67 @@
+"""Numbered, checksummed migrations shipped with the package.
+
+A database records each applied migration's version and checksum. Opening a database
+whose recorded checksums differ from ours (tampered), or that has versions we do not
+know (written by a newer harnessx), raises ``SchemaError`` saying what to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from harnessx._errors import SchemaError
+
+__all__ = ["Migration", "check_applied", "load_migrations", "pending"]
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode("utf-8")).hexdigest()
+
+
+@cache
+def load_migrations(dialect: str) -> tuple[Migration, ...]:
+    folder = resources.files("harnessx.store").joinpath("migrations", dialect)
+    found = []
+    for entry in folder.iterdir():
+        match = _FILE.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.version)
+    if [m.version for m in found] != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"{dialect} migrations are not numbered 1..n: {[m.version for m in found]}")
+    return tuple(found)
+
+
+def check_applied(dialect: str, applied: dict[int, str], where: str, command: str) -> None:
+    """Refuse a database written by a newer harnessx or with altered migrations."""
+    known = {m.version: m for m in load_migrations(dialect)}
+    newest = max(known)
+    newer = sorted(v for v in applied if v not in known)
+    if newer:
+        raise SchemaError(
+            f"{where} has schema version {max(newer)}, newer than this harnessx knows ({newest}): "
+            "upgrade harnessx on this host; do not run an older version against this database"
+        )
+    for version, checksum in applied.items():
+        if known[version].checksum != checksum:
+            raise SchemaError(
+                f"{where}: migration {version:04d}_{known[version].name} was altered after it was applied "
+                f"(checksum mismatch); restore the database from a backup or re-create it with '{command}'"
+            )
+
+
+def pending(dialect: str, applied: dict[int, str]) -> list[Migration]:
+    return [m for m in load_migrations(dialect) if m.version not in applied]

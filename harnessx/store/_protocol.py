@@ -1,0 +1,113 @@
+"""The store protocol: the only way run state reaches a database.
+
+The runtime is the only caller that writes. Every write that changes a run takes the
+caller's ``Lease`` and commits only while that lease still holds (same owner, same
+generation, not expired), checked in the same transaction as the write; otherwise it
+raises ``LeaseLostError`` and writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from harnessx._events import RunEvent
+from harnessx._state import Delta, RunState
+
+__all__ = ["Lease", "Renewal", "RunRecord", "SessionRecord", "Store"]
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A claim on a session: ``generation`` is the fencing token, larger on every claim."""
+
+    session_id: str
+    owner: str
+    generation: int
+
+
+@dataclass
+class SessionRecord:
+    id: str
+    agent_ref: str | None
+    fingerprint: dict[str, Any]
+    lease_owner: str | None
+    generation: int
+    lease_expires_at: float | None
+    control: str | None
+
+
+@dataclass
+class RunRecord:
+    """A run's row without its conversation: enough to decide what to do with it."""
+
+    id: str
+    session_id: str
+    request_id: str | None
+    request_message: str
+    status: str
+    phase: str
+    event_count: int
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Renewal:
+    """The outcome of one heartbeat: which leases still hold, and pending control requests."""
+
+    held: set[str]
+    lost: set[str]
+    controls: dict[str, str]
+
+
+class Store(Protocol):
+    """Operations the runtime, the pool and the supervisor need; both backends implement it."""
+
+    process_id: str
+
+    async def initialize(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def migrate(self) -> None: ...
+
+    # sessions and leases
+    async def create_session(self, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any]) -> None: ...
+
+    async def get_session(self, session_id: str) -> SessionRecord | None: ...
+
+    async def claim(self, session_id: str, holder: str, lease_seconds: float) -> Lease: ...
+
+    async def renew(self, leases: list[Lease], lease_seconds: float) -> Renewal: ...
+
+    async def release(self, lease: Lease) -> None: ...
+
+    async def process_alive(self, owner: str) -> bool: ...
+
+    # runs
+    async def create_run(
+        self, lease: Lease, run_id: str, request_id: str | None, message: str, delta: Delta
+    ) -> None:
+        """Insert a run (refused with ``SessionBusyError`` while another is unfinished) and
+        commit its first boundary; the run's ``history_length`` is the session's message
+        count at that moment."""
+
+    async def find_run(self, session_id: str, request_id: str) -> RunRecord | None: ...
+
+    async def latest_run(self, session_id: str) -> RunRecord | None: ...
+
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def load_state(self, run_id: str) -> RunState: ...
+
+    async def commit(self, lease: Lease, state: RunState, delta: Delta, provisional: list[RunEvent]) -> None: ...
+
+    async def append_events(self, lease: Lease, run_id: str, events: list[RunEvent]) -> None: ...
+
+    async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]: ...
+
+    async def wait_for_events(self, run_id: str, timeout: float) -> None:
+        """Return soon after new events of ``run_id`` commit, or after ``timeout``."""
+
+    # controls
+    async def set_control(self, session_id: str, control: str | None) -> None: ...

@@ -1,0 +1,502 @@
+"""``SQLiteBackend``: the embedded store for one host.
+
+All SQLite calls run on the backend's own single thread, so the event loop never blocks
+on disk. The database is in WAL mode with ``synchronous=FULL``: a committed checkpoint
+survives a power cut. Several processes on one host may share the file; writers take
+``BEGIN IMMEDIATE`` and wait on SQLite's busy timeout.
+
+Liveness: each backend instance holds an exclusive ``flock`` on
+``<db>.owners/<process_id>.lock`` for as long as it is open. The kernel drops the lock
+when the process dies, however it dies, so a claimer can tell a crashed holder from a
+live one at once instead of waiting for its lease to expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from harnessx._errors import ConfigurationError, LeaseLostError, SchemaError, SessionBusyError, StorageError
+from harnessx._events import RunEvent
+from harnessx._state import Delta, RunState
+from harnessx.store._codec import (
+    dumps,
+    event_from_row,
+    loads,
+    run_record,
+    run_row_values,
+    state_after,
+    state_from,
+    tool_entry_from_row,
+    tool_entry_values,
+)
+from harnessx.store._migrations import check_applied, pending
+from harnessx.store._protocol import Lease, Renewal, RunRecord, SessionRecord
+from harnessx.store._queries import load_queries
+
+__all__ = ["SQLiteBackend"]
+
+T = TypeVar("T")
+Q = load_queries("sqlite")
+
+_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS harnessx_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    checksum   TEXT NOT NULL,
+    applied_at REAL NOT NULL
+)"""
+
+
+class SQLiteBackend:
+    """Durable state in one SQLite file. Use as ``async with SQLiteBackend(path) as backend``."""
+
+    dialect = "sqlite"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = ".agent_sessions/runtime.sqlite3",
+        *,
+        auto_migrate: bool = True,
+        lease_seconds: float = 30.0,
+        busy_timeout: float = 30.0,
+        synchronous: str = "FULL",
+    ) -> None:
+        if str(path) == ":memory:":
+            raise ConfigurationError(
+                "SQLiteBackend needs a file path: an in-memory database cannot be resumed after a crash"
+            )
+        if synchronous.upper() not in ("FULL", "EXTRA", "NORMAL"):
+            raise ConfigurationError("synchronous must be FULL, EXTRA or NORMAL")
+        self.path = Path(path)
+        self.auto_migrate = auto_migrate
+        self.lease_seconds = lease_seconds
+        self.busy_timeout = busy_timeout
+        self.synchronous = synchronous.upper()
+        self.process_id = uuid.uuid4().hex
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._liveness: int | None = None
+        self._closed = False
+        self._waiters: dict[str, asyncio.Event] = {}
+
+    def __repr__(self) -> str:
+        return f"SQLiteBackend({str(self.path)!r})"
+
+    @classmethod
+    async def connect(cls, path: str | os.PathLike[str] = ".agent_sessions/runtime.sqlite3", **kwargs: Any) -> SQLiteBackend:
+        backend = cls(path, **kwargs)
+        await backend.initialize()
+        return backend
+
+    async def __aenter__(self) -> SQLiteBackend:
+        await self.initialize()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def owners_dir(self) -> Path:
+        return self.path.with_name(self.path.name + ".owners")
+
+    async def initialize(self) -> None:
+        if self._conn is not None:
+            return
+        if self._closed:
+            raise StorageError("this SQLiteBackend is closed; create a new one")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harnessx-sqlite")
+        try:
+            await self._call(self._open)
+            if self.auto_migrate:
+                await self._call(self._migrate)
+            else:
+                await self._call(self._verify)
+        except BaseException:
+            await self._shutdown()
+            raise
+        self._hold_liveness_lock()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._shutdown()
+        if self._liveness is not None:
+            lock_path = self.owners_dir / f"{self.process_id}.lock"
+            os.close(self._liveness)  # closing the descriptor drops the flock
+            self._liveness = None
+            lock_path.unlink(missing_ok=True)
+
+    async def _shutdown(self) -> None:
+        if self._executor is None:
+            return
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await asyncio.get_running_loop().run_in_executor(self._executor, conn.close)
+        self._executor.shutdown(wait=True)
+        self._executor = None
+
+    async def migrate(self) -> None:
+        """Apply the migrations this database lacks (also run by ``initialize`` by default)."""
+        await self._call(self._migrate)
+
+    def _open(self) -> None:
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(
+                f"cannot open SQLite database {self.path} ({exc}): check that the path is a harnessx "
+                "database and that this user may write to it and to its folder"
+            ) from exc
+        self._conn = conn
+
+    def _applied(self, conn: sqlite3.Connection) -> dict[int, str] | None:
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'harnessx_migrations'"
+        ).fetchone()
+        if not exists:
+            return None
+        return {int(v): str(c) for v, c in conn.execute("SELECT version, checksum FROM harnessx_migrations")}
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(_MIGRATIONS_TABLE)
+            applied = self._applied(conn) or {}
+            check_applied("sqlite", applied, str(self.path), self._migrate_command)
+            for migration in pending("sqlite", applied):
+                for statement in _statements(migration.sql):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO harnessx_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
+                    (migration.version, migration.name, migration.checksum, time.time()),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _verify(self, conn: sqlite3.Connection) -> None:
+        applied = self._applied(conn)
+        if applied is None:
+            raise SchemaError(
+                f"{self.path} has no harnessx schema: run '{self._migrate_command}' or open the backend "
+                "with auto_migrate=True"
+            )
+        check_applied("sqlite", applied, str(self.path), self._migrate_command)
+        missing = pending("sqlite", applied)
+        if missing:
+            raise SchemaError(
+                f"{self.path} is at schema version {max(applied, default=0)}, this harnessx needs "
+                f"{missing[-1].version}: run '{self._migrate_command}'"
+            )
+
+    @property
+    def _migrate_command(self) -> str:
+        return f"harnessx migrate --sqlite {self.path}"
+
+    def _hold_liveness_lock(self) -> None:
+        self.owners_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.owners_dir / f"{self.process_id}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._liveness = fd
+
+    # ------------------------------------------------------------ execution
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._executor is None:
+            raise StorageError("the SQLiteBackend is not open: use 'async with' or await initialize()")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._guarded, fn, args)
+
+    def _guarded(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        conn = self._conn
+        if conn is None and fn != self._open:
+            raise StorageError("the SQLiteBackend is closed")
+        try:
+            return fn(conn, *args) if fn != self._open else fn()
+        except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+            raise _translate(exc, self.path) from exc
+
+    def _write(self, conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T]) -> T:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = body(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return result
+
+    # ------------------------------------------------------------- sessions
+
+    async def create_session(self, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any]) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(Q["insert_session"], (session_id, agent_ref, dumps(fingerprint), time.time()))
+            except sqlite3.IntegrityError as exc:
+                raise ConfigurationError(f"session {session_id!r} already exists") from exc
+
+        await self._call(self._write, body)
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        row = await self._call(lambda conn: conn.execute(Q["get_session"], (session_id,)).fetchone())
+        if row is None:
+            return None
+        sid, agent_ref, fingerprint, owner, generation, expires, control = row
+        return SessionRecord(
+            sid, agent_ref, loads(fingerprint, f"session {sid} fingerprint") or {}, owner, generation, expires, control
+        )
+
+    async def set_control(self, session_id: str, control: str | None) -> None:
+        await self._call(self._write, lambda conn: conn.execute(Q["set_control"], (control, session_id)))
+
+    # --------------------------------------------------------------- leases
+
+    def owner_for(self, holder: str) -> str:
+        """Lease owners are ``<process_id>/<holder>``: liveness is per process."""
+        return f"{self.process_id}/{holder}"
+
+    async def claim(self, session_id: str, holder: str, lease_seconds: float) -> Lease:
+        owner = self.owner_for(holder)
+
+        def body(conn: sqlite3.Connection) -> Lease:
+            row = conn.execute(Q["get_session"], (session_id,)).fetchone()
+            if row is None:
+                raise ConfigurationError(f"no session {session_id!r} in {self.path}")
+            current, expires = row[3], row[5]
+            now = time.time()
+            if current and current != owner and expires is not None and expires > now:
+                if self._owner_alive(current):
+                    raise SessionBusyError(
+                        f"session {session_id} is held by another live process until its lease "
+                        f"expires (in {expires - now:.0f} s); wait for it to finish or stop that process"
+                    )
+            (generation,) = conn.execute(Q["take_lease"], (owner, now + lease_seconds, session_id)).fetchone()
+            return Lease(session_id, owner, int(generation))
+
+        return await self._call(self._write, body)
+
+    async def renew(self, leases: list[Lease], lease_seconds: float) -> Renewal:
+        prefix = f"{self.process_id}/"
+        # '/' + 1 == '0': the range covers every owner string with this process's prefix.
+        upper = f"{self.process_id}0"
+
+        def body(conn: sqlite3.Connection) -> list[Any]:
+            return conn.execute(Q["renew_leases"], (time.time() + lease_seconds, prefix, upper)).fetchall()
+
+        rows = await self._call(self._write, body)
+        still = {(sid, owner, int(gen)) for sid, owner, gen, _ in rows}
+        held = {lease.session_id for lease in leases if (lease.session_id, lease.owner, lease.generation) in still}
+        controls = {sid: control for sid, _, _, control in rows if control}
+        return Renewal(held=held, lost={lease.session_id for lease in leases} - held, controls=controls)
+
+    async def release(self, lease: Lease) -> None:
+        await self._call(
+            self._write,
+            lambda conn: conn.execute(Q["release_lease"], (lease.session_id, lease.owner, lease.generation)),
+        )
+
+    async def process_alive(self, owner: str) -> bool:
+        return await self._call(lambda conn: self._owner_alive(owner))
+
+    def _owner_alive(self, owner: str) -> bool:
+        process_id = owner.split("/", 1)[0]
+        if process_id == self.process_id:
+            return not self._closed
+        path = self.owners_dir / f"{process_id}.lock"
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        # We got the lock: its owner is gone. Tidy its file.
+        path.unlink(missing_ok=True)
+        return False
+
+    # ----------------------------------------------------------------- runs
+
+    def _fence(self, conn: sqlite3.Connection, lease: Lease, new_messages: int) -> int:
+        row = conn.execute(
+            Q["fence"], (new_messages, lease.session_id, lease.owner, lease.generation, time.time())
+        ).fetchone()
+        if row is None:
+            raise LeaseLostError(
+                f"lease on session {lease.session_id} (generation {lease.generation}) no longer holds; "
+                "another process took the session over, nothing was written"
+            )
+        return int(row[0])
+
+    def _append(
+        self, conn: sqlite3.Connection, lease: Lease, state: RunState, delta: Delta, events: list[RunEvent]
+    ) -> None:
+        now = time.time()
+        count = self._fence(conn, lease, len(delta.messages))
+        first = count - len(delta.messages) + 1
+        for offset, message in enumerate(delta.messages):
+            conn.execute(
+                Q["insert_message"], (state.session_id, first + offset, state.run_id, dumps(message), lease.generation)
+            )
+        for entry in delta.tools:
+            conn.execute(Q["upsert_tool_call"], tool_entry_values(entry, state.run_id, lease.generation, now))
+        last_seq = self._insert_events(conn, lease, events, now)
+        fields = state_after(state, delta)
+        conn.execute(
+            Q["update_run"],
+            (*run_row_values(fields), last_seq, lease.generation, now, state.run_id),
+        )
+
+    def _insert_events(self, conn: sqlite3.Connection, lease: Lease, events: list[RunEvent], now: float) -> int:
+        last = 0
+        for event in events:
+            seq = int(event.cursor or 0)
+            conn.execute(
+                Q["insert_event"],
+                (
+                    event.run_id,
+                    seq,
+                    event.event_id,
+                    event.type.value,
+                    event.step_id,
+                    event.attempt_id,
+                    dumps(event.data),
+                    lease.generation,
+                    now,
+                ),
+            )
+            last = max(last, seq)
+        return last
+
+    async def create_run(
+        self, lease: Lease, run_id: str, request_id: str | None, message: str, delta: Delta
+    ) -> None:
+        session_id = lease.session_id
+
+        def body(conn: sqlite3.Connection) -> None:
+            now = time.time()
+            history_length = self._fence(conn, lease, 0)
+            try:
+                conn.execute(
+                    Q["insert_run"],
+                    (run_id, session_id, request_id, message, history_length, lease.generation, now, now),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise _run_conflict(exc, session_id, request_id) from exc
+            fresh = RunState(session_id=session_id, run_id=run_id, history_length=history_length)
+            self._append(conn, lease, fresh, delta, delta.events)
+
+        await self._call(self._write, body)
+        self._notify(run_id)
+
+    async def commit(self, lease: Lease, state: RunState, delta: Delta, provisional: list[RunEvent]) -> None:
+        events = [*provisional, *delta.events]
+        await self._call(self._write, lambda conn: self._append(conn, lease, state, delta, events))
+        if events:
+            self._notify(state.run_id)
+
+    async def append_events(self, lease: Lease, run_id: str, events: list[RunEvent]) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            now = time.time()
+            self._fence(conn, lease, 0)
+            last = self._insert_events(conn, lease, events, now)
+            conn.execute(Q["set_event_count"], (last, now, run_id, last))
+
+        if events:
+            await self._call(self._write, body)
+            self._notify(run_id)
+
+    def _notify(self, run_id: str) -> None:
+        waiter = self._waiters.pop(run_id, None)
+        if waiter is not None:
+            waiter.set()
+
+    async def wait_for_events(self, run_id: str, timeout: float) -> None:
+        """Return when this process commits events for ``run_id``, or after ``timeout``
+        (other processes' commits are seen by polling: SQLite has no notifications)."""
+        waiter = self._waiters.setdefault(run_id, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiter.wait(), timeout)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        row = await self._call(lambda conn: conn.execute(Q["get_run"], (run_id,)).fetchone())
+        return run_record(row) if row else None
+
+    async def find_run(self, session_id: str, request_id: str) -> RunRecord | None:
+        row = await self._call(lambda conn: conn.execute(Q["find_run"], (session_id, request_id)).fetchone())
+        return run_record(row) if row else None
+
+    async def latest_run(self, session_id: str) -> RunRecord | None:
+        row = await self._call(lambda conn: conn.execute(Q["latest_run"], (session_id,)).fetchone())
+        return run_record(row) if row else None
+
+    async def load_state(self, run_id: str) -> RunState:
+        def body(conn: sqlite3.Connection) -> RunState:
+            row = conn.execute(Q["get_run"], (run_id,)).fetchone()
+            if row is None:
+                raise StorageError(f"no run {run_id!r} in {self.path}")
+            record = run_record(row)
+            messages = [
+                loads(body, f"message of session {record.session_id}")
+                for (body,) in conn.execute(Q["session_messages"], (record.session_id,))
+            ]
+            entries = [tool_entry_from_row(r) for r in conn.execute(Q["run_tool_calls"], (run_id,))]
+            return state_from(record, messages, entries)
+
+        # One read transaction, so messages and tool calls are from the same commit.
+        def read(conn: sqlite3.Connection) -> RunState:
+            conn.execute("BEGIN")
+            try:
+                return body(conn)
+            finally:
+                conn.execute("COMMIT")
+
+        return await self._call(read)
+
+    async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
+        rows = await self._call(lambda conn: conn.execute(Q["read_events"], (run_id, after, limit)).fetchall())
+        return [event_from_row(row) for row in rows]
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements (our migrations have no ';' inside literals)."""
+    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def _run_conflict(exc: sqlite3.IntegrityError, session_id: str, request_id: str | None) -> Exception:
+    if "request_id" in str(exc):
+        return SessionBusyError(f"session {session_id} already has a run for request_id {request_id!r}")
+    return SessionBusyError(
+        f"session {session_id} already has an unfinished run: resume, cancel or finish it before submitting another"
+    )
+
+
+def _translate(exc: sqlite3.Error, path: Path) -> StorageError:
+    text = str(exc)
+    if "no such table" in text or "no such column" in text:
+        return SchemaError(f"{path} is missing part of the harnessx schema ({text}): run 'harnessx migrate --sqlite {path}'")
+    if "locked" in text or "busy" in text:
+        return StorageError(f"{path} stayed locked by another process longer than the busy timeout ({text}); retry")
+    return StorageError(f"SQLite error on {path}: {text}")
