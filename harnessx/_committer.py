@@ -10,6 +10,7 @@ provisional text, which the next attempt's ``attempt_reset`` tells consumers to 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from harnessx._events import RunEvent
@@ -48,11 +49,9 @@ class RunFeed:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def wait(self, timeout: float) -> None:
-        try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
-        except TimeoutError:
-            pass
+    async def wait(self, max_wait: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), max_wait)
 
 
 class StoreCommitter:
@@ -100,7 +99,10 @@ class StoreCommitter:
         self._buffer.append(event)
         if self.feed is not None:
             self.feed.publish([event])
-        if len(self._buffer) >= self.flush_max or time.monotonic() - self._buffer_since >= self.flush_interval:
+        if (
+            len(self._buffer) >= self.flush_max
+            or time.monotonic() - self._buffer_since >= self.flush_interval
+        ):
             await self.flush()
 
     async def flush(self) -> None:

@@ -26,10 +26,9 @@ class LeaseKeeper:
     cancel) arrive in the same round trip and go to ``on_control``.
     """
 
-    def __init__(self, store: Store, lease_seconds: float, interval: float | None = None) -> None:
+    def __init__(self, store: Store, interval: float | None = None) -> None:
         self.store = store
-        self.lease_seconds = lease_seconds
-        self.interval = interval if interval is not None else lease_seconds / 3
+        self.interval = interval if interval is not None else store.lease_seconds / 3
         self._held: dict[str, tuple[Lease, OnLost, OnControl | None]] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -47,14 +46,16 @@ class LeaseKeeper:
         if not self._held:
             return
         leases = [held[0] for held in self._held.values()]
-        renewal = await self.store.renew(leases, self.lease_seconds)
+        renewal = await self.store.renew(leases)
         for lease in leases:
             held = self._held.get(lease.session_id)
             if held is None or held[0] != lease:
                 continue
             if lease.session_id in renewal.lost:
                 del self._held[lease.session_id]
-                logger.warning("lost the lease on session %s (generation %d)", lease.session_id, lease.generation)
+                logger.warning(
+                    "lost the lease on session %s (generation %d)", lease.session_id, lease.generation
+                )
                 held[1](lease)
             elif lease.session_id in renewal.controls and held[2] is not None:
                 held[2](lease, renewal.controls[lease.session_id])

@@ -51,18 +51,18 @@ _COMPATIBILITY_KEYS = ("model", "system_prompt", "tools")
 
 @dataclass
 class RuntimeConfig:
-    """Runtime settings. ``lease_seconds`` is renewed every ``lease_seconds / 3``."""
+    """Runtime settings. Leases last the backend's ``lease_seconds`` and are renewed every
+    ``renew_interval`` seconds (default: a third of the lease)."""
 
     storage_dir: str = ".agent_sessions"
-    lease_seconds: float = 30.0
     renew_interval: float | None = None
     poll_interval: float = 0.1
     flush_interval: float = 0.05
     flush_max_events: int = 64
 
     def __post_init__(self) -> None:
-        if self.lease_seconds <= 0:
-            raise ConfigurationError("RuntimeConfig.lease_seconds must be positive")
+        if self.renew_interval is not None and self.renew_interval <= 0:
+            raise ConfigurationError("RuntimeConfig.renew_interval must be positive")
 
 
 @dataclass
@@ -142,7 +142,7 @@ class AgentRuntime:
             raise RuntimeStateError("this runtime is stopped; create a new AgentRuntime")
         if not self._ready_done:
             await self._backend.initialize()
-            self._keeper = LeaseKeeper(self._backend, self.config.lease_seconds, self.config.renew_interval)
+            self._keeper = LeaseKeeper(self._backend, self.config.renew_interval)
             self._ready_done = True
         return self._backend
 
@@ -205,11 +205,13 @@ class AgentRuntime:
                 return self._existing_handle(existing, message, request_id)
         if self._active is not None and not self._active.task.done():
             raise SessionBusyError(f"session {sid} already has an unfinished run ({self._active.run_id})")
-        lease = await store.claim(sid, self._holder, self.config.lease_seconds)
+        lease = await store.claim(sid, self._holder)
         run_id = uuid.uuid4().hex
         probe = RunState(session_id=sid, run_id=run_id)
         try:
-            await store.create_run(lease, run_id, request_id, message, self.agent.engine(durable=True).start(probe, message))
+            await store.create_run(
+                lease, run_id, request_id, message, self.agent.engine(durable=True).start(probe, message)
+            )
         except BaseException:
             with contextlib.suppress(StorageError):
                 await store.release(lease)
@@ -282,7 +284,7 @@ class AgentRuntime:
         record = await store.latest_run(session_id)
         if record is None or record.status in ("completed", "cancelled"):
             return None
-        lease = await store.claim(session_id, self._holder, self.config.lease_seconds)
+        lease = await store.claim(session_id, self._holder)
         try:
             if session.control:
                 await store.set_control(session_id, None)
@@ -404,7 +406,9 @@ class AgentRuntime:
 
         def decide(state: RunState, key: str) -> Delta:
             self._expect(state, key, ToolStatus.UNCERTAIN, "uncertain")
-            return self.agent.engine(durable=True).resolve(state, key, result=result, retry=retry, abort=abort)
+            return self.agent.engine(durable=True).resolve(
+                state, key, result=result, retry=retry, abort=abort
+            )
 
         await self._decide(target, decide)
 
@@ -412,7 +416,9 @@ class AgentRuntime:
     def _expect(state: RunState, key: str, status: ToolStatus, wanted: str) -> None:
         entry = state.tools.get(key)
         if entry is None or entry.status is not status:
-            raise UnknownExecutionKey(f"no tool call {wanted} has execution key {key!r} in run {state.run_id}")
+            raise UnknownExecutionKey(
+                f"no tool call {wanted} has execution key {key!r} in run {state.run_id}"
+            )
 
     async def _decide(self, target: str | PendingTool, decide: Any) -> str:
         store = await self._ready()
@@ -426,7 +432,7 @@ class AgentRuntime:
         self._check_compatible(record.session_id, session.fingerprint)
         self._bind(record.session_id)
         self._refuse_while_driving()
-        lease = await store.claim(record.session_id, self._holder, self.config.lease_seconds)
+        lease = await store.claim(record.session_id, self._holder)
         try:
             state = await store.load_state(run_id)
             delta = decide(state, key)
@@ -463,7 +469,7 @@ class AgentRuntime:
         if request == "pause" and record.status != "running":
             return
         try:
-            lease = await store.claim(sid, self._holder, self.config.lease_seconds)
+            lease = await store.claim(sid, self._holder)
         except SessionBusyError:
             # Another live process drives it: leave the request where its heartbeat reads it.
             await store.set_control(sid, request)
@@ -497,7 +503,9 @@ class AgentRuntime:
 
     def _require_session(self) -> str:
         if self._session_id is None:
-            raise RuntimeStateError("this runtime is not bound to a session: call start() or resume(session_id)")
+            raise RuntimeStateError(
+                "this runtime is not bound to a session: call start() or resume(session_id)"
+            )
         return self._session_id
 
     def _check_compatible(self, session_id: str, saved: dict[str, Any]) -> None:
@@ -506,7 +514,9 @@ class AgentRuntime:
         saved_config, current_config = saved.get("config", {}), current["config"]
         for key in _COMPATIBILITY_KEYS:
             if key in saved_config and saved_config[key] != current_config.get(key):
-                problems.append(f"{key}: session has {saved_config[key]!r}, agent has {current_config.get(key)!r}")
+                problems.append(
+                    f"{key}: session has {saved_config[key]!r}, agent has {current_config.get(key)!r}"
+                )
         for name, policy in (saved.get("tools") or {}).items():
             now = current["tools"].get(name)
             if now is None:
@@ -515,7 +525,8 @@ class AgentRuntime:
                 problems.append(f"tool '{name}' replay policy: session has '{policy}', agent has '{now}'")
         if problems:
             raise ConfigurationError(
-                f"cannot use session {session_id} with this agent: " + "; ".join(problems)
+                f"cannot use session {session_id} with this agent: "
+                + "; ".join(problems)
                 + ". Resume it with an agent defined like the one that started it."
             )
 

@@ -46,9 +46,19 @@ def loads(text: Any, what: str) -> Any:
 
 
 def run_record(row: Sequence[Any]) -> RunRecord:
-    (run_id, session_id, request_id, message, status, phase, event_count, iteration, usage, output, stop_reason) = row[
-        :11
-    ]
+    (
+        run_id,
+        session_id,
+        request_id,
+        message,
+        status,
+        phase,
+        event_count,
+        iteration,
+        usage,
+        output,
+        stop_reason,
+    ) = row[:11]
     error, usage_incomplete, history_length = row[11:14]
     what = f"run {run_id}"
     result = {

@@ -64,6 +64,9 @@ class Store(Protocol):
     """Operations the runtime, the pool and the supervisor need; both backends implement it."""
 
     process_id: str
+    """Unique per process start; lease owners are ``<process_id>/<holder>``."""
+    lease_seconds: float
+    dialect: str
 
     async def initialize(self) -> None: ...
 
@@ -72,13 +75,18 @@ class Store(Protocol):
     async def migrate(self) -> None: ...
 
     # sessions and leases
-    async def create_session(self, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any]) -> None: ...
+    async def create_session(
+        self, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any]
+    ) -> None: ...
 
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
 
-    async def claim(self, session_id: str, holder: str, lease_seconds: float) -> Lease: ...
+    async def claim(self, session_id: str, holder: str) -> Lease:
+        """Take the session for ``holder`` for ``lease_seconds``, bumping its generation.
+        ``SessionBusyError`` if another live process holds an unexpired lease."""
 
-    async def renew(self, leases: list[Lease], lease_seconds: float) -> Renewal: ...
+    async def renew(self, leases: list[Lease]) -> Renewal:
+        """Extend every lease this process holds in one statement; report lost ones."""
 
     async def release(self, lease: Lease) -> None: ...
 
@@ -100,14 +108,16 @@ class Store(Protocol):
 
     async def load_state(self, run_id: str) -> RunState: ...
 
-    async def commit(self, lease: Lease, state: RunState, delta: Delta, provisional: list[RunEvent]) -> None: ...
+    async def commit(
+        self, lease: Lease, state: RunState, delta: Delta, provisional: list[RunEvent]
+    ) -> None: ...
 
     async def append_events(self, lease: Lease, run_id: str, events: list[RunEvent]) -> None: ...
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]: ...
 
-    async def wait_for_events(self, run_id: str, timeout: float) -> None:
-        """Return soon after new events of ``run_id`` commit, or after ``timeout``."""
+    async def wait_for_events(self, run_id: str, max_wait: float) -> None:
+        """Return soon after new events of ``run_id`` commit, or after ``max_wait`` seconds."""
 
     # controls
     async def set_control(self, session_id: str, control: str | None) -> None: ...

@@ -75,6 +75,8 @@ class SQLiteBackend:
             raise ConfigurationError(
                 "SQLiteBackend needs a file path: an in-memory database cannot be resumed after a crash"
             )
+        if lease_seconds <= 0:
+            raise ConfigurationError("lease_seconds must be positive")
         if synchronous.upper() not in ("FULL", "EXTRA", "NORMAL"):
             raise ConfigurationError("synchronous must be FULL, EXTRA or NORMAL")
         self.path = Path(path)
@@ -93,7 +95,9 @@ class SQLiteBackend:
         return f"SQLiteBackend({str(self.path)!r})"
 
     @classmethod
-    async def connect(cls, path: str | os.PathLike[str] = ".agent_sessions/runtime.sqlite3", **kwargs: Any) -> SQLiteBackend:
+    async def connect(
+        cls, path: str | os.PathLike[str] = ".agent_sessions/runtime.sqlite3", **kwargs: Any
+    ) -> SQLiteBackend:
         backend = cls(path, **kwargs)
         await backend.initialize()
         return backend
@@ -184,7 +188,7 @@ class SQLiteBackend:
                 for statement in _statements(migration.sql):
                     conn.execute(statement)
                 conn.execute(
-                    "INSERT INTO harnessx_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
+                    Q["record_migration"],
                     (migration.version, migration.name, migration.checksum, time.time()),
                 )
             conn.execute("COMMIT")
@@ -247,7 +251,9 @@ class SQLiteBackend:
 
     # ------------------------------------------------------------- sessions
 
-    async def create_session(self, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any]) -> None:
+    async def create_session(
+        self, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any]
+    ) -> None:
         def body(conn: sqlite3.Connection) -> None:
             try:
                 conn.execute(Q["insert_session"], (session_id, agent_ref, dumps(fingerprint), time.time()))
@@ -262,7 +268,13 @@ class SQLiteBackend:
             return None
         sid, agent_ref, fingerprint, owner, generation, expires, control = row
         return SessionRecord(
-            sid, agent_ref, loads(fingerprint, f"session {sid} fingerprint") or {}, owner, generation, expires, control
+            sid,
+            agent_ref,
+            loads(fingerprint, f"session {sid} fingerprint") or {},
+            owner,
+            generation,
+            expires,
+            control,
         )
 
     async def set_control(self, session_id: str, control: str | None) -> None:
@@ -274,7 +286,7 @@ class SQLiteBackend:
         """Lease owners are ``<process_id>/<holder>``: liveness is per process."""
         return f"{self.process_id}/{holder}"
 
-    async def claim(self, session_id: str, holder: str, lease_seconds: float) -> Lease:
+    async def claim(self, session_id: str, holder: str) -> Lease:
         owner = self.owner_for(holder)
 
         def body(conn: sqlite3.Connection) -> Lease:
@@ -283,28 +295,34 @@ class SQLiteBackend:
                 raise ConfigurationError(f"no session {session_id!r} in {self.path}")
             current, expires = row[3], row[5]
             now = time.time()
-            if current and current != owner and expires is not None and expires > now:
-                if self._owner_alive(current):
-                    raise SessionBusyError(
-                        f"session {session_id} is held by another live process until its lease "
-                        f"expires (in {expires - now:.0f} s); wait for it to finish or stop that process"
-                    )
-            (generation,) = conn.execute(Q["take_lease"], (owner, now + lease_seconds, session_id)).fetchone()
+            held = current and current != owner and expires is not None and expires > now
+            if held and self._owner_alive(current):
+                raise SessionBusyError(
+                    f"session {session_id} is held by another live process until its lease "
+                    f"expires (in {expires - now:.0f} s); wait for it to finish or stop that process"
+                )
+            (generation,) = conn.execute(
+                Q["take_lease"], (owner, now + self.lease_seconds, session_id)
+            ).fetchone()
             return Lease(session_id, owner, int(generation))
 
         return await self._call(self._write, body)
 
-    async def renew(self, leases: list[Lease], lease_seconds: float) -> Renewal:
+    async def renew(self, leases: list[Lease]) -> Renewal:
         prefix = f"{self.process_id}/"
         # '/' + 1 == '0': the range covers every owner string with this process's prefix.
         upper = f"{self.process_id}0"
 
         def body(conn: sqlite3.Connection) -> list[Any]:
-            return conn.execute(Q["renew_leases"], (time.time() + lease_seconds, prefix, upper)).fetchall()
+            return conn.execute(
+                Q["renew_leases"], (time.time() + self.lease_seconds, prefix, upper)
+            ).fetchall()
 
         rows = await self._call(self._write, body)
         still = {(sid, owner, int(gen)) for sid, owner, gen, _ in rows}
-        held = {lease.session_id for lease in leases if (lease.session_id, lease.owner, lease.generation) in still}
+        held = {
+            lease.session_id for lease in leases if (lease.session_id, lease.owner, lease.generation) in still
+        }
         controls = {sid: control for sid, _, _, control in rows if control}
         return Renewal(held=held, lost={lease.session_id for lease in leases} - held, controls=controls)
 
@@ -357,7 +375,8 @@ class SQLiteBackend:
         first = count - len(delta.messages) + 1
         for offset, message in enumerate(delta.messages):
             conn.execute(
-                Q["insert_message"], (state.session_id, first + offset, state.run_id, dumps(message), lease.generation)
+                Q["insert_message"],
+                (state.session_id, first + offset, state.run_id, dumps(message), lease.generation),
             )
         for entry in delta.tools:
             conn.execute(Q["upsert_tool_call"], tool_entry_values(entry, state.run_id, lease.generation, now))
@@ -368,7 +387,9 @@ class SQLiteBackend:
             (*run_row_values(fields), last_seq, lease.generation, now, state.run_id),
         )
 
-    def _insert_events(self, conn: sqlite3.Connection, lease: Lease, events: list[RunEvent], now: float) -> int:
+    def _insert_events(
+        self, conn: sqlite3.Connection, lease: Lease, events: list[RunEvent], now: float
+    ) -> int:
         last = 0
         for event in events:
             seq = int(event.cursor or 0)
@@ -432,12 +453,12 @@ class SQLiteBackend:
         if waiter is not None:
             waiter.set()
 
-    async def wait_for_events(self, run_id: str, timeout: float) -> None:
+    async def wait_for_events(self, run_id: str, max_wait: float) -> None:
         """Return when this process commits events for ``run_id``, or after ``timeout``
         (other processes' commits are seen by polling: SQLite has no notifications)."""
         waiter = self._waiters.setdefault(run_id, asyncio.Event())
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(waiter.wait(), timeout)
+            await asyncio.wait_for(waiter.wait(), max_wait)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         row = await self._call(lambda conn: conn.execute(Q["get_run"], (run_id,)).fetchone())
@@ -475,7 +496,9 @@ class SQLiteBackend:
         return await self._call(read)
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
-        rows = await self._call(lambda conn: conn.execute(Q["read_events"], (run_id, after, limit)).fetchall())
+        rows = await self._call(
+            lambda conn: conn.execute(Q["read_events"], (run_id, after, limit)).fetchall()
+        )
         return [event_from_row(row) for row in rows]
 
 
@@ -489,14 +512,19 @@ def _run_conflict(exc: sqlite3.IntegrityError, session_id: str, request_id: str 
     if "request_id" in str(exc):
         return SessionBusyError(f"session {session_id} already has a run for request_id {request_id!r}")
     return SessionBusyError(
-        f"session {session_id} already has an unfinished run: resume, cancel or finish it before submitting another"
+        f"session {session_id} already has an unfinished run: "
+        "resume, cancel or finish it before submitting another"
     )
 
 
 def _translate(exc: sqlite3.Error, path: Path) -> StorageError:
     text = str(exc)
     if "no such table" in text or "no such column" in text:
-        return SchemaError(f"{path} is missing part of the harnessx schema ({text}): run 'harnessx migrate --sqlite {path}'")
+        return SchemaError(
+            f"{path} is missing part of the harnessx schema ({text}): run 'harnessx migrate --sqlite {path}'"
+        )
     if "locked" in text or "busy" in text:
-        return StorageError(f"{path} stayed locked by another process longer than the busy timeout ({text}); retry")
+        return StorageError(
+            f"{path} stayed locked by another process longer than the busy timeout ({text}); retry"
+        )
     return StorageError(f"SQLite error on {path}: {text}")

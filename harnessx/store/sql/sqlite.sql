@@ -1,5 +1,9 @@
 -- Named queries for the SQLite store. Each starts with "-- name: <name>" and a purpose line.
 
+-- name: record_migration
+-- Remember that a migration was applied, with its checksum.
+INSERT INTO harnessx_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?);
+
 -- name: insert_session
 -- Create a session row with no lease.
 INSERT INTO sessions (id, agent_ref, fingerprint, created_at) VALUES (?, ?, ?, ?);
