@@ -8,14 +8,49 @@ import pkgutil
 import harnessx
 
 # Names from COMPATIBILITY.md's Agent, tools, results and events sections.
-PROMISED = """
-Agent AgentConfig Limits RetryPolicy LLMProvider ProviderResponse ToolCall TokenUsage StopReason
-StreamChunk ToolRegistry PermissionLevel ReplayPolicy current_tool_context TransientToolError
-RunStatus RunResult PendingTool ToolResult RunTruncated RunLimitReached RunRefused RunFailed
-RunAwaitingInput RunCancelled RunError HarnessError ConfigurationError RuntimeStateError
-ResolutionError UnknownExecutionKey StorageError SessionBusyError LeaseLostError SchemaError
-RunEvent RunEventType HookEvent HookContext RunStream ScriptedProvider
-""".split()
+PROMISED = [
+    "Agent",
+    "AgentConfig",
+    "Limits",
+    "RetryPolicy",
+    "LLMProvider",
+    "ProviderResponse",
+    "ToolCall",
+    "TokenUsage",
+    "StopReason",
+    "StreamChunk",
+    "ToolRegistry",
+    "PermissionLevel",
+    "ReplayPolicy",
+    "current_tool_context",
+    "TransientToolError",
+    "RunStatus",
+    "RunResult",
+    "PendingTool",
+    "ToolResult",
+    "RunTruncated",
+    "RunLimitReached",
+    "RunRefused",
+    "RunFailed",
+    "RunAwaitingInput",
+    "RunCancelled",
+    "RunError",
+    "HarnessError",
+    "ConfigurationError",
+    "RuntimeStateError",
+    "ResolutionError",
+    "UnknownExecutionKey",
+    "StorageError",
+    "SessionBusyError",
+    "LeaseLostError",
+    "SchemaError",
+    "RunEvent",
+    "RunEventType",
+    "HookEvent",
+    "HookContext",
+    "RunStream",
+    "ScriptedProvider",
+]
 
 
 def test_promised_names_import() -> None:

@@ -1,0 +1,82 @@
+"""Session-wide PostgreSQL for tests.
+
+``postgres_dsn`` is ``$HARNESSX_TEST_DSN`` if set, otherwise a throwaway cluster started
+once per session (see ``postgres_cluster.py``). When PostgreSQL is unavailable the tests
+that need it are skipped with the reason, or fail when ``CI=true`` or
+``HARNESSX_REQUIRE_POSTGRES=1``. ``pg_database`` gives each test its own fresh database.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+from postgres_cluster import (
+    ClusterError,
+    ThrowawayCluster,
+    dsn_with_database,
+    find_pg_bin,
+    quote_ident,
+    run_psql,
+)
+
+_db_counter = itertools.count(1)
+
+
+def postgres_required() -> bool:
+    return (
+        os.environ.get("CI", "").lower() in ("true", "1")
+        or os.environ.get("HARNESSX_REQUIRE_POSTGRES") == "1"
+    )
+
+
+def postgres_unavailable(reason: str) -> NoReturn:
+    """Fail (CI / HARNESSX_REQUIRE_POSTGRES=1) or skip, always with the reason."""
+    if postgres_required():
+        pytest.fail(f"PostgreSQL is required here but unavailable: {reason}", pytrace=False)
+    pytest.skip(f"PostgreSQL unavailable: {reason} (set HARNESSX_TEST_DSN or install postgresql)")
+
+
+@pytest.fixture(scope="session")
+def pg_bin_dir() -> Path:
+    """Directory with initdb/pg_ctl, for tests that run clusters of their own."""
+    try:
+        found = find_pg_bin()
+    except ClusterError as exc:
+        postgres_unavailable(str(exc))
+    if found is None:
+        postgres_unavailable("PostgreSQL server binaries (initdb, pg_ctl) not found; set HARNESSX_PG_BIN")
+    return found
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
+    """DSN of a server where the ``postgres`` role may create databases."""
+    configured = os.environ.get("HARNESSX_TEST_DSN")
+    if configured:
+        yield configured
+        return
+    bin_dir: Path = request.getfixturevalue("pg_bin_dir")
+    with ExitStack() as stack:
+        try:
+            cluster = stack.enter_context(ThrowawayCluster(bin_dir))
+        except (ClusterError, OSError) as exc:
+            postgres_unavailable(f"could not start a throwaway cluster from {bin_dir}: {exc}")
+        yield cluster.dsn
+
+
+@pytest.fixture
+def pg_database(postgres_dsn: str) -> Iterator[str]:
+    """DSN of a fresh, empty database (``TEMPLATE template0``), dropped after the test."""
+    name = f"hx_test_{next(_db_counter)}_{uuid.uuid4().hex[:8]}"
+    run_psql(postgres_dsn, f"CREATE DATABASE {quote_ident(name)} TEMPLATE template0")
+    try:
+        yield dsn_with_database(postgres_dsn, name)
+    finally:
+        run_psql(postgres_dsn, f"DROP DATABASE IF EXISTS {quote_ident(name)} WITH (FORCE)")
