@@ -24,7 +24,7 @@ from harnessx._state import Delta, RunState
 from harnessx._tools import PermissionManager, ToolContext, ToolRegistry, tool_context_scope
 from harnessx.providers._base import LLMProvider, ProviderResponse, call_create
 
-__all__ = ["Driver", "RunControl", "RunSettings"]
+__all__ = ["Driver", "RunControl", "RunSettings", "announce_checkpoint"]
 
 logger = logging.getLogger("harnessx.driver")
 
@@ -52,6 +52,18 @@ class RunControl:
         while not self.cancel_requested:
             await self._signal.wait()
             self._signal.clear()
+
+
+async def announce_checkpoint(hooks: Hooks, agent: Any, state: RunState) -> None:
+    """``HookEvent.CHECKPOINT`` with exactly the keys the public contract names."""
+    if hooks.has(HookEvent.CHECKPOINT):
+        data = {
+            "session_id": state.session_id,
+            "run_id": state.run_id,
+            "status": state.status.value,
+            "phase": state.phase.value,
+        }
+        await hooks.emit(HookEvent.CHECKPOINT, agent, data)
 
 
 class _Cancelled(Exception):
@@ -98,17 +110,7 @@ class Driver:
         """Commit ``delta``, apply it to ``state``, and announce the checkpoint."""
         await self.committer.commit(state, delta)
         state.apply(delta)
-        if self.settings.hooks.has(HookEvent.CHECKPOINT):
-            await self.settings.hooks.emit(
-                HookEvent.CHECKPOINT,
-                self.settings.agent,
-                {
-                    "session_id": state.session_id,
-                    "run_id": state.run_id,
-                    "status": state.status.value,
-                    "phase": state.phase.value,
-                },
-            )
+        await announce_checkpoint(self.settings.hooks, self.settings.agent, state)
 
     async def drive(self, state: RunState) -> RunResult:
         hooks, agent = self.settings.hooks, self.settings.agent

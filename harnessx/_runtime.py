@@ -19,7 +19,7 @@ from typing import Any, Literal
 from harnessx._agent import Agent
 from harnessx._committer import RunFeed, StoreCommitter
 from harnessx._config import AgentConfig
-from harnessx._driver import Driver, RunControl
+from harnessx._driver import Driver, RunControl, announce_checkpoint
 from harnessx._errors import (
     ConfigurationError,
     LeaseLostError,
@@ -217,6 +217,7 @@ class AgentRuntime:
                 await store.release(lease)
             raise
         state = await store.load_state(run_id)
+        await announce_checkpoint(self.agent.hooks, self.agent, state)
         return self._launch(lease, state, last_seq=0)
 
     def _existing_handle(self, record: RunRecord, message: str, request_id: str) -> RunHandle:
@@ -459,9 +460,13 @@ class AgentRuntime:
         active = self._active
         if active is not None and not active.task.done():
             if request == "pause":
+                # Active tools settle first; the handle's result() reports the pause.
                 active.control.request_pause()
-            else:
-                active.control.request_cancel()
+                return
+            active.control.request_cancel()
+            # Cancellation interrupts model calls and tool waits, so this is quick.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(active.task)
             return
         record = await store.latest_run(sid)
         if record is None or record.status not in _UNFINISHED:

@@ -53,7 +53,7 @@ VALUES (?, ?, ?, ?, 'running', 'prepare_model_call', ?, ?, ?, ?);
 -- Move a run to its state after a checkpoint.
 UPDATE runs
 SET status = ?, phase = ?, iteration = ?, usage = ?, output = ?, stop_reason = ?, error = ?,
-    usage_incomplete = ?, event_count = ?, generation = ?, updated_at = ?
+    usage_incomplete = ?, event_count = MAX(event_count, ?), generation = ?, updated_at = ?
 WHERE id = ?;
 
 -- name: set_event_count

@@ -1,0 +1,200 @@
+"""Agents, backends and a child-process driver shared by the durable-run tests.
+
+The tools record every invocation in a ledger file (one JSON line each), so a test can
+count what really ran, across processes and crashes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harnessx import (
+    Agent,
+    AgentConfig,
+    HookEvent,
+    ProviderResponse,
+    ScriptedProvider,
+    ScriptedRequest,
+    ToolCall,
+    current_tool_context,
+)
+
+__all__ = ["BackendTarget", "ChildRun", "ledger_lines", "make_agent", "sales_script", "spawn_child"]
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class BackendTarget:
+    """Where a test's durable state lives: a SQLite file or a PostgreSQL database."""
+
+    kind: str
+    location: str
+
+    def open(self, **kwargs: Any) -> Any:
+        if self.kind == "sqlite":
+            from harnessx import SQLiteBackend
+
+            return SQLiteBackend(self.location, **kwargs)
+        from harnessx.store import PostgresBackend
+
+        return PostgresBackend(self.location, **kwargs)
+
+
+def sales_script(tool: str, count: int = 1) -> Any:
+    """A model that calls ``tool`` ``count`` times in one reply, then reports the results."""
+
+    def reply(request: ScriptedRequest) -> ProviderResponse | str:
+        if request.turn == 0:
+            calls = [ToolCall(f"call_{i}", tool, {"region": f"R{i}"}) for i in range(count)]
+            return ProviderResponse(text="Writing the report.", tool_calls=calls)
+        contents = "; ".join(m["content"] for m in request.tool_results)
+        return f"Done: {contents}"
+
+    return reply
+
+
+def make_agent(
+    *,
+    policy: str = "manual",
+    permission: str | None = None,
+    count: int = 1,
+    ledger: str | None = None,
+    block_marker: str | None = None,
+    system_prompt: str = "You write sales reports.",
+) -> Agent:
+    """A sales agent whose ``write_report`` tool appends to ``ledger``.
+
+    With ``block_marker``, the tool's first attempt creates that file and then hangs, so
+    a test can kill the process while the tool is running.
+    """
+    agent = Agent(
+        config=AgentConfig(system_prompt=system_prompt),
+        provider=ScriptedProvider(sales_script("write_report", count)),
+    )
+
+    @agent.tools.register(replay_policy=policy, permission=permission)
+    def write_report(region: str) -> str:
+        """Write the sales report for a region.
+
+        Args:
+            region: Sales region.
+        """
+        context = current_tool_context()
+        if ledger:
+            with open(ledger, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"key": context.execution_key, "attempt": context.attempt}) + "\n")
+        if block_marker and context.attempt == 1:
+            Path(block_marker).touch()
+            time.sleep(600)
+        return f"report for {region} written"
+
+    return agent
+
+
+def ledger_lines(path: str | Path) -> list[dict[str, Any]]:
+    file = Path(path)
+    if not file.exists():
+        return []
+    return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+
+
+@dataclass
+class ChildRun:
+    process: subprocess.Popen[str]
+    session_file: Path
+
+    def wait_for(self, path: Path, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not path.exists():
+            if self.process.poll() is not None:
+                out, err = self.process.communicate()
+                raise AssertionError(f"child exited {self.process.returncode} early:\n{out}\n{err}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {path}")
+            time.sleep(0.01)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.communicate(timeout=30)  # reap it and close the pipes
+
+    def finish(self, timeout: float = 60.0) -> tuple[int, str, str]:
+        out, err = self.process.communicate(timeout=timeout)
+        return self.process.returncode, out, err
+
+    @property
+    def session_id(self) -> str:
+        return str(json.loads(self.session_file.read_text())["session_id"])
+
+
+def spawn_child(
+    target: BackendTarget,
+    workdir: Path,
+    *,
+    agent: dict[str, Any],
+    prompt: str = "Write the EMEA report.",
+    kill_at_phase: str | None = None,
+    session_id: str | None = None,
+    action: str = "run",
+) -> ChildRun:
+    """Start ``python durable_support.py`` as a real OS process driving one run."""
+    session_file = workdir / f"session-{time.monotonic_ns()}.json"
+    spec = {
+        "target": {"kind": target.kind, "location": target.location},
+        "agent": agent,
+        "prompt": prompt,
+        "kill_at_phase": kill_at_phase,
+        "session_file": str(session_file),
+        "session_id": session_id,
+        "action": action,
+    }
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / "durable_support.py"), json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    return ChildRun(process, session_file)
+
+
+async def _child_main(spec: dict[str, Any]) -> None:
+    from harnessx import AgentRuntime
+
+    target = BackendTarget(**spec["target"])
+    agent = make_agent(**spec["agent"])
+    phase = spec.get("kill_at_phase")
+    if phase:
+        # SIGKILL ourselves right after the named boundary commits.
+        def kill(context: Any) -> None:
+            if context.data["phase"] == phase:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        agent.hooks.on(HookEvent.CHECKPOINT, kill)
+    async with target.open() as backend:
+        runtime = AgentRuntime(agent, backend=backend)
+        if spec["action"] == "run":
+            session_id = await runtime.start(spec.get("session_id"))
+            Path(spec["session_file"]).write_text(json.dumps({"session_id": session_id}))
+            result = await runtime.run(spec["prompt"])
+        else:
+            handle = await runtime.resume(spec["session_id"])
+            Path(spec["session_file"]).write_text(json.dumps({"session_id": spec["session_id"]}))
+            result = await handle.result() if handle else None
+        print(json.dumps(result.to_dict() if result else None))
+        await runtime.stop()
+
+
+if __name__ == "__main__":
+    import asyncio
+
+    asyncio.run(_child_main(json.loads(sys.argv[1])))

@@ -1,0 +1,306 @@
+"""AgentRuntime on each real backend, in one process: the durable-runs page's behaviours."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from durable_support import BackendTarget, ledger_lines, make_agent
+
+from harnessx import (
+    Agent,
+    AgentConfig,
+    AgentRuntime,
+    ConfigurationError,
+    HookEvent,
+    LeaseLostError,
+    ProviderResponse,
+    RunEvent,
+    RunEventType,
+    RunStatus,
+    ScriptedProvider,
+    ScriptedRequest,
+    SessionBusyError,
+    ToolCall,
+    UnknownExecutionKey,
+)
+from harnessx._state import Delta, Phase
+
+
+async def test_run_completes_with_checkpoint_hook_on_every_boundary(
+    target: BackendTarget, tmp_path: Path
+) -> None:
+    agent = make_agent(policy="safe", ledger=str(tmp_path / "ledger"))
+    checkpoints: list[dict[str, Any]] = []
+    agent.hooks.on(HookEvent.CHECKPOINT, lambda ctx: checkpoints.append(dict(ctx.data)))
+    async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
+        result = await runtime.run("Write the report.")
+        assert result.ok and result.output == "Done: report for R0 written"
+        assert result.session_id == runtime.session_id
+        status = await runtime.status()
+        assert status["state"] == "completed" and status["run"] == result
+    assert all(set(c) == {"session_id", "run_id", "status", "phase"} for c in checkpoints)
+    phases = [c["phase"] for c in checkpoints]
+    assert phases[:2] == ["prepare_model_call", "model_call"]
+    assert {"prepare_tools", "dispatch", "raw_result", "completed_result"} <= set(phases)
+    assert checkpoints[-1] == {**checkpoints[-1], "phase": "finish", "status": "completed"}
+    assert len(ledger_lines(tmp_path / "ledger")) == 1
+
+
+async def test_request_id_deduplicates_within_a_session(target: BackendTarget) -> None:
+    async with target.open() as backend, AgentRuntime(make_agent(), backend=backend) as runtime:
+        first = await runtime.submit("Write it.", request_id="req-1")
+        await first.result()
+        again = await runtime.submit("Write it.", request_id="req-1")
+        assert again.run_id == first.run_id
+        assert (await again.result()).ok
+        with pytest.raises(ConfigurationError, match="different message"):
+            await runtime.submit("Something else.", request_id="req-1")
+        other = await runtime.submit("Write it.", request_id="req-2")
+        assert other.run_id != first.run_id
+
+
+async def test_at_most_one_unfinished_run_per_session(target: BackendTarget) -> None:
+    async with (
+        target.open() as backend,
+        AgentRuntime(make_agent(permission="ask"), backend=backend) as runtime,
+    ):
+        waiting = await runtime.run("Write it.")
+        assert waiting.needs_input
+        with pytest.raises(SessionBusyError, match="unfinished run"):
+            await runtime.submit("Another request.")
+
+
+async def test_approvals_one_decision_each_then_one_resume(target: BackendTarget, tmp_path: Path) -> None:
+    ledger = str(tmp_path / "ledger")
+    async with target.open() as backend:
+        runtime = AgentRuntime(make_agent(permission="ask", count=2, ledger=ledger), backend=backend)
+        await runtime.start()
+        result = await runtime.run("Write two reports.")
+        assert result.needs_input and [p.status for p in result.pending] == ["approval", "approval"]
+        approve_me, decline_me = result.pending
+        assert await runtime.approve(approve_me) is None
+        await runtime.decline(decline_me.execution_key)
+        with pytest.raises(UnknownExecutionKey):
+            await runtime.approve(approve_me)  # already decided
+        handle = await runtime.resume(result.session_id)
+        assert handle is not None and handle.run_id == result.run_id
+        final = await handle.result()
+        await runtime.stop()
+    assert final.ok
+    assert final.output == "Done: report for R0 written; Permission denied"
+    assert [line["key"] for line in ledger_lines(ledger)] == [approve_me.execution_key]
+
+
+async def test_approve_with_resume_continues_in_the_same_call(target: BackendTarget) -> None:
+    async with (
+        target.open() as backend,
+        AgentRuntime(make_agent(permission="ask"), backend=backend) as runtime,
+    ):
+        result = await runtime.run("Write it.")
+        handle = await runtime.approve(result.pending[0], resume=True)
+        assert handle is not None
+        assert (await handle.result()).ok
+
+
+async def test_pause_during_a_tool_stops_before_the_next_model_call(target: BackendTarget) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+    provider = ScriptedProvider(
+        [ProviderResponse(tool_calls=[ToolCall("c", "slow", {})]), "finished after the pause"]
+    )
+    agent = Agent(provider=provider)
+
+    @agent.tools.register(replay_policy="safe")
+    async def slow() -> str:
+        """Takes a while."""
+        started.set()
+        await release.wait()
+        return "slow result"
+
+    async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
+        handle = await runtime.submit("go")
+        await started.wait()
+        await runtime.pause()
+        release.set()
+        paused = await handle.result()
+        assert paused.status is RunStatus.PAUSED
+        assert len(provider.requests) == 1  # no model call after the pause
+        resumed = await runtime.resume(paused.session_id)
+        assert resumed is not None
+        done = await resumed.result()
+        assert done.ok and done.output == "finished after the pause"
+        assert provider.requests[-1].tool_results[0]["content"] == "slow result"
+
+
+async def test_cancel_then_resume_returns_none_and_status_keeps_the_result(target: BackendTarget) -> None:
+    started = asyncio.Event()
+    agent = Agent(provider=ScriptedProvider([ProviderResponse(tool_calls=[ToolCall("c", "hang", {})])]))
+
+    @agent.tools.register()
+    async def hang() -> str:
+        """Never finishes on its own."""
+        started.set()
+        await asyncio.sleep(600)
+        return "never"
+
+    async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
+        handle = await runtime.submit("go")
+        await started.wait()
+        await runtime.cancel()
+        cancelled = await handle.result()
+        assert cancelled.status is RunStatus.CANCELLED and cancelled.stop_reason == "cancelled"
+        assert await runtime.resume(cancelled.session_id) is None
+        assert (await runtime.status())["run"].status is RunStatus.CANCELLED
+
+
+async def test_cancel_a_waiting_run_from_another_runtime(target: BackendTarget) -> None:
+    async with target.open() as backend:
+        async with AgentRuntime(make_agent(permission="ask"), backend=backend) as first:
+            waiting = await first.run("go")
+        second = AgentRuntime(make_agent(permission="ask"), backend=backend)
+        assert await second.resume(waiting.session_id) is not None  # waits again at once
+        await second.cancel()
+        status = await second.status()
+        assert status["state"] == "cancelled"
+        await second.stop()
+
+
+async def test_resume_returns_none_for_completed_or_empty_sessions(target: BackendTarget) -> None:
+    async with target.open() as backend:
+        async with AgentRuntime(make_agent(), backend=backend) as runtime:
+            empty = await runtime.start()
+            assert await runtime.resume(empty) is None
+            assert (await runtime.status()) == {"session_id": empty, "state": "idle", "run": None}
+            done = await runtime.run("go")
+        fresh = AgentRuntime(make_agent(), backend=backend)
+        assert await fresh.resume(done.session_id) is None
+        assert (await fresh.status())["run"].output == done.output
+        with pytest.raises(ConfigurationError, match="no session"):
+            await fresh.resume("does-not-exist")
+        await fresh.stop()
+
+
+async def test_resume_refuses_an_incompatible_agent(target: BackendTarget) -> None:
+    async with target.open() as backend:
+        async with AgentRuntime(make_agent(permission="ask"), backend=backend) as runtime:
+            waiting = await runtime.run("go")
+        other_prompt = AgentRuntime(make_agent(system_prompt="Something else."), backend=backend)
+        with pytest.raises(ConfigurationError, match="system_prompt"):
+            await other_prompt.resume(waiting.session_id)
+        no_tool = AgentRuntime(
+            Agent(config=AgentConfig(system_prompt="You write sales reports.")), backend=backend
+        )
+        with pytest.raises(ConfigurationError, match="tool 'write_report' is not registered"):
+            await no_tool.resume(waiting.session_id)
+        other_policy = AgentRuntime(make_agent(policy="safe"), backend=backend)
+        with pytest.raises(ConfigurationError, match="replay policy"):
+            await other_policy.resume(waiting.session_id)
+        for runtime in (other_prompt, no_tool, other_policy):
+            await runtime.stop()
+
+
+async def test_events_reconnect_with_cursor_gets_exactly_the_rest(target: BackendTarget) -> None:
+    async with target.open() as backend, AgentRuntime(make_agent(), backend=backend) as runtime:
+        handle = await runtime.submit("go")
+        seen = []
+        async for event in handle.events():
+            seen.append(event)
+            if len(seen) == 3:
+                break
+        await handle.result()
+        rest = [event async for event in handle.events(after=seen[-1].cursor or "0")]
+        everything = [event async for event in handle.events(after="0")]
+    assert [e.event_id for e in seen + rest] == [e.event_id for e in everything]
+    assert [e.cursor for e in everything] == [str(i) for i in range(1, len(everything) + 1)]
+    assert everything[-2].type is RunEventType.TURN_COMPLETE
+    assert everything[-1].type is RunEventType.RUN_RESULT
+
+
+async def test_thousands_of_events_replay_across_pages(target: BackendTarget) -> None:
+    text = "x" * 3000
+    agent = Agent(provider=ScriptedProvider([text], chunk_size=1))
+    async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
+        handle = await runtime.submit("go")
+        live = [event async for event in handle.events()]
+        result = await handle.result()
+        assert result.output == text
+        fresh = AgentRuntime(Agent(provider=ScriptedProvider([text])), backend=backend)
+        replayed = [event async for event in fresh._follow(handle.run_id, "0")]
+        await fresh.stop()
+    deltas = [e for e in replayed if e.type is RunEventType.TEXT_DELTA]
+    assert "".join(e.data["text"] for e in deltas) == text
+    assert [e.cursor for e in replayed] == [str(i) for i in range(1, len(replayed) + 1)]
+    assert [e.event_id for e in replayed] == [e.event_id for e in live]
+
+
+async def test_stream_text_and_run_stream(target: BackendTarget) -> None:
+    async with target.open() as backend, AgentRuntime(make_agent(), backend=backend) as runtime:
+        text = "".join([chunk async for chunk in runtime.stream_text("go")])
+        assert text == "Writing the report.Done: report for R0 written"
+        kinds = []
+        async with runtime.run_stream("again") as stream:
+            async for event in stream:
+                kinds.append(event.type)
+            assert (await stream.result()).ok
+        # The session's second run: the script answers in text at once.
+        assert kinds == [
+            RunEventType.TEXT_DELTA,
+            RunEventType.TEXT_COMPLETE,
+            RunEventType.TURN_COMPLETE,
+            RunEventType.RUN_RESULT,
+        ]
+
+
+async def test_stale_writer_gets_lease_lost_and_writes_nothing(target: BackendTarget) -> None:
+    async with target.open(lease_seconds=0.3) as holder, target.open() as taker:
+        runtime = AgentRuntime(make_agent(), backend=holder)
+        session_id = await runtime.start()
+        result = await runtime.run("go")
+        stale = await holder.claim(session_id, "zombie")
+        await asyncio.sleep(0.5)  # the lease expires
+        fresh = await taker.claim(session_id, "rescuer")
+        assert fresh.generation == stale.generation + 1
+        state = await holder.load_state(result.run_id)
+        before = await holder.read_events(result.run_id, 0, 10_000)
+        delta = Delta(
+            Phase.FINISH, messages=[{"role": "user", "content": "zombie write"}], run={"output": "zombie"}
+        )
+        with pytest.raises(LeaseLostError):
+            await holder.commit(stale, state, delta, [])
+        zombie_event = RunEvent(
+            RunEventType.TEXT_DELTA, {"text": "z"}, session_id, result.run_id, cursor=str(len(before) + 1)
+        )
+        with pytest.raises(LeaseLostError):
+            await holder.append_events(stale, result.run_id, [zombie_event])
+        after = await taker.load_state(result.run_id)
+        assert after.output == result.output
+        assert len(after.messages) == len(state.messages)
+        assert len(await taker.read_events(result.run_id, 0, 10_000)) == len(before)
+        await taker.release(fresh)
+        await runtime.stop()
+
+
+async def test_runtime_owned_default_backend_uses_storage_dir(tmp_path: Path) -> None:
+    from harnessx import RuntimeConfig
+
+    async with AgentRuntime(
+        make_agent(), runtime_config=RuntimeConfig(storage_dir=str(tmp_path / "sessions"))
+    ) as runtime:
+        assert (await runtime.run("go")).ok
+    assert (tmp_path / "sessions" / "runtime.sqlite3").exists()
+    await runtime.stop()  # idempotent
+
+
+async def test_scripted_function_sees_tool_results(target: BackendTarget) -> None:
+    def script(request: ScriptedRequest) -> ProviderResponse | str:
+        if request.turn == 0:
+            return ProviderResponse(tool_calls=[ToolCall("a", "write_report", {"region": 5})])
+        return request.tool_results[0]["content"]
+
+    agent = make_agent()
+    agent._provider = ScriptedProvider(script)
+    async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
+        result = await runtime.run("go")
+    assert "region" in result.output and "string" in result.output  # malformed args reach the model
