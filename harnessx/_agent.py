@@ -278,7 +278,7 @@ def _as_registry(tools: ToolRegistry | Iterable[Callable[..., Any]] | None) -> T
         return tools
     registry = ToolRegistry()
     for fn in tools or ():
-        registry.register(fn)
+        registry.register()(fn)
     return registry
 
 

@@ -32,9 +32,9 @@ from harnessx._errors import (
 from harnessx._events import RunEvent, RunEventType
 from harnessx._handle import RunHandle
 from harnessx._leases import LeaseKeeper
+from harnessx._observe import follow_events
 from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
-from harnessx._runlog import parse_cursor
 from harnessx._state import Delta, RunState, ToolStatus
 from harnessx._stream import OnReset, RunStream
 from harnessx.store._protocol import Lease, RunRecord, Store
@@ -539,36 +539,15 @@ class AgentRuntime:
 
     async def _follow(self, run_id: str, after: str) -> AsyncIterator[RunEvent]:
         store = await self._ready()
-        position = parse_cursor(after)
-        result_at = -1
-        while True:
-            active = self._active if self._active is not None and self._active.run_id == run_id else None
-            feed = active.feed if active is not None else None
-            if feed is not None and feed.covers(position + 1):
-                events = feed.after(position)
-            else:
-                events = await store.read_events(run_id, position)
-            for event in events:
-                position = int(event.cursor or position)
-                yield event
-                if event.type is RunEventType.RUN_RESULT:
-                    result_at = position
-            if result_at == position and await self._execution_over(run_id, position):
-                return
-            if events:
-                continue
-            if feed is not None and not feed.closed:
-                await feed.wait(self.config.poll_interval * 10)
-            else:
-                await store.wait_for_events(run_id, self.config.poll_interval)
 
-    async def _execution_over(self, run_id: str, seq: int) -> bool:
-        """A ``run_result`` ends an execution unless the run has moved on since."""
-        active = self._active
-        if active is not None and active.run_id == run_id and not active.feed.closed:
-            return False
-        record = await self._backend.get_run(run_id)
-        return record is None or (record.event_count <= seq and record.status != "running")
+        def local_feed() -> RunFeed | None:
+            active = self._active
+            return active.feed if active is not None and active.run_id == run_id else None
+
+        async for event in follow_events(
+            store, run_id, after, poll_interval=self.config.poll_interval, local_feed=local_feed
+        ):
+            yield event
 
     async def _await_result(self, run_id: str, start_seq: int) -> RunResult:
         last: RunResult | None = None

@@ -192,7 +192,6 @@ class ToolRegistry:
 
     def register(
         self,
-        fn: F | None = None,
         *,
         name: str | None = None,
         description: str | None = None,
@@ -202,7 +201,7 @@ class ToolRegistry:
         timeout_seconds: float | None = None,
         retry: RetryPolicy | None = None,
         replace: bool = False,
-    ) -> Any:
+    ) -> Callable[[F], F]:
         """Decorator: register a sync or async function as a tool.
 
         The input schema comes from the type hints, the description from the docstring's
@@ -227,7 +226,7 @@ class ToolRegistry:
             )
             return handler
 
-        return decorate(fn) if fn is not None else decorate
+        return decorate
 
     def register_with_schema(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harnessx.store._protocol import Lease, Renewal, RunRecord, SessionRecord, Store
+from harnessx.store._protocol import Lease, Renewal, RunRecord, SessionRecord, SessionSummary, Store
 from harnessx.store._sqlite import SQLiteBackend
 
-__all__ = ["Lease", "Renewal", "RunRecord", "SQLiteBackend", "SessionRecord", "Store"]
+__all__ = ["Lease", "Renewal", "RunRecord", "SQLiteBackend", "SessionRecord", "SessionSummary", "Store"]

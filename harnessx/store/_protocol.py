@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from harnessx._events import RunEvent
 from harnessx._state import Delta, RunState
 
-__all__ = ["Lease", "Renewal", "RunRecord", "SessionRecord", "Store"]
+__all__ = ["Lease", "Renewal", "RunRecord", "SessionRecord", "SessionSummary", "Store"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,18 @@ class RunRecord:
 
 
 @dataclass
+class SessionSummary:
+    """A session and its latest run, for listings."""
+
+    session_id: str
+    agent_ref: str | None
+    created_at: float
+    run_id: str | None
+    run_status: str | None
+    updated_at: float | None
+
+
+@dataclass
 class Renewal:
     """The outcome of one heartbeat: which leases still hold, and pending control requests."""
 
@@ -69,6 +81,10 @@ class Store(Protocol):
     dialect: str
 
     async def initialize(self) -> None: ...
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
 
     async def aclose(self) -> None: ...
 
@@ -107,6 +123,8 @@ class Store(Protocol):
     async def get_run(self, run_id: str) -> RunRecord | None: ...
 
     async def load_state(self, run_id: str) -> RunState: ...
+
+    async def recent_sessions(self, limit: int) -> list[SessionSummary]: ...
 
     async def commit(
         self, lease: Lease, state: RunState, delta: Delta, provisional: list[RunEvent]

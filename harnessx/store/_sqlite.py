@@ -40,7 +40,7 @@ from harnessx.store._codec import (
     tool_entry_values,
 )
 from harnessx.store._migrations import check_applied, pending
-from harnessx.store._protocol import Lease, Renewal, RunRecord, SessionRecord
+from harnessx.store._protocol import Lease, Renewal, RunRecord, SessionRecord, SessionSummary
 from harnessx.store._queries import load_queries
 
 __all__ = ["SQLiteBackend"]
@@ -494,6 +494,10 @@ class SQLiteBackend:
                 conn.execute("COMMIT")
 
         return await self._call(read)
+
+    async def recent_sessions(self, limit: int) -> list[SessionSummary]:
+        rows = await self._call(lambda conn: conn.execute(Q["recent_sessions"], (limit,)).fetchall())
+        return [SessionSummary(*row) for row in rows]
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
         rows = await self._call(

@@ -97,6 +97,15 @@ SELECT id, session_id, request_id, request_message, status, phase, event_count, 
        output, stop_reason, error, usage_incomplete, history_length
 FROM runs WHERE session_id = ? ORDER BY created_at DESC, rowid DESC LIMIT 1;
 
+-- name: recent_sessions
+-- The newest sessions with their latest run, for `harnessx status`.
+SELECT s.id, s.agent_ref, s.created_at, r.id, r.status, r.updated_at
+FROM sessions s
+LEFT JOIN runs r ON r.id = (
+    SELECT id FROM runs WHERE session_id = s.id ORDER BY created_at DESC, rowid DESC LIMIT 1
+)
+ORDER BY s.created_at DESC LIMIT ?;
+
 -- name: session_messages
 -- A session's whole conversation, in order (read only when a run is loaded).
 SELECT body FROM messages WHERE session_id = ? ORDER BY seq;

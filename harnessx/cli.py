@@ -1,0 +1,311 @@
+"""The ``harnessx`` command: the crash demo, and inspecting or driving sessions from a shell.
+
+Every command is a thin layer over the library; backends are chosen with ``--sqlite PATH``
+(the default) or ``--dsn DSN`` (``HARNESSX_DSN``) plus ``--schema``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from harnessx._agent import Agent
+from harnessx._demo import DEMO_AGENT, DEMO_PROMPT, invocation_count, kill_after, registry
+from harnessx._errors import HarnessError
+from harnessx._hooks import HookEvent
+from harnessx._observe import follow_events
+from harnessx._registry import AgentRef, AgentRegistry, agents
+from harnessx._results import RunResult
+from harnessx._runtime import AgentRuntime
+from harnessx.store._protocol import Store
+from harnessx.store._sqlite import SQLiteBackend
+
+__all__ = ["main"]
+
+T = TypeVar("T")
+DEFAULT_SQLITE = ".agent_sessions/runtime.sqlite3"
+
+
+def _run(work: Awaitable[T]) -> T:
+    try:
+        return asyncio.run(work)  # type: ignore[arg-type]
+    except HarnessError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def backend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option(
+        "--schema",
+        envvar="HARNESSX_SCHEMA",
+        default="harness_x",
+        show_default=True,
+        help="PostgreSQL schema.",
+    )(fn)
+    fn = click.option("--dsn", envvar="HARNESSX_DSN", help="PostgreSQL DSN (env HARNESSX_DSN).")(fn)
+    fn = click.option(
+        "--sqlite",
+        "sqlite_path",
+        envvar="HARNESSX_SQLITE",
+        default=DEFAULT_SQLITE,
+        show_default=True,
+        help="SQLite database file (env HARNESSX_SQLITE); ignored when --dsn is given.",
+    )(fn)
+    return fn
+
+
+def open_backend(sqlite_path: str, dsn: str | None, schema: str, *, auto_migrate: bool = True) -> Store:
+    if dsn:
+        from harnessx.store import PostgresBackend
+
+        backend: Store = PostgresBackend(dsn, schema=schema, auto_migrate=auto_migrate)
+        return backend
+    return SQLiteBackend(sqlite_path, auto_migrate=auto_migrate)
+
+
+@click.group()
+@click.version_option(package_name="harnessx")
+def main() -> None:
+    """harnessx: durable LLM-agent runs."""
+
+
+# ------------------------------------------------------------------------ demo
+
+
+@main.command()
+@click.option("--backend", type=click.Choice(["sqlite", "postgres"]), default="sqlite", show_default=True)
+@click.option("--dsn", envvar="HARNESSX_DSN", help="PostgreSQL DSN, with --backend postgres.")
+@click.option("--schema", default="harnessx_demo", show_default=True, help="PostgreSQL schema for the demo.")
+@click.option(
+    "--dir", "workdir", default=".agent_sessions/demo", show_default=True, type=click.Path(file_okay=False)
+)
+def demo(backend: str, dsn: str | None, schema: str, workdir: str) -> None:
+    """Crash a run right after its tool's result commits, then resume it in a fresh process."""
+    if backend == "postgres" and not dsn:
+        raise click.UsageError("--backend postgres needs --dsn (or HARNESSX_DSN)")
+    folder = Path(workdir)
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    store_args = ["--dsn", dsn, "--schema", schema] if dsn and backend == "postgres" else []
+    store_args += ["--sqlite", str(folder / "runtime.sqlite3")]
+    session_file = folder / "session.json"
+    env = {**os.environ, "HARNESSX_DEMO_DIR": str(folder)}
+    where = "PostgreSQL" if store_args[0] == "--dsn" else f"SQLite ({folder / 'runtime.sqlite3'})"
+
+    click.echo(f"1. A sales agent starts a durable run on {where}.")
+    click.echo("   Its process will be killed with SIGKILL right after the tool's raw result commits.")
+    first = _step(["_demo-drive", "--session-file", str(session_file), *store_args], env)
+    if first.returncode != -9:
+        raise click.ClickException(
+            f"the driving process was expected to die by SIGKILL; it exited {first.returncode}"
+        )
+    session_id = json.loads(session_file.read_text())["session_id"]
+    click.echo(f"   Process killed (exit -9). Tool invocations so far: {invocation_count(folder)}")
+    click.echo(f"   Session id saved to {session_file}: {session_id}")
+
+    click.echo("2. A fresh process resumes the saved session.")
+    second = _step(["_demo-resume", "--session-file", str(session_file), *store_args], env)
+    if second.returncode != 0:
+        raise click.ClickException(f"resuming failed (exit {second.returncode})")
+    result = RunResult.from_dict(json.loads(second.stdout.strip().splitlines()[-1]))
+    count = invocation_count(folder)
+    report = next((folder / "reports").glob("*.md"), None)
+    click.echo("")
+    click.echo(f"Run:              {result.run_id} ({result.status.value})")
+    click.echo(f"Report:           {report.resolve() if report else 'missing'}")
+    click.echo(f"Answer:           {result.output}")
+    click.echo(f"Tool invocations: {count}")
+    if not result.ok or count != 1 or report is None:
+        raise click.ClickException(
+            "the walkthrough did not hold: expected a completed run and exactly 1 invocation"
+        )
+
+
+def _step(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "harnessx.cli", *args]
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    for line in completed.stderr.splitlines():
+        click.echo(f"   | {line}", err=True)
+    return completed
+
+
+@main.command("_demo-drive", hidden=True)
+@click.option("--session-file", required=True, type=click.Path(dir_okay=False))
+@backend_options
+def demo_drive(session_file: str, sqlite_path: str, dsn: str | None, schema: str) -> None:
+    async def drive() -> None:
+        async with open_backend(sqlite_path, dsn, schema) as backend:
+            runtime = AgentRuntime(DEMO_AGENT, backend=backend, registry=registry)
+            runtime.agent.hooks.on(HookEvent.CHECKPOINT, kill_after("raw_result"))
+            session_id = await runtime.start()
+            await asyncio.to_thread(Path(session_file).write_text, json.dumps({"session_id": session_id}))
+            await runtime.run(DEMO_PROMPT, request_id="q3-emea-report")
+            await runtime.stop()
+
+    _run(drive())
+
+
+@main.command("_demo-resume", hidden=True)
+@click.option("--session-file", required=True, type=click.Path(dir_okay=False, exists=True))
+@backend_options
+def demo_resume(session_file: str, sqlite_path: str, dsn: str | None, schema: str) -> None:
+    async def resume() -> RunResult:
+        saved = json.loads(await asyncio.to_thread(Path(session_file).read_text))
+        async with open_backend(sqlite_path, dsn, schema) as backend:
+            runtime = AgentRuntime(DEMO_AGENT, backend=backend, registry=registry)
+            try:
+                handle = await runtime.resume(saved["session_id"])
+                if handle is None:
+                    raise click.ClickException("no run to resume")
+                return await handle.result()
+            finally:
+                await runtime.aclose()
+
+    click.echo(json.dumps(_run(resume()).to_dict()))
+
+
+# ---------------------------------------------------------------- inspection
+
+
+@main.command()
+@click.argument("session_id", required=False)
+@click.option("--limit", default=20, show_default=True, help="Sessions to list without SESSION_ID.")
+@backend_options
+def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None, schema: str) -> None:
+    """List recent sessions, or show one session's latest run."""
+
+    async def show() -> None:
+        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
+            if session_id is None:
+                rows = await backend.recent_sessions(limit)
+                if not rows:
+                    click.echo("no sessions")
+                for row in rows:
+                    click.echo(f"{row.session_id}  {row.run_status or 'idle':<15} {row.agent_ref or '-'}")
+                return
+            session = await backend.get_session(session_id)
+            if session is None:
+                raise click.ClickException(f"no session {session_id!r}")
+            record = await backend.latest_run(session_id)
+            click.echo(
+                f"session {session_id}  agent {session.agent_ref or '-'}  generation {session.generation}"
+            )
+            if record is None:
+                click.echo("no runs")
+                return
+            result = (await backend.load_state(record.id)).result()
+            click.echo(json.dumps(result.to_dict(), indent=2))
+
+    _run(show())
+
+
+@main.command()
+@click.argument("run_id")
+@click.option("--after", default="0", show_default=True, help="Cursor to continue behind.")
+@click.option("--follow", is_flag=True, help="Keep following live events until the execution ends.")
+@backend_options
+def events(run_id: str, after: str, follow: bool, sqlite_path: str, dsn: str | None, schema: str) -> None:
+    """Print a run's stored events as JSON lines."""
+
+    async def dump() -> None:
+        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
+            if await backend.get_run(run_id) is None:
+                raise click.ClickException(f"no run {run_id!r}")
+            if follow:
+                async for event in follow_events(backend, run_id, after, poll_interval=0.2):
+                    click.echo(json.dumps(event.to_dict()))
+                return
+            position = int(after)
+            while page := await backend.read_events(run_id, position):
+                for event in page:
+                    click.echo(json.dumps(event.to_dict()))
+                position = int(page[-1].cursor or position)
+
+    _run(dump())
+
+
+@main.command()
+@click.argument("session_id")
+@click.option(
+    "--agent",
+    "agent_path",
+    help="module:attribute naming an Agent, a factory returning one, or an AgentRegistry. "
+    "Default: the session's recorded agent reference in the built-in registries.",
+)
+@backend_options
+def resume(session_id: str, agent_path: str | None, sqlite_path: str, dsn: str | None, schema: str) -> None:
+    """Resume a session's latest run and print its result as JSON."""
+
+    async def go() -> RunResult | None:
+        async with open_backend(sqlite_path, dsn, schema) as backend:
+            session = await backend.get_session(session_id)
+            if session is None:
+                raise click.ClickException(f"no session {session_id!r}")
+            runtime = _runtime_for(agent_path, session.agent_ref, backend)
+            try:
+                handle = await runtime.resume(session_id)
+                return await handle.result() if handle else None
+            finally:
+                await runtime.aclose()
+
+    result = _run(go())
+    click.echo(json.dumps(result.to_dict() if result else None, indent=2))
+    if result is None:
+        click.echo(
+            "nothing to resume: the session has no run, or its latest run is completed or cancelled", err=True
+        )
+
+
+@main.command()
+@backend_options
+def migrate(sqlite_path: str, dsn: str | None, schema: str) -> None:
+    """Create or upgrade the harnessx schema."""
+
+    async def go() -> None:
+        async with open_backend(sqlite_path, dsn, schema, auto_migrate=True) as backend:
+            await backend.migrate()
+
+    _run(go())
+    click.echo("schema is up to date")
+
+
+def _runtime_for(agent_path: str | None, agent_ref: str | None, backend: Store) -> AgentRuntime:
+    target: Any = _import(agent_path) if agent_path else None
+    if target is None or isinstance(target, AgentRegistry):
+        if agent_ref is None:
+            raise click.ClickException(
+                "this session was started with an Agent instance: pass --agent module:factory"
+            )
+        ref = AgentRef.parse(agent_ref)
+        for candidate in [target] if target is not None else [registry, agents]:
+            if ref in candidate:
+                return AgentRuntime(ref, backend=backend, registry=candidate)
+        raise click.ClickException(f"agent {ref} is not registered; pass --agent module:registry")
+    agent = target if isinstance(target, Agent) else target()
+    if not isinstance(agent, Agent):
+        raise click.ClickException(f"{agent_path} did not give an Agent")
+    return AgentRuntime(agent, backend=backend)
+
+
+def _import(path: str) -> Any:
+    module_name, _, attribute = path.partition(":")
+    if not attribute:
+        raise click.UsageError(f"--agent expects module:attribute, got {path!r}")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise click.UsageError(f"cannot load {path}: {exc}") from exc
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""SQLiteBackend specifics: schema checks, durability settings, liveness locks, bad rows."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+from durable_support import make_agent
+
+from harnessx import (
+    AgentRuntime,
+    ConfigurationError,
+    SchemaError,
+    SQLiteBackend,
+    StorageError,
+)
+from harnessx.store._migrations import load_migrations
+
+
+def raw(path: Path, sql: str, *params: object) -> list[tuple[object, ...]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+async def test_fresh_database_is_migrated_in_wal_with_full_sync(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    async with SQLiteBackend(path) as backend:
+        mode = await backend._call(lambda conn: conn.execute("PRAGMA journal_mode").fetchone()[0])
+        sync = await backend._call(lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0])
+        thread = await backend._call(lambda conn: threading.current_thread().name)
+    assert mode == "wal" and sync == 2  # 2 = FULL
+    assert thread.startswith("harnessx-sqlite") and thread != threading.current_thread().name
+    versions = raw(path, "SELECT version FROM harnessx_migrations")
+    assert versions == [(m.version,) for m in load_migrations("sqlite")]
+
+
+async def test_schema_checks_say_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    with pytest.raises(SchemaError, match=r"no harnessx schema: run 'harnessx migrate --sqlite"):
+        await SQLiteBackend.connect(path, auto_migrate=False)
+
+    await (await SQLiteBackend.connect(path)).aclose()
+    await (await SQLiteBackend.connect(path, auto_migrate=False)).aclose()  # up to date: fine
+
+    raw(path, "INSERT INTO harnessx_migrations VALUES (99, 'future', 'x', 0)")
+    with pytest.raises(SchemaError, match="version 99, newer than this harnessx knows"):
+        await SQLiteBackend.connect(path)
+    raw(path, "DELETE FROM harnessx_migrations WHERE version = 99")
+
+    raw(path, "UPDATE harnessx_migrations SET checksum = 'tampered' WHERE version = 1")
+    with pytest.raises(SchemaError, match="altered after it was applied"):
+        await SQLiteBackend.connect(path, auto_migrate=False)
+
+
+async def test_bad_paths_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="needs a file path"):
+        SQLiteBackend(":memory:")
+    not_a_db = tmp_path / "notes.txt"
+    not_a_db.write_text("hello, this is not a database" * 100)
+    with pytest.raises(StorageError, match="harnessx database"):
+        await SQLiteBackend.connect(not_a_db)
+
+
+async def test_liveness_lock_lives_with_the_backend(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    backend = await SQLiteBackend.connect(path)
+    lock = backend.owners_dir / f"{backend.process_id}.lock"
+    assert lock.exists()
+    other = await SQLiteBackend.connect(path)
+    assert await other.process_alive(backend.owner_for("x"))
+    await backend.aclose()
+    assert not lock.exists()
+    assert not await other.process_alive(backend.owner_for("x"))
+    await other.aclose()
+
+
+async def test_renew_reports_lost_leases_in_one_call(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    async with SQLiteBackend(path, lease_seconds=0.2) as mine, SQLiteBackend(path) as theirs:
+        await mine.create_session("a", None, {})
+        await mine.create_session("b", None, {})
+        lease_a = await mine.claim("a", "h")
+        lease_b = await mine.claim("b", "h")
+        raw(path, "UPDATE sessions SET lease_expires_at = 0 WHERE id = 'b'")
+        await theirs.claim("b", "thief")
+        renewal = await mine.renew([lease_a, lease_b])
+        assert renewal.held == {"a"} and renewal.lost == {"b"}
+
+
+async def test_a_corrupt_row_is_reported_and_nothing_else_is_lost(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    async with SQLiteBackend(path) as backend:
+        async with AgentRuntime(make_agent(permission="ask"), backend=backend) as runtime:
+            waiting = await runtime.run("go")
+    raw(path, "UPDATE tool_calls SET call = '{not json' WHERE run_id = ?", waiting.run_id)
+    async with SQLiteBackend(path) as backend:
+        runtime = AgentRuntime(make_agent(permission="ask"), backend=backend)
+        with pytest.raises(StorageError, match=r"corrupt tool call .* restore it from a backup"):
+            await runtime.resume(waiting.session_id)
+        await runtime.stop()
+    # The rest of the session is untouched.
+    assert raw(path, "SELECT status FROM runs WHERE id = ?", waiting.run_id) == [("awaiting_input",)]
