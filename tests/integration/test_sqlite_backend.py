@@ -91,9 +91,11 @@ async def test_renew_reports_lost_leases_in_one_call(tmp_path: Path) -> None:
 
 async def test_a_corrupt_row_is_reported_and_nothing_else_is_lost(tmp_path: Path) -> None:
     path = tmp_path / "db.sqlite3"
-    async with SQLiteBackend(path) as backend:
-        async with AgentRuntime(make_agent(permission="ask"), backend=backend) as runtime:
-            waiting = await runtime.run("go")
+    async with (
+        SQLiteBackend(path) as backend,
+        AgentRuntime(make_agent(permission="ask"), backend=backend) as runtime,
+    ):
+        waiting = await runtime.run("go")
     raw(path, "UPDATE tool_calls SET call = '{not json' WHERE run_id = ?", waiting.run_id)
     async with SQLiteBackend(path) as backend:
         runtime = AgentRuntime(make_agent(permission="ask"), backend=backend)
