@@ -1,0 +1,62 @@
+"""The README's code and the examples run as written, as separate processes."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.process
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_python(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def readme_blocks() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+@pytest.mark.parametrize("index", range(len(readme_blocks())))
+def test_readme_python_blocks_run(index: int, tmp_path: Path) -> None:
+    script = tmp_path / "block.py"
+    script.write_text(readme_blocks()[index])
+    done = run_python([str(script)], tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
+def test_first_agent_example(tmp_path: Path) -> None:
+    done = run_python([str(ROOT / "examples/first_agent.py")], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["completed - It is sunny in Oslo.", "Tomorrow looks sunny too."]
+
+
+def test_durable_local_example(tmp_path: Path) -> None:
+    done = run_python([str(ROOT / "examples/durable_local.py")], tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("approval ") and lines[0].endswith(" send_invoice")
+    assert lines[1] == "Answer: The invoice is sent."
+
+
+def test_seed_walkthrough_on_postgres_across_a_sigkill(pg_database: str, tmp_path: Path) -> None:
+    script = str(ROOT / "examples/postgres_walkthrough.py")
+    first = run_python([script, "start", pg_database, "session.json", "--crash-after-tool"], tmp_path)
+    assert first.returncode == -9, first.stderr
+    assert (tmp_path / "report.md").exists()
+    second = run_python([script, "resume", pg_database, "session.json"], tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.startswith("Resuming run:")
+    result = json.loads(second.stdout.splitlines()[-1])
+    assert result["status"] == "completed"
+    assert result["output"] == f"The report is ready: {(tmp_path / 'report.md').resolve()}"
+    assert (tmp_path / "invocations.txt").read_text().splitlines() == ["write_report"]
+    again = run_python([script, "resume", pg_database, "session.json"], tmp_path)
+    assert again.stdout.strip() == "No run was resumed."
