@@ -174,7 +174,9 @@ class ThrowawayCluster:
             dsn = pg.create_database("t1")
     """
 
-    def __init__(self, bin_dir: Path | None = None, *, start_timeout: float = 60.0) -> None:
+    def __init__(
+        self, bin_dir: Path | None = None, *, start_timeout: float = 60.0, durable: bool = False
+    ) -> None:
         found = bin_dir if bin_dir is not None else find_pg_bin()
         if found is None:
             raise ClusterError(
@@ -183,6 +185,8 @@ class ThrowawayCluster:
             )
         self.bin_dir: Path = found
         self.start_timeout = start_timeout
+        # Tests skip fsync for speed; benchmarks keep the server's durable defaults.
+        self.durable = durable
         self.port: int = 0
         self._root: Path | None = None
         self._as_root = os.geteuid() == 0
@@ -283,7 +287,7 @@ class ThrowawayCluster:
     def _server_options(self) -> str:
         return (
             f"-p {self.port} -k {shlex.quote(str(self.socket_dir))} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c max_connections=200"
+            f"{'' if self.durable else '-c fsync=off '}-c max_connections=200"
         )
 
     def start(self) -> None:

@@ -1,0 +1,251 @@
+"""Checkpoint cost, next to the floor measured in the same run on the same store.
+
+    python bench/checkpoint.py                       # SQLite, and PostgreSQL if available
+    python bench/checkpoint.py --dsn postgresql://…  # an existing PostgreSQL server
+    python bench/checkpoint.py --backends sqlite
+
+For each backend it reports:
+
+- floor: SQLite, a single-row commit (``BEGIN IMMEDIATE; UPDATE …; COMMIT``) on the
+  backend's own thread; PostgreSQL, a bare fenced single-row ``UPDATE`` through the pool;
+- checkpoint: one boundary commit as the runtime makes it (a tool entry moved plus one
+  event, fenced), and its ratio to the floor;
+- run: a whole run with one tool call and an answer (about eight boundaries);
+- late/early: the checkpoint cost of turns 191-200 of a long session over turns 1-10.
+
+Without ``--dsn`` a throwaway PostgreSQL cluster is started with its durable defaults
+(fsync on), using ``tests/postgres_cluster.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from harnessx import Agent, AgentRuntime, ProviderResponse, ScriptedProvider, SQLiteBackend, ToolCall
+from harnessx._events import RunEvent, RunEventType
+from harnessx._results import ToolResult
+from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus
+from harnessx.store._protocol import Lease, Store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def timed(work: Callable[[], Awaitable[Any]], repeat: int) -> list[float]:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        await work()
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def median(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+async def floor_sqlite(backend: SQLiteBackend, repeat: int) -> list[float]:
+    def setup(conn: Any) -> None:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_floor (id INTEGER PRIMARY KEY, v INTEGER)")
+        conn.execute("INSERT OR IGNORE INTO bench_floor VALUES (1, 0)")
+
+    await backend._call(setup)
+
+    def one(conn: Any) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE bench_floor SET v = v + 1 WHERE id = 1")
+        conn.execute("COMMIT")
+
+    return await timed(lambda: backend._call(one), repeat)
+
+
+async def floor_postgres(backend: Any, lease: Lease, repeat: int) -> list[float]:
+    sql = (
+        "UPDATE sessions SET message_count = message_count WHERE id = $1 AND lease_owner = $2 "
+        "AND generation = $3 AND lease_expires_at > now()"
+    )
+
+    async def one() -> None:
+        async with backend._pool.acquire() as conn:
+            await conn.execute(sql, lease.session_id, lease.owner, lease.generation)
+
+    return await timed(one, repeat)
+
+
+async def checkpoints(
+    store: Store, lease: Lease, state: RunState, first_seq: int, repeat: int
+) -> list[float]:
+    """A boundary like a tool's raw result: one tool entry moves, one event is appended."""
+    seq = first_seq
+    entry = ToolEntry(
+        execution_key=f"{state.run_id}:0:bench",
+        iteration=0,
+        index=0,
+        call=ToolCall("bench", "write_report", {"region": "EMEA"}),
+        policy="manual",
+        status=ToolStatus.STARTED,
+        attempt=1,
+    )
+
+    async def one() -> None:
+        nonlocal seq, entry
+        seq += 1
+        entry = entry.moved(status=ToolStatus.RAW_COMPLETED, raw_result=ToolResult("bench", "ok " * 20))
+        event = RunEvent(
+            RunEventType.TOOL_CALL_COMPLETE,
+            {"execution_key": entry.execution_key},
+            state.session_id,
+            state.run_id,
+        )
+        event.cursor = str(seq)
+        await store.commit(lease, state, Delta(Phase.RAW_RESULT, tools=[entry], events=[event]), [])
+
+    return await timed(one, repeat)
+
+
+def bench_agent() -> Agent:
+    def script(request: Any) -> ProviderResponse | str:
+        if request.last_message.get("role") == "user":
+            return ProviderResponse(
+                text="Writing.", tool_calls=[ToolCall("c", "write_report", {"region": "EMEA"})]
+            )
+        return "Report written."
+
+    agent = Agent(provider=ScriptedProvider(script, chunk_size=64))
+
+    @agent.tools.register()
+    def write_report(region: str) -> str:
+        """Write a report.
+
+        Args:
+            region: Region.
+        """
+        return f"report for {region}"
+
+    return agent
+
+
+class CheckpointTimer:
+    """Times each commit the runtime makes, by wrapping the store's ``commit``."""
+
+    def __init__(self, store: Any) -> None:
+        self.samples: list[float] = []
+        self._commit = store.commit
+
+        async def timed_commit(*args: Any) -> None:
+            start = time.perf_counter()
+            await self._commit(*args)
+            self.samples.append((time.perf_counter() - start) * 1000)
+
+        store.commit = timed_commit
+
+
+async def measure(
+    store: Store, label: str, floor: Callable[[Lease], Awaitable[list[float]]], args: Any
+) -> dict[str, Any]:
+    runtime = AgentRuntime(bench_agent(), backend=store)
+    session_id = await runtime.start()
+    await runtime.run("warm up")
+    run = await store.latest_run(session_id)
+    assert run is not None
+    state = await store.load_state(run.id)
+    await runtime.stop()
+
+    lease = await store.claim(session_id, "bench")
+    floor_ms = await floor(lease)
+    checkpoint_ms = await checkpoints(store, lease, state, run.event_count, args.repeat)
+    await store.release(lease)
+
+    run_ms: list[float] = []
+    async with AgentRuntime(bench_agent(), backend=store) as per_run:
+        for _ in range(args.runs):
+            await per_run.start()
+            run_ms += await timed(lambda: per_run.run("Write the EMEA report."), 1)
+
+    timer = CheckpointTimer(store)
+    per_turn: list[float] = []
+    async with AgentRuntime(bench_agent(), backend=store) as long_session:
+        for _ in range(args.turns):
+            before = len(timer.samples)
+            await long_session.run("Write the EMEA report.")
+            per_turn.append(statistics.mean(timer.samples[before:]))
+    early = statistics.mean(per_turn[:10])
+    late = statistics.mean(per_turn[-10:])
+    return {
+        "backend": label,
+        "floor": median(floor_ms),
+        "checkpoint": median(checkpoint_ms),
+        "run": median(run_ms),
+        "early": early,
+        "late": late,
+    }
+
+
+def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print(f"checkpoints: {args.repeat} per backend; runs: {args.runs}; long session: {args.turns} turns")
+    print()
+    print(
+        "| backend | floor (ms) | checkpoint (ms) | checkpoint / floor | checkpoint - floor (ms) "
+        "| run with 1 tool call (ms) | late/early turn |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['backend']} | {row['floor']:.3f} | {row['checkpoint']:.3f} | "
+            f"{row['checkpoint'] / row['floor']:.2f}x | {row['checkpoint'] - row['floor']:.3f} | "
+            f"{row['run']:.2f} | {row['late'] / row['early']:.2f} ({row['early']:.3f} -> {row['late']:.3f} ms) |"
+        )
+
+
+async def main(args: argparse.Namespace) -> None:
+    rows = []
+    with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
+        if "sqlite" in args.backends:
+            async with SQLiteBackend(Path(folder) / "bench.sqlite3") as sqlite:
+                rows.append(
+                    await measure(
+                        sqlite,
+                        "SQLite (WAL, synchronous=FULL)",
+                        lambda lease: floor_sqlite(sqlite, args.repeat),
+                        args,
+                    )
+                )
+        if "postgres" in args.backends:
+            dsn = args.dsn
+            label = "PostgreSQL (given DSN)"
+            if dsn is None:
+                sys.path.insert(0, str(ROOT / "tests"))
+                from postgres_cluster import ThrowawayCluster
+
+                cluster = stack.enter_context(ThrowawayCluster(durable=True))
+                dsn = cluster.dsn
+                label = "PostgreSQL 15 (loopback, fsync on)"
+            from harnessx.store import PostgresBackend
+
+            async with PostgresBackend(dsn, schema="harnessx_bench") as postgres:
+                rows.append(
+                    await measure(
+                        postgres, label, lambda lease: floor_postgres(postgres, lease, args.repeat), args
+                    )
+                )
+    print_table(rows, args)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dsn", help="PostgreSQL DSN (default: a throwaway cluster)")
+    parser.add_argument("--backends", default="sqlite,postgres", type=lambda s: s.split(","))
+    parser.add_argument("--repeat", type=int, default=2000, help="checkpoints and floor commits to time")
+    parser.add_argument("--runs", type=int, default=100, help="whole runs to time")
+    parser.add_argument("--turns", type=int, default=200, help="turns of the long session")
+    asyncio.run(main(parser.parse_args()))
