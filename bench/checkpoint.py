@@ -201,7 +201,8 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         print(
             f"| {row['backend']} | {row['floor']:.3f} | {row['checkpoint']:.3f} | "
             f"{row['checkpoint'] / row['floor']:.2f}x | {row['checkpoint'] - row['floor']:.3f} | "
-            f"{row['run']:.2f} | {row['late'] / row['early']:.2f} ({row['early']:.3f} -> {row['late']:.3f} ms) |"
+            f"{row['run']:.2f} | {row['late'] / row['early']:.2f} "
+            f"({row['early']:.3f} -> {row['late']:.3f} ms) |"
         )
 
 
