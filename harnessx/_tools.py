@@ -208,6 +208,10 @@ class ToolRegistry:
         summary, and argument descriptions from its ``Args:`` section.
         """
 
+        # Settings are checked now, at the decorator call, not at decoration time.
+        policy = _policy(replay_policy)
+        level = PermissionLevel(permission) if permission is not None else None
+
         def decorate(handler: F) -> F:
             summary, schema = function_schema(handler)
             self._add(
@@ -216,9 +220,9 @@ class ToolRegistry:
                     description=description if description is not None else summary,
                     input_schema=schema,
                     handler=handler,
-                    permission=PermissionLevel(permission) if permission is not None else None,
+                    permission=level,
                     concurrent=concurrent,
-                    replay_policy=_policy(replay_policy),
+                    replay_policy=policy,
                     timeout_seconds=timeout_seconds,
                     retry=retry,
                 ),
