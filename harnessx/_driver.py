@@ -37,11 +37,17 @@ class RunControl:
     def __init__(self) -> None:
         self.pause_requested = False
         self.cancel_requested = False
+        self.handoff_requested = False
         self._signal = asyncio.Event()
 
     def request_pause(self) -> None:
         self.pause_requested = True
         self._signal.set()
+
+    def request_handoff(self) -> None:
+        """Stop at the next boundary *without* changing the run's status (a worker drains:
+        the run stays runnable for another process)."""
+        self.handoff_requested = True
 
     def request_cancel(self) -> None:
         self.cancel_requested = True
@@ -133,6 +139,8 @@ class Driver:
         while state.status is RunStatus.RUNNING:
             if self.control.cancel_requested:
                 await self.commit(state, self.engine.cancel(state))
+                return
+            if self.control.handoff_requested:
                 return
             if self.control.pause_requested:
                 await self.commit(state, self.engine.pause(state))

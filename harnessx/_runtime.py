@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harnessx._agent import Agent
-from harnessx._committer import RunFeed, StoreCommitter
+from harnessx._committer import RunFeed
 from harnessx._config import AgentConfig
-from harnessx._driver import Driver, RunControl, announce_checkpoint
+from harnessx._driver import announce_checkpoint
 from harnessx._errors import (
     ConfigurationError,
-    LeaseLostError,
     ResolutionError,
     RuntimeStateError,
     SessionBusyError,
@@ -30,6 +29,7 @@ from harnessx._errors import (
     UnknownExecutionKey,
 )
 from harnessx._events import RunEvent, RunEventType
+from harnessx._executor import Execution, RunExecutor
 from harnessx._handle import RunHandle
 from harnessx._leases import LeaseKeeper
 from harnessx._observe import follow_events
@@ -65,15 +65,6 @@ class RuntimeConfig:
             raise ConfigurationError("RuntimeConfig.renew_interval must be positive")
 
 
-@dataclass
-class _Active:
-    run_id: str
-    control: RunControl
-    task: asyncio.Task[RunResult]
-    feed: RunFeed
-    start_seq: int
-
-
 class AgentRuntime:
     """Drives an agent durably. ``async with`` starts a new session and stops on exit."""
 
@@ -99,8 +90,9 @@ class AgentRuntime:
         self._holder = uuid.uuid4().hex
         self._session_id: str | None = None
         self._state: Literal["created", "started", "stopped"] = "created"
-        self._active: _Active | None = None
+        self._active: Execution | None = None
         self._keeper: LeaseKeeper | None = None
+        self._executor: RunExecutor | None = None
         self._ready_done = False
 
     def __repr__(self) -> str:
@@ -143,6 +135,12 @@ class AgentRuntime:
         if not self._ready_done:
             await self._backend.initialize()
             self._keeper = LeaseKeeper(self._backend, self.config.renew_interval)
+            self._executor = RunExecutor(
+                self._backend,
+                self._keeper,
+                flush_interval=self.config.flush_interval,
+                flush_max=self.config.flush_max_events,
+            )
             self._ready_done = True
         return self._backend
 
@@ -298,81 +296,10 @@ class AgentRuntime:
         return handle
 
     def _launch(self, lease: Lease, state: RunState, *, last_seq: int, resumed: bool = False) -> RunHandle:
-        control = RunControl()
-        feed = RunFeed(first_seq=last_seq + 1)
-        task = asyncio.create_task(
-            self._execute(lease, state, control, feed, last_seq, resumed), name=f"harnessx-run-{state.run_id}"
-        )
-        self._active = _Active(state.run_id, control, task, feed, last_seq)
-        return RunHandle(self, state.session_id, state.run_id, start_seq=last_seq, task=task)
-
-    async def _execute(
-        self,
-        lease: Lease,
-        state: RunState,
-        control: RunControl,
-        feed: RunFeed,
-        last_seq: int,
-        resumed: bool,
-    ) -> RunResult:
-        store = self._backend
-        assert self._keeper is not None
-        me = asyncio.current_task()
-        lost = False
-
-        def on_lost(_: Lease) -> None:
-            nonlocal lost
-            lost = True
-            if me is not None:
-                me.cancel()
-
-        def on_control(_: Lease, request: str) -> None:
-            if request == "cancel":
-                control.request_cancel()
-            elif request == "pause":
-                control.request_pause()
-
-        committer = StoreCommitter(
-            store,
-            lease,
-            last_seq=last_seq,
-            feed=feed,
-            flush_interval=self.config.flush_interval,
-            flush_max=self.config.flush_max_events,
-        )
-        driver = self._driver(committer, control, lease)
-        self._keeper.hold(lease, on_lost, on_control)
-        try:
-            if resumed:
-                # First settle what a dead driver left in flight, then reopen a paused,
-                # waiting or failed run; each is its own committed boundary.
-                for opening in (driver.engine.recover, driver.engine.reopen):
-                    delta = opening(state)
-                    if delta is not None:
-                        await driver.commit(state, delta)
-            return await driver.drive(state)
-        except asyncio.CancelledError:
-            if lost:
-                raise LeaseLostError(
-                    f"lost the lease on session {lease.session_id}; another process owns the run now"
-                ) from None
-            raise
-        finally:
-            self._keeper.drop(lease)
-            feed.close()
-            with contextlib.suppress(StorageError):
-                await store.release(lease)
-
-    def _driver(self, committer: StoreCommitter, control: RunControl, lease: Lease) -> Driver:
-        agent = self.agent
-        return Driver(
-            engine=agent.engine(durable=True),
-            settings=agent.run_settings(),
-            provider=lambda: agent.provider,
-            committer=committer,
-            control=control,
-            fencing_token=lease.generation,
-        )
+        assert self._executor is not None
+        execution = self._executor.launch(self.agent, lease, state, last_seq=last_seq, resumed=resumed)
+        self._active = execution
+        return RunHandle(self, state.session_id, state.run_id, start_seq=last_seq, task=execution.task)
 
     # ----------------------------------------------------------- decisions
 
@@ -437,8 +364,8 @@ class AgentRuntime:
         try:
             state = await store.load_state(run_id)
             delta = decide(state, key)
-            committer = StoreCommitter(store, lease, last_seq=record.event_count)
-            await self._driver(committer, RunControl(), lease).commit(state, delta)
+            assert self._executor is not None
+            await self._executor.commit_once(self.agent, lease, state, delta, record.event_count)
         finally:
             with contextlib.suppress(StorageError):
                 await store.release(lease)
@@ -483,8 +410,8 @@ class AgentRuntime:
             state = await store.load_state(record.id)
             engine = self.agent.engine(durable=True)
             delta = engine.pause(state) if request == "pause" else engine.cancel(state)
-            committer = StoreCommitter(store, lease, last_seq=record.event_count)
-            await self._driver(committer, RunControl(), lease).commit(state, delta)
+            assert self._executor is not None
+            await self._executor.commit_once(self.agent, lease, state, delta, record.event_count)
         finally:
             with contextlib.suppress(StorageError):
                 await store.release(lease)

@@ -14,7 +14,18 @@ from typing import Any, Protocol
 from harnessx._events import RunEvent
 from harnessx._state import Delta, RunState
 
-__all__ = ["Lease", "Renewal", "RunRecord", "SessionRecord", "SessionSummary", "Store"]
+__all__ = [
+    "Lease",
+    "Orphan",
+    "QueueStats",
+    "Renewal",
+    "RunRecord",
+    "SessionRecord",
+    "SessionSummary",
+    "Store",
+    "StuckRun",
+    "WorkerInfo",
+]
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,45 @@ class SessionSummary:
 
 
 @dataclass
+class WorkerInfo:
+    """A pool worker process: ``id`` is its backend's ``process_id``."""
+
+    id: str
+    host: str
+    pid: int
+    agents: list[str]
+    concurrency: int
+    started_at: float = 0.0
+    heartbeat_at: float = 0.0
+    draining: bool = False
+
+
+@dataclass
+class Orphan:
+    """A lease whose holder is dead (its liveness lock is gone) or whose lease expired."""
+
+    session_id: str
+    owner: str
+    generation: int
+    agent_ref: str | None
+    reason: str  # "dead" or "expired"
+
+
+@dataclass
+class QueueStats:
+    depth: int
+    oldest_queued_at: float | None
+
+
+@dataclass
+class StuckRun:
+    run_id: str
+    session_id: str
+    status: str
+    updated_at: float
+
+
+@dataclass
 class Renewal:
     """The outcome of one heartbeat: which leases still hold, and pending control requests."""
 
@@ -110,11 +160,18 @@ class Store(Protocol):
 
     # runs
     async def create_run(
-        self, lease: Lease, run_id: str, request_id: str | None, message: str, delta: Delta
+        self,
+        lease: Lease,
+        run_id: str,
+        request_id: str | None,
+        message: str,
+        delta: Delta,
+        *,
+        queued: bool = False,
     ) -> None:
         """Insert a run (refused with ``SessionBusyError`` while another is unfinished) and
         commit its first boundary; the run's ``history_length`` is the session's message
-        count at that moment."""
+        count at that moment. ``queued`` leaves it for a pool worker."""
 
     async def find_run(self, session_id: str, request_id: str) -> RunRecord | None: ...
 
@@ -139,3 +196,31 @@ class Store(Protocol):
 
     # controls
     async def set_control(self, session_id: str, control: str | None) -> None: ...
+
+    # the pool
+    async def requeue(self, lease: Lease, run_id: str) -> None:
+        """Queue a running run again, fenced by the holder's lease (a drain hand-off)."""
+
+    async def claim_queued(
+        self, holder: str, agent_refs: list[str] | None, limit: int
+    ) -> list[tuple[Lease, str]]:
+        """Claim up to ``limit`` queued runs whose sessions are free, as ``(lease, run_id)``."""
+
+    async def register_worker(self, worker: WorkerInfo) -> None: ...
+
+    async def worker_heartbeat(self, worker_id: str, *, draining: bool) -> None: ...
+
+    async def stop_worker(self, worker_id: str) -> None: ...
+
+    async def running_workers(self) -> list[WorkerInfo]: ...
+
+    async def find_orphans(self) -> list[Orphan]:
+        """Leases whose holder process is dead, or that expired."""
+
+    async def recover_orphan(self, orphan: Orphan, *, requeue: bool) -> str | None:
+        """Drop the orphan's lease with a generation bump (fencing the old holder out) and,
+        with ``requeue``, queue its session's running run; returns that run's id."""
+
+    async def queue_stats(self) -> QueueStats: ...
+
+    async def stuck_runs(self, older_than: float, limit: int = 100) -> list[StuckRun]: ...

@@ -40,7 +40,17 @@ from harnessx.store._codec import (
     tool_entry_values,
 )
 from harnessx.store._migrations import check_applied, pending
-from harnessx.store._protocol import Lease, Renewal, RunRecord, SessionRecord, SessionSummary
+from harnessx.store._protocol import (
+    Lease,
+    Orphan,
+    QueueStats,
+    Renewal,
+    RunRecord,
+    SessionRecord,
+    SessionSummary,
+    StuckRun,
+    WorkerInfo,
+)
 from harnessx.store._queries import load_queries
 
 __all__ = ["SQLiteBackend"]
@@ -411,7 +421,14 @@ class SQLiteBackend:
         return last
 
     async def create_run(
-        self, lease: Lease, run_id: str, request_id: str | None, message: str, delta: Delta
+        self,
+        lease: Lease,
+        run_id: str,
+        request_id: str | None,
+        message: str,
+        delta: Delta,
+        *,
+        queued: bool = False,
     ) -> None:
         session_id = lease.session_id
 
@@ -421,7 +438,17 @@ class SQLiteBackend:
             try:
                 conn.execute(
                     Q["insert_run"],
-                    (run_id, session_id, request_id, message, history_length, lease.generation, now, now),
+                    (
+                        run_id,
+                        session_id,
+                        request_id,
+                        message,
+                        history_length,
+                        lease.generation,
+                        now,
+                        now,
+                        now if queued else None,
+                    ),
                 )
             except sqlite3.IntegrityError as exc:
                 raise _run_conflict(exc, session_id, request_id) from exc
@@ -494,6 +521,101 @@ class SQLiteBackend:
                 conn.execute("COMMIT")
 
         return await self._call(read)
+
+    # ----------------------------------------------------------------- pool
+
+    async def requeue(self, lease: Lease, run_id: str) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            self._fence(conn, lease, 0)
+            conn.execute(Q["requeue_run"], (time.time(), run_id))
+
+        await self._call(self._write, body)
+
+    async def claim_queued(
+        self, holder: str, agent_refs: list[str] | None, limit: int
+    ) -> list[tuple[Lease, str]]:
+        owner = self.owner_for(holder)
+        refs = dumps(agent_refs) if agent_refs is not None else None
+
+        def body(conn: sqlite3.Connection) -> list[tuple[Lease, str]]:
+            # BEGIN IMMEDIATE serialises claimers, which is what SKIP LOCKED buys on PostgreSQL.
+            now = time.time()
+            claimed = []
+            for run_id, session_id in conn.execute(Q["queued_runs"], (now, refs, refs, limit)).fetchall():
+                (generation,) = conn.execute(
+                    Q["take_lease"], (owner, now + self.lease_seconds, session_id)
+                ).fetchone()
+                conn.execute(Q["dequeue_run"], (run_id,))
+                claimed.append((Lease(session_id, owner, int(generation)), str(run_id)))
+            return claimed
+
+        return await self._call(self._write, body)
+
+    async def register_worker(self, worker: WorkerInfo) -> None:
+        now = time.time()
+        values = (worker.id, worker.host, worker.pid, dumps(worker.agents), worker.concurrency, now, now)
+        await self._call(self._write, lambda conn: conn.execute(Q["register_worker"], values))
+
+    async def worker_heartbeat(self, worker_id: str, *, draining: bool) -> None:
+        values = (time.time(), 1 if draining else 0, worker_id)
+        await self._call(self._write, lambda conn: conn.execute(Q["worker_heartbeat"], values))
+
+    async def stop_worker(self, worker_id: str) -> None:
+        await self._call(self._write, lambda conn: conn.execute(Q["stop_worker"], (time.time(), worker_id)))
+
+    async def running_workers(self) -> list[WorkerInfo]:
+        rows = await self._call(lambda conn: conn.execute(Q["running_workers"]).fetchall())
+        return [
+            WorkerInfo(
+                wid,
+                host,
+                pid,
+                loads(agents, f"worker {wid}") or [],
+                concurrency,
+                started,
+                beat,
+                bool(draining),
+            )
+            for wid, host, pid, agents, concurrency, started, beat, draining in rows
+        ]
+
+    async def find_orphans(self) -> list[Orphan]:
+        def body(conn: sqlite3.Connection) -> list[Orphan]:
+            now = time.time()
+            alive: dict[str, bool] = {}
+            found = []
+            for session_id, owner, generation, expires, agent_ref in conn.execute(Q["leased_sessions"]):
+                process = owner.split("/", 1)[0]
+                if process not in alive:
+                    alive[process] = self._owner_alive(owner)
+                if not alive[process]:
+                    found.append(Orphan(session_id, owner, int(generation), agent_ref, "dead"))
+                elif expires is not None and expires <= now:
+                    found.append(Orphan(session_id, owner, int(generation), agent_ref, "expired"))
+            return found
+
+        return await self._call(body)
+
+    async def recover_orphan(self, orphan: Orphan, *, requeue: bool) -> str | None:
+        def body(conn: sqlite3.Connection) -> str | None:
+            dropped = conn.execute(
+                Q["drop_orphan_lease"], (orphan.session_id, orphan.owner, orphan.generation)
+            ).fetchone()
+            if dropped is None or not requeue:
+                return None  # someone else got there first, or nothing to queue
+            row = conn.execute(Q["requeue_session"], (time.time(), orphan.session_id)).fetchone()
+            return str(row[0]) if row else None
+
+        return await self._call(self._write, body)
+
+    async def queue_stats(self) -> QueueStats:
+        depth, oldest = await self._call(lambda conn: conn.execute(Q["queue_stats"]).fetchone())
+        return QueueStats(int(depth), oldest)
+
+    async def stuck_runs(self, older_than: float, limit: int = 100) -> list[StuckRun]:
+        cutoff = time.time() - older_than
+        rows = await self._call(lambda conn: conn.execute(Q["stuck_runs"], (cutoff, limit)).fetchall())
+        return [StuckRun(*row) for row in rows]
 
     async def recent_sessions(self, limit: int) -> list[SessionSummary]:
         rows = await self._call(lambda conn: conn.execute(Q["recent_sessions"], (limit,)).fetchall())

@@ -44,16 +44,17 @@ RETURNING message_count;
 UPDATE sessions SET control = ? WHERE id = ?;
 
 -- name: insert_run
--- A new run, fenced by the caller's transaction.
+-- A new run, fenced by the caller's transaction; queued_at is set for the pool.
 INSERT INTO runs (id, session_id, request_id, request_message, status, phase, history_length,
-                  generation, created_at, updated_at)
-VALUES (?, ?, ?, ?, 'running', 'prepare_model_call', ?, ?, ?, ?);
+                  generation, created_at, updated_at, queued_at)
+VALUES (?, ?, ?, ?, 'running', 'prepare_model_call', ?, ?, ?, ?, ?);
 
 -- name: update_run
--- Move a run to its state after a checkpoint.
+-- Move a run to its state after a checkpoint (a run being driven is not queued).
 UPDATE runs
 SET status = ?, phase = ?, iteration = ?, usage = ?, output = ?, stop_reason = ?, error = ?,
-    usage_incomplete = ?, event_count = MAX(event_count, ?), generation = ?, updated_at = ?
+    usage_incomplete = ?, event_count = MAX(event_count, ?), generation = ?, updated_at = ?,
+    queued_at = NULL
 WHERE id = ?;
 
 -- name: set_event_count
@@ -120,3 +121,67 @@ FROM tool_calls WHERE run_id = ? ORDER BY iteration, idx;
 -- A page of a run's events behind a cursor.
 SELECT seq, event_id, type, step_id, attempt_id, data, run_id
 FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?;
+
+-- name: requeue_run
+-- Put a running run back in the pool's queue (its lease holder is letting go).
+UPDATE runs SET queued_at = ? WHERE id = ? AND status = 'running';
+
+-- name: queued_runs
+-- Queued runs whose session no unexpired lease holds, for the given agent refs, best first.
+SELECT r.id, r.session_id
+FROM runs r JOIN sessions s ON s.id = r.session_id
+WHERE r.queued_at IS NOT NULL
+  AND (s.lease_owner IS NULL OR s.lease_expires_at <= ?)
+  AND (? IS NULL OR s.agent_ref IN (SELECT value FROM json_each(?)))
+ORDER BY r.priority DESC, r.queued_at
+LIMIT ?;
+
+-- name: dequeue_run
+-- A worker took the run.
+UPDATE runs SET queued_at = NULL WHERE id = ?;
+
+-- name: register_worker
+-- A worker process announces itself (one row per process start).
+INSERT INTO workers (id, host, pid, agents, concurrency, started_at, heartbeat_at)
+VALUES (?, ?, ?, ?, ?, ?, ?);
+
+-- name: worker_heartbeat
+-- A worker's periodic sign of life and drain state.
+UPDATE workers SET heartbeat_at = ?, draining = ? WHERE id = ?;
+
+-- name: stop_worker
+-- A worker or the supervisor records that the worker has stopped.
+UPDATE workers SET stopped_at = ? WHERE id = ? AND stopped_at IS NULL;
+
+-- name: running_workers
+-- Workers not known to have stopped.
+SELECT id, host, pid, agents, concurrency, started_at, heartbeat_at, draining
+FROM workers WHERE stopped_at IS NULL ORDER BY started_at;
+
+-- name: leased_sessions
+-- Every session with a lease holder, for the supervisor's orphan scan.
+SELECT s.id, s.lease_owner, s.generation, s.lease_expires_at, s.agent_ref
+FROM sessions s WHERE s.lease_owner IS NOT NULL;
+
+-- name: drop_orphan_lease
+-- Take a dead or expired holder's lease away; the generation bump fences it out.
+UPDATE sessions
+SET lease_owner = NULL, lease_expires_at = NULL, generation = generation + 1
+WHERE id = ? AND lease_owner = ? AND generation = ?
+RETURNING generation;
+
+-- name: requeue_session
+-- Queue a session's unfinished running run again (for pool sessions).
+UPDATE runs SET queued_at = ?
+WHERE session_id = ? AND status = 'running' AND queued_at IS NULL
+RETURNING id;
+
+-- name: queue_stats
+-- Queue depth and the oldest queued time.
+SELECT COUNT(*), MIN(queued_at) FROM runs WHERE queued_at IS NOT NULL;
+
+-- name: stuck_runs
+-- Unfinished runs not updated since a time, oldest first.
+SELECT id, session_id, status, updated_at FROM runs
+WHERE status IN ('running', 'paused', 'awaiting_input') AND updated_at < ?
+ORDER BY updated_at LIMIT ?;

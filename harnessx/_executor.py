@@ -1,0 +1,136 @@
+"""Driving durable runs under leases: shared by ``AgentRuntime`` and the pool worker.
+
+An ``Execution`` is one run being driven in this process. Its lease is renewed by the
+shared ``LeaseKeeper``; if the store stops confirming it, the execution is cancelled at
+once and its ``result()`` raises ``LeaseLostError``. When it ends, the lease is released
+(after requeueing the run, for a hand-off), so any process can continue the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+from harnessx._agent import Agent
+from harnessx._committer import RunFeed, StoreCommitter
+from harnessx._driver import Driver, RunControl
+from harnessx._errors import LeaseLostError, StorageError
+from harnessx._leases import LeaseKeeper
+from harnessx._results import RunResult, RunStatus
+from harnessx._state import Delta, RunState
+from harnessx.store._protocol import Lease, Store
+
+__all__ = ["Execution", "RunExecutor"]
+
+
+@dataclass
+class Execution:
+    session_id: str
+    run_id: str
+    lease: Lease
+    control: RunControl
+    feed: RunFeed
+    start_seq: int
+    task: asyncio.Task[RunResult]
+
+
+class RunExecutor:
+    """Starts executions and records one-off decisions, always under a lease."""
+
+    def __init__(
+        self, store: Store, keeper: LeaseKeeper, *, flush_interval: float = 0.05, flush_max: int = 64
+    ) -> None:
+        self.store = store
+        self.keeper = keeper
+        self.flush_interval = flush_interval
+        self.flush_max = flush_max
+
+    def launch(
+        self, agent: Agent, lease: Lease, state: RunState, *, last_seq: int, resumed: bool
+    ) -> Execution:
+        control = RunControl()
+        feed = RunFeed(first_seq=last_seq + 1)
+        task = asyncio.create_task(
+            self._execute(agent, lease, state, control, feed, last_seq, resumed),
+            name=f"harnessx-run-{state.run_id}",
+        )
+        return Execution(state.session_id, state.run_id, lease, control, feed, last_seq, task)
+
+    def driver(self, agent: Agent, committer: StoreCommitter, control: RunControl, lease: Lease) -> Driver:
+        return Driver(
+            engine=agent.engine(durable=True),
+            settings=agent.run_settings(),
+            provider=lambda: agent.provider,
+            committer=committer,
+            control=control,
+            fencing_token=lease.generation,
+        )
+
+    async def commit_once(
+        self, agent: Agent, lease: Lease, state: RunState, delta: Delta, last_seq: int
+    ) -> None:
+        """Commit a single boundary outside a drive (a decision, a pause of an idle run)."""
+        committer = StoreCommitter(self.store, lease, last_seq=last_seq)
+        await self.driver(agent, committer, RunControl(), lease).commit(state, delta)
+
+    async def _execute(
+        self,
+        agent: Agent,
+        lease: Lease,
+        state: RunState,
+        control: RunControl,
+        feed: RunFeed,
+        last_seq: int,
+        resumed: bool,
+    ) -> RunResult:
+        me = asyncio.current_task()
+        lost = False
+
+        def on_lost(_: Lease) -> None:
+            nonlocal lost
+            lost = True
+            if me is not None:
+                me.cancel()
+
+        def on_control(_: Lease, request: str) -> None:
+            if request == "cancel":
+                control.request_cancel()
+            elif request == "pause":
+                control.request_pause()
+
+        committer = StoreCommitter(
+            self.store,
+            lease,
+            last_seq=last_seq,
+            feed=feed,
+            flush_interval=self.flush_interval,
+            flush_max=self.flush_max,
+        )
+        driver = self.driver(agent, committer, control, lease)
+        self.keeper.hold(lease, on_lost, on_control)
+        try:
+            if resumed:
+                # First settle what a dead driver left in flight, then reopen a paused,
+                # waiting or failed run; each is its own committed boundary.
+                for opening in (driver.engine.recover, driver.engine.reopen):
+                    delta = opening(state)
+                    if delta is not None:
+                        await driver.commit(state, delta)
+            result = await driver.drive(state)
+            if control.handoff_requested and state.status is RunStatus.RUNNING:
+                # Drained at a boundary: put the run back for another worker, now.
+                await committer.flush()
+                await self.store.requeue(lease, state.run_id)
+            return result
+        except asyncio.CancelledError:
+            if lost:
+                raise LeaseLostError(
+                    f"lost the lease on session {lease.session_id}; another process owns the run now"
+                ) from None
+            raise
+        finally:
+            self.keeper.drop(lease)
+            feed.close()
+            with contextlib.suppress(StorageError):
+                await self.store.release(lease)
