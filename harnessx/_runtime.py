@@ -76,7 +76,16 @@ class AgentRuntime:
         registry: AgentRegistry | None = None,
         agent_config: AgentConfig | None = None,
         runtime_config: RuntimeConfig | None = None,
+        execution: Literal["local", "pool"] = "local",
     ) -> None:
+        if execution not in ("local", "pool"):
+            raise ConfigurationError(f"execution must be 'local' or 'pool', got {execution!r}")
+        if execution == "pool" and not isinstance(agent, AgentRef):
+            raise ConfigurationError(
+                "execution='pool' submits work by reference: pass AgentRef(name, version), which the "
+                "workers resolve in their AgentRegistry"
+            )
+        self.execution = execution
         self.config = runtime_config or RuntimeConfig()
         self._ref = agent if isinstance(agent, AgentRef) else None
         self._agent = agent if isinstance(agent, Agent) else None
@@ -102,10 +111,16 @@ class AgentRuntime:
 
     @property
     def agent(self) -> Agent:
+        """The agent this runtime drives. In pool mode the workers hold the real definition;
+        this process records decisions with a bare agent (no model, no tools)."""
         if self._agent is None:
             assert self._ref is not None
-            self._agent = self._registry.create(self._ref)
+            self._agent = Agent() if self.execution == "pool" else self._registry.create(self._ref)
         return self._agent
+
+    @property
+    def pooled(self) -> bool:
+        return self.execution == "pool"
 
     @property
     def session_id(self) -> str | None:
@@ -152,7 +167,9 @@ class AgentRuntime:
         if existing is not None:
             self._check_compatible(sid, existing.fingerprint)
         else:
-            await store.create_session(sid, str(self._ref) if self._ref else None, self.agent.fingerprint())
+            # A pool session's definition lives in the workers: its version label is the record.
+            fingerprint = {} if self.pooled else self.agent.fingerprint()
+            await store.create_session(sid, str(self._ref) if self._ref else None, fingerprint)
         self._bind(sid)
         return sid
 
@@ -207,13 +224,15 @@ class AgentRuntime:
         run_id = uuid.uuid4().hex
         probe = RunState(session_id=sid, run_id=run_id)
         try:
-            await store.create_run(
-                lease, run_id, request_id, message, self.agent.engine(durable=True).start(probe, message)
-            )
+            start = self.agent.engine(durable=True).start(probe, message)
+            await store.create_run(lease, run_id, request_id, message, start, queued=self.pooled)
         except BaseException:
             with contextlib.suppress(StorageError):
                 await store.release(lease)
             raise
+        if self.pooled:
+            await store.release(lease)
+            return RunHandle(self, sid, run_id, start_seq=0)
         state = await store.load_state(run_id)
         await announce_checkpoint(self.agent.hooks, self.agent, state)
         return self._launch(lease, state, last_seq=0)
@@ -283,10 +302,21 @@ class AgentRuntime:
         record = await store.latest_run(session_id)
         if record is None or record.status in ("completed", "cancelled"):
             return None
-        lease = await store.claim(session_id, self._holder)
+        try:
+            lease = await store.claim(session_id, self._holder)
+        except SessionBusyError:
+            if not self.pooled:
+                raise
+            # A worker is driving it right now: follow that execution.
+            return RunHandle(self, session_id, record.id, start_seq=record.event_count)
         try:
             if session.control:
                 await store.set_control(session_id, None)
+            if self.pooled:
+                # Any worker continues it; recovery and reopening happen where it is driven.
+                await store.requeue(lease, record.id)
+                await store.release(lease)
+                return RunHandle(self, session_id, record.id, start_seq=record.event_count)
             state = await store.load_state(record.id)
             handle = self._launch(lease, state, last_seq=record.event_count, resumed=True)
         except BaseException:
@@ -441,6 +471,8 @@ class AgentRuntime:
         return self._session_id
 
     def _check_compatible(self, session_id: str, saved: dict[str, Any]) -> None:
+        if self.pooled or not saved:
+            return  # by reference: the workers' registry decides what the version means
         current = self.agent.fingerprint()
         problems: list[str] = []
         saved_config, current_config = saved.get("config", {}), current["config"]

@@ -201,6 +201,9 @@ class Store(Protocol):
     async def requeue(self, lease: Lease, run_id: str) -> None:
         """Queue a running run again, fenced by the holder's lease (a drain hand-off)."""
 
+    async def pending_controls(self) -> dict[str, str]:
+        """Pause/cancel requests for sessions this process holds leases on."""
+
     async def claim_queued(
         self, holder: str, agent_refs: list[str] | None, limit: int
     ) -> list[tuple[Lease, str]]:

@@ -531,6 +531,11 @@ class SQLiteBackend:
 
         await self._call(self._write, body)
 
+    async def pending_controls(self) -> dict[str, str]:
+        prefix, upper = f"{self.process_id}/", f"{self.process_id}0"
+        rows = await self._call(lambda conn: conn.execute(Q["pending_controls"], (prefix, upper)).fetchall())
+        return {str(sid): str(control) for sid, control in rows}
+
     async def claim_queued(
         self, holder: str, agent_refs: list[str] | None, limit: int
     ) -> list[tuple[Lease, str]]:

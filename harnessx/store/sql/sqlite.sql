@@ -123,8 +123,13 @@ SELECT seq, event_id, type, step_id, attempt_id, data, run_id
 FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?;
 
 -- name: requeue_run
--- Put a running run back in the pool's queue (its lease holder is letting go).
-UPDATE runs SET queued_at = ? WHERE id = ? AND status = 'running';
+-- Put an unfinished run (back) in the pool's queue; a worker reopens it when it claims it.
+UPDATE runs SET queued_at = ? WHERE id = ? AND status IN ('running', 'paused', 'awaiting_input', 'failed');
+
+-- name: pending_controls
+-- Pause/cancel requests for sessions this process holds (owner range as in renew_leases).
+SELECT id, control FROM sessions
+WHERE lease_owner >= ? AND lease_owner < ? AND control IS NOT NULL;
 
 -- name: queued_runs
 -- Queued runs whose session no unexpired lease holds, for the given agent refs, best first.
