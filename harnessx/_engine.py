@@ -226,7 +226,7 @@ class Engine:
 
     # ------------------------------------------------- recovery and decisions
 
-    def recover(self, state: RunState) -> Delta | None:
+    def recover(self, state: RunState, *, may_have_streamed: bool = True) -> Delta | None:
         """Settle what a dead process left in flight; ``None`` when nothing needs it.
 
         A call dispatched without a committed raw result is invoked again when its replay
@@ -251,7 +251,11 @@ class Engine:
                         {"input": moved.call.input, "policy": moved.policy},
                     )
                 )
-        if state.phase is Phase.PREPARE_MODEL_CALL and state.status is RunStatus.RUNNING:
+        if (
+            may_have_streamed
+            and state.phase is Phase.PREPARE_MODEL_CALL
+            and state.status is RunStatus.RUNNING
+        ):
             # A model call may have been streaming when the process died.
             delta.events.append(
                 self._event(state, RunEventType.ATTEMPT_RESET, {"reason": "recovered"}, "model")

@@ -113,10 +113,13 @@ class RunExecutor:
             if resumed:
                 # First settle what a dead driver left in flight, then reopen a paused,
                 # waiting or failed run; each is its own committed boundary.
-                for opening in (driver.engine.recover, driver.engine.reopen):
-                    delta = opening(state)
-                    if delta is not None:
-                        await driver.commit(state, delta)
+                # A run with no events yet (fresh from the queue) cannot have streamed.
+                recovered = driver.engine.recover(state, may_have_streamed=last_seq > 0)
+                if recovered is not None:
+                    await driver.commit(state, recovered)
+                reopened = driver.engine.reopen(state)
+                if reopened is not None:
+                    await driver.commit(state, reopened)
             result = await driver.drive(state)
             if control.handoff_requested and state.status is RunStatus.RUNNING:
                 # Drained at a boundary: put the run back for another worker, now.

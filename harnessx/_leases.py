@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from harnessx._errors import StorageError
@@ -16,6 +17,8 @@ logger = logging.getLogger("harnessx.leases")
 
 OnLost = Callable[[Lease], None]
 OnControl = Callable[[Lease, str], None]
+# (succeeded, seconds the round trip took, leases found lost)
+OnRenewal = Callable[[bool, float, int], None]
 
 
 class LeaseKeeper:
@@ -26,11 +29,20 @@ class LeaseKeeper:
     cancel) arrive in the same round trip and go to ``on_control``.
     """
 
-    def __init__(self, store: Store, interval: float | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        interval: float | None = None,
+        *,
+        on_renewal: OnRenewal | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
+    ) -> None:
         self.store = store
         self.interval = interval if interval is not None else store.lease_seconds / 3
         self._held: dict[str, tuple[Lease, OnLost, OnControl | None]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._on_renewal = on_renewal
+        self._on_failure = on_failure
 
     def hold(self, lease: Lease, on_lost: OnLost, on_control: OnControl | None = None) -> None:
         self._held[lease.session_id] = (lease, on_lost, on_control)
@@ -46,7 +58,15 @@ class LeaseKeeper:
         if not self._held:
             return
         leases = [held[0] for held in self._held.values()]
-        renewal = await self.store.renew(leases)
+        started = time.perf_counter()
+        try:
+            renewal = await self.store.renew(leases)
+        except StorageError:
+            if self._on_renewal is not None:
+                self._on_renewal(False, time.perf_counter() - started, 0)
+            raise
+        if self._on_renewal is not None:
+            self._on_renewal(True, time.perf_counter() - started, len(renewal.lost))
         for lease in leases:
             held = self._held.get(lease.session_id)
             if held is None or held[0] != lease:
@@ -61,14 +81,22 @@ class LeaseKeeper:
                 held[2](lease, renewal.controls[lease.session_id])
 
     async def _beat(self) -> None:
-        while self._held:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.renew_now()
-            except StorageError as exc:
-                # The lease may still hold; the next beat tries again. Fencing keeps a
-                # run that really lost it from writing in the meantime.
-                logger.warning("lease renewal failed: %s", exc)
+        try:
+            while self._held:
+                await asyncio.sleep(self.interval)
+                try:
+                    await self.renew_now()
+                except StorageError as exc:
+                    # The lease may still hold; the next beat tries again. Fencing keeps a
+                    # run that really lost it from writing in the meantime.
+                    logger.warning("lease renewal failed: %s", exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("the lease heartbeat died")
+            if self._on_failure is not None:
+                self._on_failure(exc)
+            raise
 
     async def aclose(self) -> None:
         self._held.clear()

@@ -101,8 +101,17 @@ class Orphan:
 
 @dataclass
 class QueueStats:
-    depth: int
-    oldest_queued_at: float | None
+    """Queued runs: per agent reference, ``(count, oldest queued_at)`` (epoch seconds)."""
+
+    by_agent: dict[str | None, tuple[int, float]]
+
+    @property
+    def depth(self) -> int:
+        return sum(count for count, _ in self.by_agent.values())
+
+    @property
+    def oldest_queued_at(self) -> float | None:
+        return min((oldest for _, oldest in self.by_agent.values()), default=None)
 
 
 @dataclass
@@ -225,5 +234,11 @@ class Store(Protocol):
         with ``requeue``, queue its session's running run; returns that run's id."""
 
     async def queue_stats(self) -> QueueStats: ...
+
+    async def try_leadership(self, role: str) -> bool:
+        """Become the one holder of ``role`` (e.g. the supervisor) without waiting; true
+        while held. The hold dies with this process (file lock / advisory lock)."""
+
+    async def release_leadership(self, role: str) -> None: ...
 
     async def stuck_runs(self, older_than: float, limit: int = 100) -> list[StuckRun]: ...

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from harnessx._errors import ConfigurationError, LeaseLostError, SchemaError, SessionBusyError, StorageError
 from harnessx._events import RunEvent
+from harnessx._results import RunStatus
 from harnessx._state import Delta, RunState
 from harnessx.store._codec import (
     dumps,
@@ -100,6 +101,7 @@ class SQLiteBackend:
         self._liveness: int | None = None
         self._closed = False
         self._waiters: dict[str, asyncio.Event] = {}
+        self._leaderships: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({str(self.path)!r})"
@@ -148,6 +150,8 @@ class SQLiteBackend:
             return
         self._closed = True
         await self._shutdown()
+        for role in list(self._leaderships):
+            await self.release_leadership(role)
         if self._liveness is not None:
             lock_path = self.owners_dir / f"{self.process_id}.lock"
             os.close(self._liveness)  # closing the descriptor drops the flock
@@ -394,7 +398,14 @@ class SQLiteBackend:
         fields = state_after(state, delta)
         conn.execute(
             Q["update_run"],
-            (*run_row_values(fields), last_seq, lease.generation, now, state.run_id),
+            (
+                *run_row_values(fields),
+                last_seq,
+                lease.generation,
+                now,
+                RunStatus(fields["status"]).value,
+                state.run_id,
+            ),
         )
 
     def _insert_events(
@@ -613,9 +624,27 @@ class SQLiteBackend:
 
         return await self._call(self._write, body)
 
+    async def try_leadership(self, role: str) -> bool:
+        if role in self._leaderships:
+            return True
+        path = self.path.with_name(f"{self.path.name}.{role}.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._leaderships[role] = fd
+        return True
+
+    async def release_leadership(self, role: str) -> None:
+        fd = self._leaderships.pop(role, None)
+        if fd is not None:
+            os.close(fd)
+
     async def queue_stats(self) -> QueueStats:
-        depth, oldest = await self._call(lambda conn: conn.execute(Q["queue_stats"]).fetchone())
-        return QueueStats(int(depth), oldest)
+        rows = await self._call(lambda conn: conn.execute(Q["queue_stats"]).fetchall())
+        return QueueStats({ref: (int(count), float(oldest)) for ref, count, oldest in rows})
 
     async def stuck_runs(self, older_than: float, limit: int = 100) -> list[StuckRun]:
         cutoff = time.time() - older_than

@@ -50,11 +50,11 @@ INSERT INTO runs (id, session_id, request_id, request_message, status, phase, hi
 VALUES (?, ?, ?, ?, 'running', 'prepare_model_call', ?, ?, ?, ?, ?);
 
 -- name: update_run
--- Move a run to its state after a checkpoint (a run being driven is not queued).
+-- Move a run to its state after a checkpoint; a run that stops running leaves the queue.
 UPDATE runs
 SET status = ?, phase = ?, iteration = ?, usage = ?, output = ?, stop_reason = ?, error = ?,
     usage_incomplete = ?, event_count = MAX(event_count, ?), generation = ?, updated_at = ?,
-    queued_at = NULL
+    queued_at = CASE WHEN ? = 'running' THEN queued_at END
 WHERE id = ?;
 
 -- name: set_event_count
@@ -182,8 +182,11 @@ WHERE session_id = ? AND status = 'running' AND queued_at IS NULL
 RETURNING id;
 
 -- name: queue_stats
--- Queue depth and the oldest queued time.
-SELECT COUNT(*), MIN(queued_at) FROM runs WHERE queued_at IS NOT NULL;
+-- Queue depth and the oldest queued time, per agent reference.
+SELECT s.agent_ref, COUNT(*), MIN(r.queued_at)
+FROM runs r JOIN sessions s ON s.id = r.session_id
+WHERE r.queued_at IS NOT NULL
+GROUP BY s.agent_ref;
 
 -- name: stuck_runs
 -- Unfinished runs not updated since a time, oldest first.

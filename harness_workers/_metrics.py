@@ -1,0 +1,86 @@
+"""Prometheus metrics of a pool worker (one registry per worker, served on ``/metrics``)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["WorkerMetrics"]
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class WorkerMetrics:
+    """Everything a worker reports; names are documented in README.md (Metrics)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.info = Gauge(
+            "harnessx_worker_info",
+            "Constant 1, labelled with this worker's identity.",
+            ["worker_id", "host"],
+            registry=r,
+        )
+        self.up = Gauge("harnessx_worker_up", "1 while the worker runs; 0 once it has stopped.", registry=r)
+        self.draining = Gauge(
+            "harnessx_worker_draining", "1 while the worker drains after SIGTERM.", registry=r
+        )
+        self.runs_claimed = Counter(
+            "harnessx_runs_claimed", "Runs this worker claimed from the queue.", registry=r
+        )
+        self.runs_finished = Counter(
+            "harnessx_runs_finished",
+            "Executions that ended, by the run's status at the end.",
+            ["status"],
+            registry=r,
+        )
+        self.runs_failed = Counter(
+            "harnessx_runs_errored",
+            "Executions that ended with an exception (not a failed run status).",
+            ["reason"],
+            registry=r,
+        )
+        self.active_runs = Gauge("harnessx_active_runs", "Runs this worker is driving now.", registry=r)
+        self.slots = Gauge("harnessx_concurrency_slots", "Runs this worker may drive at once.", registry=r)
+        self.lease_renewals = Counter(
+            "harnessx_lease_renewals",
+            "Heartbeat renewals of this worker's leases, by outcome.",
+            ["outcome"],
+            registry=r,
+        )
+        self.renewal_latency = Histogram(
+            "harnessx_lease_renewal_seconds",
+            "Time of one renewal round trip.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.leases_lost = Counter(
+            "harnessx_leases_lost", "Leases this worker found it had lost.", registry=r
+        )
+        self.fenced_writes = Counter(
+            "harnessx_fenced_writes_rejected",
+            "Writes refused because this worker's lease no longer held.",
+            registry=r,
+        )
+        self.claim_latency = Histogram(
+            "harnessx_claim_wait_seconds",
+            "Time a run waited in the queue before this worker claimed it.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_depth = Gauge("harnessx_queue_depth", "Runs waiting for a worker.", registry=r)
+        self.queue_oldest = Gauge(
+            "harnessx_queue_oldest_age_seconds", "Age of the oldest queued run (0 when empty).", registry=r
+        )
+        self.queued_unknown = Gauge(
+            "harnessx_queued_unknown_agent_runs",
+            "Queued runs for agent references this worker does not know.",
+            ["agent"],
+            registry=r,
+        )
+        self.tool_calls = Counter(
+            "harnessx_tool_calls",
+            "Tool invocations, by replay policy and outcome.",
+            ["policy", "outcome"],
+            registry=r,
+        )

@@ -1,0 +1,332 @@
+"""The pool worker: one readable claim loop plus named, watched side tasks.
+
+A worker claims queued runs (one statement per claim), drives up to ``concurrency`` of
+them at once through the same ``RunExecutor`` as ``AgentRuntime``, renews every lease it
+holds in one statement per heartbeat, and relays pause/cancel requests. ``drain()`` stops
+claiming and hands every run back at its next boundary (requeued, lease released), so
+another worker continues it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness_workers._metrics import WorkerMetrics
+from harnessx._agent import Agent
+from harnessx._errors import ConfigurationError, HarnessError, LeaseLostError
+from harnessx._executor import Execution, RunExecutor
+from harnessx._hooks import HookContext, HookEvent
+from harnessx._leases import LeaseKeeper
+from harnessx._registry import AgentRef, AgentRegistry
+from harnessx.store._protocol import Lease, Store, WorkerInfo
+
+__all__ = ["Worker", "WorkerConfig"]
+
+logger = logging.getLogger("harness_workers.worker")
+
+
+@dataclass
+class WorkerConfig:
+    """``renew_interval`` defaults to a third of the store's lease; the drain waits at most
+    ``drain_timeout`` for runs to reach a boundary."""
+
+    concurrency: int = 4
+    poll_min: float = 0.02
+    poll_max: float = 0.5
+    renew_interval: float | None = None
+    control_interval: float = 0.25
+    stats_interval: float = 2.0
+    drain_timeout: float = 60.0
+    host: str = field(default_factory=socket.gethostname)
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigurationError(f"concurrency must be at least 1, got {self.concurrency}")
+
+
+class Worker:
+    """Drives queued runs of the agents in ``registry``."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: AgentRegistry,
+        config: WorkerConfig | None = None,
+        *,
+        metrics: WorkerMetrics | None = None,
+        on_heartbeat: Callable[[], object] | None = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.config = config or WorkerConfig()
+        self.metrics = metrics or WorkerMetrics()
+        self._on_heartbeat = on_heartbeat
+        self.holder = f"worker-{uuid.uuid4().hex[:8]}"
+        self.keeper = LeaseKeeper(
+            store, self.config.renew_interval, on_renewal=self._renewed, on_failure=self._heartbeat_died
+        )
+        self.executor = RunExecutor(store, self.keeper)
+        self.active: dict[str, Execution] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._draining = False
+        self.registered = asyncio.Event()
+        self._fatal: str | None = None
+        self._last_beat = 0.0
+
+    @property
+    def id(self) -> str:
+        return self.store.process_id
+
+    @property
+    def agent_refs(self) -> list[str]:
+        return [str(ref) for ref in self.registry.refs()]
+
+    # ------------------------------------------------------------ health
+
+    def health_problem(self) -> str | None:
+        """``None`` while healthy; otherwise why (for ``/healthz``)."""
+        if self._fatal:
+            return self._fatal
+        interval = self.keeper.interval
+        if self.registered.is_set() and time.monotonic() - self._last_beat > 3 * interval + 5:
+            return f"no successful heartbeat for {time.monotonic() - self._last_beat:.0f} s"
+        return None
+
+    def readiness_problem(self) -> str | None:
+        """``None`` when the worker takes work (for ``/readyz``)."""
+        if not self.registered.is_set():
+            return "not registered yet"
+        if self._draining:
+            return "draining"
+        return self.health_problem()
+
+    # -------------------------------------------------------------- main
+
+    async def run(self) -> None:
+        """Register, claim and drive until drained. The store must be initialized."""
+        await self.store.register_worker(
+            WorkerInfo(self.id, self.config.host, os.getpid(), self.agent_refs, self.config.concurrency)
+        )
+        self.registered.set()
+        self._last_beat = time.monotonic()
+        self.metrics.info.labels(worker_id=self.id, host=self.config.host).set(1)
+        self.metrics.up.set(1)
+        self.metrics.slots.set(self.config.concurrency)
+        logger.info(
+            "worker %s registered; agents %s; concurrency %d",
+            self.id,
+            self.agent_refs,
+            self.config.concurrency,
+        )
+        side = [
+            self._side("heartbeat", self._heartbeat_loop),
+            self._side("controls", self._control_loop),
+            self._side("queue-stats", self._stats_loop),
+        ]
+        try:
+            await self._claim_loop()
+            await self._drain_runs()
+        finally:
+            for task in side:
+                task.cancel()
+            await asyncio.gather(*side, return_exceptions=True)
+            await self.keeper.aclose()
+            with contextlib.suppress(HarnessError):
+                await self.store.stop_worker(self.id)
+            self.metrics.up.set(0)
+        if self._fatal:
+            raise RuntimeError(self._fatal)
+
+    def drain(self) -> None:
+        """Stop claiming and hand every run back at its next boundary."""
+        if not self._draining:
+            logger.info("worker %s draining %d runs", self.id, len(self.active))
+        self._draining = True
+        self.metrics.draining.set(1)
+        for execution in self.active.values():
+            execution.control.request_handoff()
+        self._wake.set()
+
+    async def _claim_loop(self) -> None:
+        idle = self.config.poll_min
+        while not self._draining:
+            free = self.config.concurrency - len(self.active)
+            claimed: list[tuple[Lease, str]] = []
+            if free > 0:
+                try:
+                    claimed = await self.store.claim_queued(self.holder, self.agent_refs, free)
+                except HarnessError as exc:
+                    logger.warning("claim failed: %s", exc)
+            for lease, run_id in claimed:
+                self._start(lease, run_id)
+            if claimed:
+                idle = self.config.poll_min
+                continue
+            # Nothing to do: wait for a finished run or the next poll, backing off.
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), idle)
+            idle = min(idle * 2, self.config.poll_max)
+
+    async def _drain_runs(self) -> None:
+        for execution in self.active.values():
+            execution.control.request_handoff()
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=self.config.drain_timeout)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    # --------------------------------------------------------------- runs
+
+    def _start(self, lease: Lease, run_id: str) -> None:
+        self.metrics.runs_claimed.inc()
+        task = asyncio.create_task(self._drive(lease, run_id), name=f"drive-{run_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drive(self, lease: Lease, run_id: str) -> None:
+        agent: Agent | None = None
+        try:
+            session = await self.store.get_session(lease.session_id)
+            record = await self.store.get_run(run_id)
+            if session is None or record is None or session.agent_ref is None:
+                raise ConfigurationError(
+                    f"run {run_id} has no agent reference; only pool sessions are claimed"
+                )
+            agent = self.registry.create(AgentRef.parse(session.agent_ref))
+            agent.hooks.on(HookEvent.TOOL_END, self._count_tool(agent))
+            state = await self.store.load_state(run_id)
+            execution = self.executor.launch(agent, lease, state, last_seq=record.event_count, resumed=True)
+            self.active[run_id] = execution
+            self.metrics.active_runs.set(len(self.active))
+            if self._draining:
+                execution.control.request_handoff()
+            result = await execution.task
+            self.metrics.runs_finished.labels(status=result.status.value).inc()
+            logger.info(
+                "run %s %s",
+                run_id,
+                result.status.value,
+                extra={"run_id": run_id, "session_id": lease.session_id, "generation": lease.generation},
+            )
+        except LeaseLostError:
+            self.metrics.fenced_writes.inc()
+            self.metrics.runs_failed.labels(reason="lease_lost").inc()
+            logger.warning(
+                "run %s stopped: lease lost to another process",
+                run_id,
+                extra={"run_id": run_id, "generation": lease.generation},
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.metrics.runs_failed.labels(reason=type(exc).__name__).inc()
+            logger.exception("run %s could not be driven", run_id, extra={"run_id": run_id})
+            if run_id not in self.active:
+                with contextlib.suppress(HarnessError):
+                    await self.store.release(lease)
+        finally:
+            self.active.pop(run_id, None)
+            self.metrics.active_runs.set(len(self.active))
+            if agent is not None:
+                await agent.aclose()
+            self._wake.set()
+
+    def _count_tool(self, agent: Agent) -> Callable[[HookContext], None]:
+        def count(context: HookContext) -> None:
+            call, result = context.data["call"], context.data["result"]
+            tool = agent.tools.get(call.name)
+            policy = tool.replay_policy.value if tool else "unknown"
+            self.metrics.tool_calls.labels(policy=policy, outcome="error" if result.is_error else "ok").inc()
+
+        return count
+
+    # --------------------------------------------------------- side tasks
+
+    def _side(self, name: str, loop: Callable[[], object]) -> asyncio.Task[None]:
+        async def watched() -> None:
+            try:
+                await loop()  # type: ignore[misc]
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # Without its heartbeat a worker would run unfenced: stop instead.
+                self._fatal = f"side task {name} died: {exc!r}"
+                logger.exception("side task %s died; stopping the worker", name)
+                self.drain()
+
+        return asyncio.create_task(watched(), name=f"worker-{name}")
+
+    def _renewed(self, ok: bool, seconds: float, lost: int) -> None:
+        self.metrics.lease_renewals.labels(outcome="ok" if ok else "error").inc()
+        if ok:
+            self.metrics.renewal_latency.observe(seconds)
+            self.metrics.leases_lost.inc(lost)
+            self._last_beat = time.monotonic()
+
+    def _heartbeat_died(self, exc: BaseException) -> None:
+        # Without renewals this worker's runs would go on unfenced: stop instead.
+        self._fatal = f"lease heartbeat died: {exc!r}"
+        for execution in self.active.values():
+            execution.task.cancel()
+        self.drain()
+
+    async def _heartbeat_loop(self) -> None:
+        """The worker row's heartbeat (leases are renewed by the keeper's own beat)."""
+        while True:
+            await asyncio.sleep(self.keeper.interval)
+            try:
+                await self.store.worker_heartbeat(self.id, draining=self._draining)
+            except HarnessError as exc:
+                logger.warning("worker heartbeat failed: %s", exc)
+                continue
+            if not self.active:
+                self._last_beat = time.monotonic()
+            if self._on_heartbeat is not None:
+                self._on_heartbeat()
+
+    async def _control_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.control_interval)
+            if not self.active:
+                continue
+            requests = await self.store.pending_controls()
+            for execution in list(self.active.values()):
+                request = requests.get(execution.session_id)
+                if request == "cancel":
+                    execution.control.request_cancel()
+                elif request == "pause":
+                    execution.control.request_pause()
+                else:
+                    continue
+                await self.store.set_control(execution.session_id, None)
+
+    async def _stats_loop(self) -> None:
+        known = set(self.agent_refs)
+        reported: set[str] = set()
+        while True:
+            stats = await self.store.queue_stats()
+            self.metrics.queue_depth.set(stats.depth)
+            oldest = stats.oldest_queued_at
+            self.metrics.queue_oldest.set(max(0.0, time.time() - oldest) if oldest is not None else 0.0)
+            unknown = {str(ref): count for ref, (count, _) in stats.by_agent.items() if str(ref) not in known}
+            for ref in reported - set(unknown):
+                self.metrics.queued_unknown.labels(agent=ref).set(0)
+            for ref, count in unknown.items():
+                self.metrics.queued_unknown.labels(agent=ref).set(count)
+                if ref not in reported:
+                    logger.warning(
+                        "%d queued runs need agent %s, which this worker does not know", count, ref
+                    )
+            reported = set(unknown)
+            await asyncio.sleep(self.config.stats_interval)

@@ -1,0 +1,83 @@
+"""What the long-running commands (harness-worker, harness-supervisor) share: loading
+configuration objects by import path, opening a store, and signal handling."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from harnessx._errors import ConfigurationError
+from harnessx.store._protocol import Store
+from harnessx.store._sqlite import SQLiteBackend
+
+__all__ = ["install_signal_handlers", "load_object", "open_store", "run_event_loop"]
+
+logger = logging.getLogger("harnessx.process")
+
+
+def load_object(path: str, what: str) -> Any:
+    """Import ``module:attribute``; errors say what was expected."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigurationError(f"{what} must be given as module:attribute, got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r} for {what}: {exc}") from exc
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ConfigurationError(f"module {module_name!r} has no attribute {attribute!r} ({what})") from None
+
+
+def open_store(
+    *, dsn: str | None, sqlite_path: str, schema: str, lease_seconds: float, auto_migrate: bool
+) -> Store:
+    """A PostgreSQL store when ``dsn`` is given, else SQLite at ``sqlite_path`` (not yet opened)."""
+    if dsn:
+        from harnessx.store import PostgresBackend
+
+        backend: Store = PostgresBackend(
+            dsn, schema=schema, lease_seconds=lease_seconds, auto_migrate=auto_migrate
+        )
+        return backend
+    return SQLiteBackend(sqlite_path, lease_seconds=lease_seconds, auto_migrate=auto_migrate)
+
+
+def install_signal_handlers(on_first: Callable[[], None]) -> None:
+    """SIGTERM/SIGINT once: ``on_first`` (a graceful stop). Twice: exit at once.
+
+    Only in the main thread's running loop; the exit skips cleanup on purpose, since the
+    operator asked twice (leases then expire or the supervisor releases them).
+    """
+    loop = asyncio.get_running_loop()
+    received = 0
+
+    def handle(signum: int) -> None:
+        nonlocal received
+        received += 1
+        if received == 1:
+            logger.info(
+                "received %s: stopping gracefully (send it again to exit now)", signal.Signals(signum).name
+            )
+            on_first()
+        else:
+            logger.warning("received %s again: exiting now", signal.Signals(signum).name)
+            os._exit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, handle, signum)
+
+
+def run_event_loop(main: Any) -> Any:
+    """Run ``main`` on uvloop when it is installed (the default), else on asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return asyncio.run(main)
+    return uvloop.run(main)

@@ -1,0 +1,61 @@
+"""Prometheus metrics of the supervisor."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["SupervisorMetrics"]
+
+_RECOVERY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class SupervisorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.leader = Gauge(
+            "harnessx_supervisor_leader", "1 while this supervisor is the active leader.", registry=r
+        )
+        self.scans = Counter("harnessx_supervisor_scans", "Orphan scans made as leader.", registry=r)
+        self.scan_seconds = Histogram(
+            "harnessx_supervisor_scan_seconds", "Time of one orphan scan.", registry=r
+        )
+        self.orphans_detected = Counter(
+            "harnessx_orphans_detected",
+            "Leases found with a dead holder or expired, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.orphans_recovered = Counter(
+            "harnessx_orphans_recovered", "Orphaned runs requeued for the pool.", registry=r
+        )
+        self.orphans_pending = Gauge(
+            "harnessx_orphans_unrecovered", "Requeued orphaned runs no worker has claimed yet.", registry=r
+        )
+        self.oldest_unrecovered = Gauge(
+            "harnessx_orphan_oldest_unrecovered_seconds",
+            "Time since the oldest still-unclaimed orphan was detected (0 when none).",
+            registry=r,
+        )
+        self.recovery_seconds = Histogram(
+            "harnessx_orphan_recovery_seconds",
+            "From detecting an orphan to a worker holding its session again.",
+            buckets=_RECOVERY_BUCKETS,
+            registry=r,
+        )
+        self.workers_live = Gauge(
+            "harnessx_workers_live", "Registered workers whose process is alive.", registry=r
+        )
+        self.workers_dead = Counter(
+            "harnessx_workers_died", "Workers found dead (their liveness lock gone).", registry=r
+        )
+        self.queue_depth = Gauge("harnessx_queue_depth", "Runs waiting for a worker.", registry=r)
+        self.queue_oldest = Gauge(
+            "harnessx_queue_oldest_age_seconds", "Age of the oldest queued run (0 when empty).", registry=r
+        )
+        self.stuck_runs = Gauge(
+            "harnessx_stuck_runs",
+            "Unfinished runs not updated for longer than the configured age, by status.",
+            ["status"],
+            registry=r,
+        )

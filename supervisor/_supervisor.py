@@ -1,0 +1,176 @@
+"""Orphan recovery: one active leader finds dead or expired lease holders and requeues.
+
+The leader drops such a lease with a generation bump (so a zombie that wakes up is fenced
+out of every write) and puts the session's running run back in the queue, where a worker
+claims it. It never runs agent code. Standbys retry leadership every ``leader_retry``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from harnessx._errors import HarnessError
+from harnessx.store._protocol import Orphan, Store
+from supervisor._metrics import SupervisorMetrics
+
+__all__ = ["ROLE", "Supervisor", "SupervisorConfig"]
+
+ROLE = "supervisor"
+logger = logging.getLogger("supervisor")
+
+_STATUSES = ("running", "paused", "awaiting_input")
+
+
+@dataclass
+class SupervisorConfig:
+    scan_interval: float = 0.1
+    leader_retry: float = 0.5
+    stuck_after: float = 3600.0
+    stuck_interval: float = 30.0
+
+
+@dataclass
+class _Pending:
+    run_id: str
+    session_id: str
+    detected: float
+
+
+class Supervisor:
+    def __init__(
+        self,
+        store: Store,
+        config: SupervisorConfig | None = None,
+        *,
+        metrics: SupervisorMetrics | None = None,
+    ):
+        self.store = store
+        self.config = config or SupervisorConfig()
+        self.metrics = metrics or SupervisorMetrics()
+        self.is_leader = False
+        self._stopping = asyncio.Event()
+        self._pending: dict[str, _Pending] = {}
+        self._last_stuck = 0.0
+        self._last_scan_ok = time.monotonic()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def health_problem(self) -> str | None:
+        if self.is_leader and time.monotonic() - self._last_scan_ok > max(
+            10.0, 50 * self.config.scan_interval
+        ):
+            return f"no successful scan for {time.monotonic() - self._last_scan_ok:.0f} s"
+        return None
+
+    async def run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                if not self.is_leader:
+                    self.is_leader = await self.store.try_leadership(ROLE)
+                    self.metrics.leader.set(1 if self.is_leader else 0)
+                    if self.is_leader:
+                        logger.info("this supervisor is now the leader")
+                        self._last_scan_ok = time.monotonic()
+                    else:
+                        await self._sleep(self.config.leader_retry)
+                        continue
+                try:
+                    await self.scan()
+                    self._last_scan_ok = time.monotonic()
+                except HarnessError as exc:
+                    logger.warning("scan failed: %s", exc)
+                await self._sleep(self.config.scan_interval)
+        finally:
+            if self.is_leader:
+                with contextlib.suppress(HarnessError):
+                    await self.store.release_leadership(ROLE)
+                self.is_leader = False
+                self.metrics.leader.set(0)
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    async def scan(self) -> None:
+        """One pass: recover orphans, track earlier recoveries, count workers, report."""
+        started = time.perf_counter()
+        for orphan in await self.store.find_orphans():
+            await self._recover(orphan)
+        await self._track_recoveries()
+        await self._check_workers()
+        await self._queue()
+        if time.monotonic() - self._last_stuck >= self.config.stuck_interval:
+            await self._stuck()
+            self._last_stuck = time.monotonic()
+        self.metrics.scans.inc()
+        self.metrics.scan_seconds.observe(time.perf_counter() - started)
+
+    async def _recover(self, orphan: Orphan) -> None:
+        self.metrics.orphans_detected.labels(reason=orphan.reason).inc()
+        # Only pool sessions go back to the queue: an application's own runtime resumes
+        # its sessions itself; releasing the lease is what it needs from us.
+        run_id = await self.store.recover_orphan(orphan, requeue=orphan.agent_ref is not None)
+        extra = {"session_id": orphan.session_id, "generation": orphan.generation}
+        if run_id is None:
+            logger.info("released %s lease of session %s", orphan.reason, orphan.session_id, extra=extra)
+            return
+        self.metrics.orphans_recovered.inc()
+        self._pending[run_id] = _Pending(run_id, orphan.session_id, time.monotonic())
+        logger.warning(
+            "requeued run %s: its holder %s (lease %s)",
+            run_id,
+            orphan.owner.split("/")[0],
+            orphan.reason,
+            extra={**extra, "run_id": run_id},
+        )
+
+    async def _track_recoveries(self) -> None:
+        now = time.monotonic()
+        for run_id, pending in list(self._pending.items()):
+            session = await self.store.get_session(pending.session_id)
+            run = await self.store.get_run(run_id)
+            if session is not None and session.lease_owner is not None:
+                self.metrics.recovery_seconds.observe(now - pending.detected)
+                del self._pending[run_id]
+            elif session is None or run is None or run.status not in _STATUSES:
+                del self._pending[run_id]
+        self.metrics.orphans_pending.set(len(self._pending))
+        oldest = min((p.detected for p in self._pending.values()), default=None)
+        self.metrics.oldest_unrecovered.set(now - oldest if oldest is not None else 0.0)
+
+    async def _check_workers(self) -> None:
+        live = 0
+        for worker in await self.store.running_workers():
+            if await self.store.process_alive(f"{worker.id}/"):
+                live += 1
+                continue
+            await self.store.stop_worker(worker.id)
+            self.metrics.workers_dead.inc()
+            logger.warning("worker %s (pid %d on %s) is dead", worker.id, worker.pid, worker.host)
+        self.metrics.workers_live.set(live)
+
+    async def _queue(self) -> None:
+        stats = await self.store.queue_stats()
+        self.metrics.queue_depth.set(stats.depth)
+        oldest = stats.oldest_queued_at
+        self.metrics.queue_oldest.set(max(0.0, time.time() - oldest) if oldest is not None else 0.0)
+
+    async def _stuck(self) -> None:
+        stuck = await self.store.stuck_runs(self.config.stuck_after)
+        counts = Counter(run.status for run in stuck)
+        for status in _STATUSES:
+            self.metrics.stuck_runs.labels(status=status).set(counts.get(status, 0))
+        for run in stuck[:10]:
+            logger.warning(
+                "run %s has been %s for %.0f s",
+                run.run_id,
+                run.status,
+                time.time() - run.updated_at,
+                extra={"run_id": run.run_id, "session_id": run.session_id},
+            )

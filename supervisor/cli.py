@@ -1,0 +1,120 @@
+"""``harness-supervisor``: recover orphaned runs. Run two for a standby; one leads."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from harnessx._errors import HarnessError
+from harnessx._processes import install_signal_handlers, open_store, run_event_loop
+from harnessx._service import HealthServer, SystemdNotifier, configure_logging, parse_address
+from harnessx.store._protocol import Store
+from supervisor._metrics import SupervisorMetrics
+from supervisor._supervisor import Supervisor, SupervisorConfig
+
+__all__ = ["main"]
+
+logger = logging.getLogger("supervisor")
+
+
+@click.command(context_settings={"show_default": True, "max_content_width": 100})
+@click.option("--dsn", envvar="HARNESSX_DSN", help="PostgreSQL DSN [env HARNESSX_DSN]; without it, SQLite.")
+@click.option(
+    "--sqlite",
+    "sqlite_path",
+    envvar="HARNESSX_SQLITE",
+    default=".agent_sessions/runtime.sqlite3",
+    help="SQLite database when no DSN is given [env HARNESSX_SQLITE].",
+)
+@click.option(
+    "--schema", envvar="HARNESSX_SCHEMA", default="harness_x", help="PostgreSQL schema [env HARNESSX_SCHEMA]."
+)
+@click.option(
+    "--metrics-addr",
+    envvar="HARNESSX_METRICS_ADDR",
+    default="127.0.0.1:9465",
+    help="host:port for /metrics, /healthz, /readyz; 'off' to disable [env HARNESSX_METRICS_ADDR].",
+)
+@click.option(
+    "--scan-interval",
+    envvar="HARNESSX_SCAN_INTERVAL",
+    default=0.1,
+    type=click.FloatRange(min=0.01),
+    help="Seconds between orphan scans [env HARNESSX_SCAN_INTERVAL].",
+)
+@click.option(
+    "--stuck-after",
+    envvar="HARNESSX_STUCK_AFTER",
+    default=3600.0,
+    type=click.FloatRange(min=1),
+    help="Report unfinished runs not updated for this many seconds [env HARNESSX_STUCK_AFTER].",
+)
+@click.option(
+    "--log-format",
+    envvar="HARNESSX_LOG_FORMAT",
+    default="json",
+    type=click.Choice(["json", "text"]),
+    help="[env HARNESSX_LOG_FORMAT]",
+)
+@click.option("--log-level", envvar="HARNESSX_LOG_LEVEL", default="INFO", help="[env HARNESSX_LOG_LEVEL]")
+def main(
+    dsn: str | None,
+    sqlite_path: str,
+    schema: str,
+    metrics_addr: str,
+    scan_interval: float,
+    stuck_after: float,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Find runs whose worker died or whose lease expired, fence the old holder out, and requeue
+    them for the pool. Only the leader acts; others wait as standbys."""
+    try:
+        address = None if metrics_addr == "off" else parse_address(metrics_addr)
+        # The supervisor never migrates: the schema is the workers' and the operator's.
+        store = open_store(
+            dsn=dsn, sqlite_path=sqlite_path, schema=schema, lease_seconds=30.0, auto_migrate=False
+        )
+    except (HarnessError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    configure_logging(
+        "json" if log_format == "json" else "text", log_level, static={"supervisor_id": store.process_id}
+    )
+    config = SupervisorConfig(scan_interval=scan_interval, stuck_after=stuck_after)
+    try:
+        run_event_loop(_serve(store, config, address))
+    except HarnessError as exc:
+        logger.error("supervisor stopped: %s", exc)
+        raise SystemExit(1) from exc
+
+
+async def _serve(store: Store, config: SupervisorConfig, address: tuple[str, int] | None) -> None:
+    notifier = SystemdNotifier()
+    metrics = SupervisorMetrics()
+    async with store:
+        supervisor = Supervisor(store, config, metrics=metrics)
+
+        def stop() -> None:
+            notifier.stopping()
+            supervisor.stop()
+
+        install_signal_handlers(stop)
+        server = None
+        if address is not None:
+            server = HealthServer(
+                address[0],
+                address[1],
+                metrics=lambda: (generate_latest(metrics.registry), CONTENT_TYPE_LATEST),
+                healthy=supervisor.health_problem,
+                ready=supervisor.health_problem,
+            )
+            await server.start()
+        notifier.ready("supervisor running")
+        try:
+            await supervisor.run()
+        finally:
+            if server is not None:
+                await server.stop()
+    logger.info("supervisor stopped")
