@@ -1,0 +1,173 @@
+"""Real worker and supervisor processes for the pool tests, and audits read from the database."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from durable_support import BackendTarget
+
+from harnessx import AgentRef, AgentRuntime, RunHandle
+
+__all__ = ["Pool", "audit_generations", "ledger", "submit_many"]
+
+HERE = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+
+
+def ledger(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def signal(self, signum: int) -> None:
+        self.popen.send_signal(signum)
+
+    def wait(self, timeout: float = 30) -> int:
+        return self.popen.wait(timeout=timeout)
+
+    def text(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+
+@dataclass
+class Pool:
+    target: BackendTarget
+    folder: Path
+    lease_seconds: float = 30.0
+    slow_tool: float = 0.0
+    processes: list[Process] = field(default_factory=list)
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.folder / "ledger"
+
+    def _store_args(self) -> list[str]:
+        if self.target.kind == "sqlite":
+            return ["--sqlite", self.target.location]
+        return ["--dsn", self.target.location]
+
+    def _env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+            "HX_LEDGER": str(self.ledger_path),
+            "HX_SLOW_TOOL": str(self.slow_tool),
+            "HARNESSX_LOG_FORMAT": "json",
+        }
+
+    def migrate(self) -> None:
+        subprocess.run(
+            [str(BIN / "harnessx"), "migrate", *self._store_args()], check=True, capture_output=True
+        )
+
+    def _spawn(self, name: str, command: list[str]) -> Process:
+        log = self.folder / f"{name}.log"
+        handle = open(log, "wb")  # noqa: SIM115 - the child owns it; closed when we reap it
+        popen = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=self._env())
+        handle.close()
+        process = Process(name, popen, log)
+        self.processes.append(process)
+        return process
+
+    def worker(self, name: str, *, concurrency: int = 8, extra: list[str] | None = None) -> Process:
+        return self._spawn(
+            name,
+            [
+                str(BIN / "harness-worker"),
+                *self._store_args(),
+                "--agents", "pool_agents:registry",
+                "--concurrency", str(concurrency),
+                "--lease-seconds", str(self.lease_seconds),
+                "--metrics-addr", "off",
+                *(extra or []),
+            ],
+        )  # fmt: skip
+
+    def supervisor(self, name: str, *, extra: list[str] | None = None) -> Process:
+        return self._spawn(
+            name,
+            [str(BIN / "harness-supervisor"), *self._store_args(), "--metrics-addr", "off", *(extra or [])],
+        )
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.popen.poll() is None:
+                process.popen.kill()
+            process.popen.wait(timeout=30)
+
+    async def wait_for_workers(self, count: int, within: float = 30) -> None:
+        async with self.target.open(auto_migrate=False) as store:
+            deadline = time.monotonic() + within
+            while len(await store.running_workers()) < count:
+                if time.monotonic() > deadline:
+                    logs = "\n".join(p.text()[-2000:] for p in self.processes)
+                    raise AssertionError(f"{count} workers did not register in time:\n{logs}")
+                await asyncio.sleep(0.05)
+
+    async def wait_for_ledger(self, predicate: Any, within: float = 30) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + within
+        while not predicate(lines := ledger(self.ledger_path)):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"ledger condition not met; {len(lines)} lines")
+            await asyncio.sleep(0.02)
+        return lines
+
+
+async def submit_many(store: Any, policies: list[str]) -> list[tuple[AgentRuntime, RunHandle, str]]:
+    submitted = []
+    for index, policy in enumerate(policies):
+        runtime = AgentRuntime(AgentRef(policy, "v1"), backend=store, execution="pool")
+        await runtime.start()
+        handle = await runtime.submit(f"job {index}", request_id=f"job-{index}")
+        submitted.append((runtime, handle, policy))
+    return submitted
+
+
+async def audit_generations(target: BackendTarget) -> list[str]:
+    """Writes whose generation is lower than an earlier write's in the same run: a stale
+    holder committed after a newer one had taken over. Returns one line per violation."""
+    if target.kind == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(target.location) as conn:
+            rows = conn.execute("SELECT run_id, seq, generation FROM events ORDER BY run_id, seq").fetchall()
+    else:
+        import asyncpg
+
+        conn = await asyncpg.connect(target.location)
+        try:
+            await conn.execute("SET search_path TO harness_x")
+            rows = [
+                tuple(r)
+                for r in await conn.fetch("SELECT run_id, seq, generation FROM events ORDER BY run_id, seq")
+            ]
+        finally:
+            await conn.close()
+    problems = []
+    highest: dict[str, int] = {}
+    expected: dict[str, int] = {}
+    for run_id, seq, generation in rows:
+        if generation < highest.get(run_id, 0):
+            problems.append(
+                f"run {run_id} event {seq} written by generation {generation} after {highest[run_id]}"
+            )
+        highest[run_id] = max(highest.get(run_id, 0), generation)
+        if seq != expected.get(run_id, 0) + 1:
+            problems.append(f"run {run_id} has a gap or duplicate at event {seq}")
+        expected[run_id] = seq
+    return problems

@@ -1,0 +1,180 @@
+"""The pool as deployed: harness-worker and harness-supervisor processes, real kills."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from durable_support import BackendTarget
+from pool_support import Pool, audit_generations, ledger, submit_many
+
+from harnessx import RunStatus
+
+pytestmark = pytest.mark.process
+
+
+@pytest.fixture
+def pool(target: BackendTarget, tmp_path: Path):  # type: ignore[no-untyped-def]
+    created = Pool(target, tmp_path)
+    created.migrate()
+    yield created
+    created.stop_all()
+
+
+async def results_of(submitted: list, within: float = 90) -> list:  # type: ignore[type-arg]
+    return await asyncio.wait_for(asyncio.gather(*(handle.result() for _, handle, _ in submitted)), within)
+
+
+async def test_fifty_runs_complete_and_a_killed_worker_is_recovered(pool: Pool) -> None:
+    pool.slow_tool = 0.3
+    first = pool.worker("w1")
+    second = pool.worker("w2")
+    pool.supervisor("s1")
+    await pool.wait_for_workers(2)
+    policies = ["safe", "idempotent", "manual"] * 16 + ["safe", "safe"]
+    async with pool.target.open(auto_migrate=False) as store:
+        submitted = await submit_many(store, policies)
+        # Kill w1 once it is in the middle of tool calls.
+        await pool.wait_for_ledger(
+            lambda lines: sum(1 for line in lines if line["pid"] == first.popen.pid) >= 2
+        )
+        killed_at = time.monotonic()
+        first.signal(signal.SIGKILL)
+        first.wait()
+        results = await results_of(submitted)
+        elapsed = time.monotonic() - killed_at
+        for runtime, _, _ in submitted:
+            await runtime.stop()
+    lines = ledger(pool.ledger_path)
+    calls = Counter(line["key"] for line in lines)
+    on_dead = {line["key"] for line in lines if line["pid"] == first.popen.pid}
+    for result, (_, _, policy) in zip(results, submitted, strict=True):
+        key_calls = [key for key in calls if key.startswith(result.run_id)]
+        if result.status is RunStatus.AWAITING_INPUT:
+            # Only a manual call cut off by the kill may wait for a person.
+            (pending,) = result.pending
+            assert policy == "manual" and pending.status == "uncertain"
+            # Dispatched on the dead worker: it ran there once, or never got to start.
+            key = pending.execution_key
+            assert calls[key] == 0 or (calls[key] == 1 and key in on_dead)
+            continue
+        assert result.ok, result
+        (key,) = key_calls
+        # Once, or a second time only after the kill interrupted it (never for manual).
+        assert calls[key] == 1 or (calls[key] == 2 and key in on_dead and policy != "manual")
+    assert any(r.status is RunStatus.COMPLETED for r in results)
+    assert second.popen.poll() is None
+    assert await audit_generations(pool.target) == []
+    # The killed worker's runs were resumed without waiting for its 30 s leases.
+    assert elapsed < pool.lease_seconds
+
+
+async def test_a_zombie_worker_is_fenced_out(pool: Pool) -> None:
+    pool.lease_seconds = 1.0
+    pool.slow_tool = 2.5
+    zombie = pool.worker("zombie", concurrency=1)
+    await pool.wait_for_workers(1)
+    async with pool.target.open(auto_migrate=False) as store:
+        submitted = await submit_many(store, ["safe"])
+        await pool.wait_for_ledger(lambda lines: len(lines) == 1)
+        zombie.signal(signal.SIGSTOP)  # a long GC pause: the process lives, its lease does not
+        pool.worker("rescuer", concurrency=1)
+        pool.supervisor("s1")
+        (result,) = await results_of(submitted)
+        zombie.signal(signal.SIGCONT)
+        await asyncio.sleep(3.0)  # the zombie's tool returns and it tries to commit
+        runtime = submitted[0][0]
+        status = await runtime.status()
+        await runtime.stop()
+    assert result.ok and status["run"].ok
+    lines = ledger(pool.ledger_path)
+    assert [line["attempt"] for line in lines] == [1, 2]
+    assert lines[1]["token"] > lines[0]["token"]  # the rescuer's fencing token is newer
+    assert await audit_generations(pool.target) == []
+    assert "lease" in zombie.text().lower()
+
+
+async def test_sigterm_drain_hands_runs_over_at_once(pool: Pool) -> None:
+    pool.slow_tool = 0.5
+    draining = pool.worker("draining", concurrency=4)
+    await pool.wait_for_workers(1)
+    async with pool.target.open(auto_migrate=False) as store:
+        submitted = await submit_many(store, ["safe"] * 8)
+        await pool.wait_for_ledger(lambda lines: len(lines) >= 2)
+        pool.worker("taker", concurrency=4)
+        started = time.monotonic()
+        draining.signal(signal.SIGTERM)
+        assert draining.wait(timeout=20) == 0
+        results = await results_of(submitted)
+        elapsed = time.monotonic() - started
+        for runtime, _, _ in submitted:
+            await runtime.stop()
+    assert all(result.ok for result in results)
+    assert elapsed < pool.lease_seconds  # nobody waited for a lease to expire
+    assert " draining " in draining.text()
+
+
+async def test_supervisor_failover(pool: Pool) -> None:
+    pool.slow_tool = 0.5
+    leader = pool.supervisor("leader")
+    await asyncio.sleep(0.5)
+    standby = pool.supervisor("standby")
+    victim = pool.worker("victim", concurrency=2)
+    pool.worker("survivor", concurrency=2)
+    await pool.wait_for_workers(2)
+    leader.signal(signal.SIGKILL)
+    leader.wait()
+    async with pool.target.open(auto_migrate=False) as store:
+        submitted = await submit_many(store, ["safe"] * 4)
+        await pool.wait_for_ledger(lambda lines: any(line["pid"] == victim.popen.pid for line in lines))
+        victim.signal(signal.SIGKILL)
+        victim.wait()
+        results = await results_of(submitted)
+        for runtime, _, _ in submitted:
+            await runtime.stop()
+    assert all(result.ok for result in results)
+    assert "now the leader" in standby.text()
+
+
+def test_pool_metrics_are_served(target: BackendTarget, tmp_path: Path) -> None:
+    import httpx
+
+    pool = Pool(target, tmp_path)
+    pool.migrate()
+    try:
+        pool.worker("w", extra=["--metrics-addr", "127.0.0.1:19471"])
+        pool.supervisor("s", extra=["--metrics-addr", "127.0.0.1:19472"])
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                worker = httpx.get("http://127.0.0.1:19471/metrics")
+                supervisor = httpx.get("http://127.0.0.1:19472/metrics")
+                ready = httpx.get("http://127.0.0.1:19471/readyz")
+                if ready.status_code == 200 and "harnessx_supervisor_leader 1.0" in supervisor.text:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "endpoints did not come up"
+            time.sleep(0.1)
+    finally:
+        pool.stop_all()
+    assert worker.headers["content-type"].startswith("text/plain")
+    for name in (
+        "harnessx_runs_claimed_total", "harnessx_runs_finished_total", "harnessx_active_runs",
+        "harnessx_concurrency_slots", "harnessx_lease_renewals_total", "harnessx_lease_renewal_seconds",
+        "harnessx_leases_lost_total", "harnessx_fenced_writes_rejected_total", "harnessx_queue_depth",
+        "harnessx_queue_oldest_age_seconds", "harnessx_tool_calls_total", "harnessx_claim_wait_seconds",
+    ):  # fmt: skip
+        assert f"# TYPE {name.removesuffix('_total')}" in worker.text, name
+    for name in (
+        "harnessx_supervisor_leader", "harnessx_orphans_detected_total", "harnessx_orphans_recovered_total",
+        "harnessx_orphan_recovery_seconds", "harnessx_workers_live", "harnessx_queue_depth",
+        "harnessx_stuck_runs",
+    ):  # fmt: skip
+        assert f"# TYPE {name.removesuffix('_total')}" in supervisor.text, name
+    _ = os
