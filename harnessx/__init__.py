@@ -5,6 +5,8 @@ Start with ``Agent`` for a run in this process. Everything public is importable 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from harnessx._agent import Agent
 from harnessx._config import AgentConfig, Limits, RetryPolicy
 from harnessx._errors import (
@@ -58,6 +60,9 @@ from harnessx.providers import (
 from harnessx.providers._scripted import ScriptedProvider, ScriptedRequest
 from harnessx.store import SQLiteBackend
 
+if TYPE_CHECKING:
+    from harnessx.store import PostgresBackend
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -81,6 +86,7 @@ __all__ = [
     "PendingTool",
     "PermissionLevel",
     "PermissionManager",
+    "PostgresBackend",
     "ProviderError",
     "ProviderResponse",
     "ReplayPolicy",
@@ -122,3 +128,12 @@ __all__ = [
     "agents",
     "current_tool_context",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # PostgresBackend needs asyncpg, an optional extra: import it only when asked for.
+    if name == "PostgresBackend":
+        from harnessx.store import PostgresBackend
+
+        return PostgresBackend
+    raise AttributeError(f"module 'harnessx' has no attribute {name!r}")

@@ -162,7 +162,8 @@ async def test_approval_persists_across_processes(target: BackendTarget, tmp_pat
     async with target.open() as backend:
         runtime = AgentRuntime(make_agent(permission="ask", ledger=ledger), backend=backend)
         status = AgentRuntime(make_agent(permission="ask"), backend=backend)
-        await status.resume(child.session_id)  # binds; the run goes straight back to waiting
+        rebound = await status.resume(child.session_id)  # the run goes straight back to waiting
+        assert rebound is not None and (await rebound.result()).needs_input
         (pending,) = (await status.status())["run"].pending
         await status.stop()
         handle = await runtime.approve(pending, resume=True)
@@ -179,7 +180,8 @@ async def test_decline_across_processes_tells_the_model(target: BackendTarget, t
     assert child.finish()[0] == 0
     async with target.open() as backend:
         runtime = AgentRuntime(make_agent(permission="ask", ledger=ledger), backend=backend)
-        await runtime.resume(child.session_id)
+        rebound = await runtime.resume(child.session_id)
+        assert rebound is not None and (await rebound.result()).needs_input
         (pending,) = (await runtime.status())["run"].pending
         handle = await runtime.decline(pending, resume=True)
         assert handle is not None
