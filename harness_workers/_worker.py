@@ -159,7 +159,7 @@ class Worker:
     async def _claim_loop(self) -> None:
         idle = self.config.poll_min
         while not self._draining:
-            free = self.config.concurrency - len(self.active)
+            free = self.config.concurrency - len(self._tasks)
             claimed: list[tuple[Lease, str]] = []
             if free > 0:
                 try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,17 @@ from harnessx._tools import current_tool_context
 from harnessx.providers._base import ProviderResponse, ToolCall
 from harnessx.providers._scripted import ScriptedProvider, ScriptedRequest
 
-__all__ = ["DEMO_AGENT", "DEMO_PROMPT", "build_sales_agent", "invocation_count", "registry"]
+__all__ = [
+    "DEMO_AGENT",
+    "DEMO_PROMPT",
+    "POOL_AGENT",
+    "build_pool_agent",
+    "build_sales_agent",
+    "invocation_count",
+    "pool_ledger",
+    "pool_registry",
+    "registry",
+]
 
 DEMO_AGENT = AgentRef("sales-demo", "v1")
 DEMO_PROMPT = "Write the Q3 sales report for EMEA and tell me the headline number."
@@ -98,3 +109,69 @@ def kill_after(phase: str) -> Any:
 
 registry = AgentRegistry()
 registry.register(DEMO_AGENT.name, build_sales_agent, version=DEMO_AGENT.version)
+
+
+# ------------------------------------------------------------------ pool demo
+
+POOL_AGENT = AgentRef("sales-pool", "v1")
+
+
+def pool_ledger(workdir: Path) -> Path:
+    return workdir / "tool-ledger.jsonl"
+
+
+def _pool_script(request: ScriptedRequest) -> ProviderResponse | str:
+    if request.turn == 0:
+        region = request.last_message["content"].rsplit(" ", 1)[-1]
+        return ProviderResponse(
+            text=f"Writing the {region} report.",
+            tool_calls=[ToolCall("call_report", "write_report", {"region": region, "quarter": "Q3"})],
+        )
+    return f"Report ready: {request.tool_results[0]['content']}"
+
+
+def build_pool_agent() -> Agent:
+    """A sales agent whose report tool is slow and *idempotent*: it writes each report once
+    per execution key, however often a crash makes the pool call it."""
+    agent = Agent(
+        config=AgentConfig(model="scripted-sales", system_prompt="You are a sales analyst. Write reports."),
+        provider=ScriptedProvider(_pool_script),
+    )
+
+    @agent.tools.register(replay_policy="idempotent")
+    def write_report(region: str, quarter: str) -> str:
+        """Write a quarterly sales report to disk.
+
+        Args:
+            region: Sales region.
+            quarter: Quarter label.
+        """
+        context = current_tool_context()
+        workdir = _workdir()
+        _log_tool(workdir, "start", context.execution_key)
+        time.sleep(float(os.environ.get("HARNESSX_DEMO_TOOL_SECONDS", "1.0")))
+        reports = workdir / "reports"
+        reports.mkdir(parents=True, exist_ok=True)
+        path = reports / f"{quarter.lower()}-{region.lower()}.md"
+        done = reports / f".{region.lower()}.key"
+        if done.exists() and done.read_text() == context.execution_key:
+            _log_tool(workdir, "skip", context.execution_key)  # already written for this call
+            return str(path.resolve())
+        staging = path.with_suffix(".tmp")
+        staging.write_text(f"# {quarter} sales report: {region}\n\nwritten by pid {os.getpid()}\n")
+        os.replace(staging, path)
+        done.write_text(context.execution_key)
+        _log_tool(workdir, "write", context.execution_key)
+        return str(path.resolve())
+
+    return agent
+
+
+def _log_tool(workdir: Path, event: str, key: str) -> None:
+    line = json.dumps({"event": event, "key": key, "pid": os.getpid(), "t": time.time()})
+    with open(pool_ledger(workdir), "a", encoding="utf-8") as ledger:
+        ledger.write(line + "\n")
+
+
+pool_registry = AgentRegistry()
+pool_registry.register(POOL_AGENT.name, build_pool_agent, version=POOL_AGENT.version)

@@ -88,8 +88,24 @@ def main() -> None:
 @click.option(
     "--dir", "workdir", default=".agent_sessions/demo", show_default=True, type=click.Path(file_okay=False)
 )
-def demo(backend: str, dsn: str | None, schema: str, workdir: str) -> None:
-    """Crash a run right after its tool's result commits, then resume it in a fresh process."""
+@click.option(
+    "--pool", is_flag=True, help="The worker-pool walkthrough: a supervisor and two workers on SQLite."
+)
+@click.option(
+    "--runs", default=8, show_default=True, type=click.IntRange(1, 12), help="Runs to submit (--pool)."
+)
+@click.option(
+    "--tool-seconds", default=1.0, show_default=True, help="How long each tool call takes (--pool)."
+)
+def demo(
+    backend: str, dsn: str | None, schema: str, workdir: str, pool: bool, runs: int, tool_seconds: float
+) -> None:
+    """Crash a run right after its tool's result commits, then resume it in a fresh process.
+
+    With --pool: submit runs to two workers, SIGKILL one mid-tool, and watch every run finish."""
+    if pool:
+        _pool_demo(Path(workdir), runs, tool_seconds)
+        return
     if backend == "postgres" and not dsn:
         raise click.UsageError("--backend postgres needs --dsn (or HARNESSX_DSN)")
     folder = Path(workdir)
@@ -129,6 +145,17 @@ def demo(backend: str, dsn: str | None, schema: str, workdir: str) -> None:
         raise click.ClickException(
             "the walkthrough did not hold: expected a completed run and exactly 1 invocation"
         )
+
+
+def _pool_demo(folder: Path, runs: int, tool_seconds: float) -> None:
+    from harnessx._pool_demo import run_pool_demo
+
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    click.echo(f"Pool walkthrough in {folder} (logs in {folder / 'logs'}).")
+    if not asyncio.run(run_pool_demo(folder, runs, tool_seconds, click.echo)):
+        raise click.ClickException("the pool walkthrough did not hold; see the table above")
 
 
 def _step(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -57,3 +57,11 @@ def test_cli_errors_are_clear(tmp_path: Path) -> None:
     assert unknown.returncode != 0 and "no session 'nope'" in unknown.stderr
     no_dsn = harnessx("demo", "--backend", "postgres", cwd=tmp_path)
     assert no_dsn.returncode != 0 and "--dsn" in no_dsn.stderr
+
+
+def test_pool_demo_kills_a_worker_and_every_report_is_written_once(tmp_path: Path) -> None:
+    done = harnessx("demo", "--pool", "--runs", "6", "--tool-seconds", "0.5", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "killed with SIGKILL in the middle of a tool call" in done.stdout
+    assert "each report was written once: yes" in done.stdout
+    assert len(list((tmp_path / ".agent_sessions/demo/reports").glob("*.md"))) == 6
