@@ -40,7 +40,7 @@ class WorkerConfig:
 
     concurrency: int = 4
     poll_min: float = 0.02
-    poll_max: float = 0.5
+    poll_max: float = 0.25
     renew_interval: float | None = None
     control_interval: float = 0.25
     stats_interval: float = 2.0
@@ -171,10 +171,15 @@ class Worker:
             if claimed:
                 idle = self.config.poll_min
                 continue
-            # Nothing to do: wait for a finished run or the next poll, backing off.
+            # Nothing to do: wait for a finished run, a queue notification, or the next
+            # poll, backing off while idle.
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), idle)
+            woken = asyncio.ensure_future(self._wake.wait())
+            queued = asyncio.ensure_future(self.store.wait_for_work(idle))
+            await asyncio.wait({woken, queued}, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in (woken, queued):
+                waiter.cancel()
+            await asyncio.gather(woken, queued, return_exceptions=True)
             idle = min(idle * 2, self.config.poll_max)
 
     async def _drain_runs(self) -> None:

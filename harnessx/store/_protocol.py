@@ -218,6 +218,9 @@ class Store(Protocol):
     ) -> list[tuple[Lease, str]]:
         """Claim up to ``limit`` queued runs whose sessions are free, as ``(lease, run_id)``."""
 
+    async def wait_for_work(self, max_wait: float) -> None:
+        """Return soon after a run is queued (a wake-up hint), or after ``max_wait`` seconds."""
+
     async def register_worker(self, worker: WorkerInfo) -> None: ...
 
     async def worker_heartbeat(self, worker_id: str, *, draining: bool) -> None: ...

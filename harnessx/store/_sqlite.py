@@ -567,6 +567,10 @@ class SQLiteBackend:
 
         return await self._call(self._write, body)
 
+    async def wait_for_work(self, max_wait: float) -> None:
+        # SQLite cannot notify other processes: the claim loop's back-off is the polling.
+        await asyncio.sleep(max_wait)
+
     async def register_worker(self, worker: WorkerInfo) -> None:
         now = time.time()
         values = (worker.id, worker.host, worker.pid, dumps(worker.agents), worker.concurrency, now, now)

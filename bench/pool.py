@@ -1,0 +1,278 @@
+"""Pool benchmarks with real harness-worker and harness-supervisor processes.
+
+    python bench/pool.py                         # a throwaway PostgreSQL 15 cluster, fsync on
+    python bench/pool.py --dsn postgresql://…    # an existing server
+    python bench/pool.py --sqlite                # the embedded store instead
+
+Reports, side by side:
+
+- kill -> resume: a worker is SIGKILLed while its run is inside a tool call; the time until
+  that call starts again on another worker (p50/p99 over --kills kills; target < 1 s);
+- claim latency: from a run's creation to its first committed event, read from the
+  database's own timestamps (p50/p99 over --claims runs submitted one by one to idle workers);
+- throughput: checkpointed steps per second with 1, 2 and 4 workers (8 boundaries per run:
+  model reply, prepared tools, dispatch, raw result, completed result, next model call,
+  model reply, finish).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from harnessx import AgentRef, AgentRuntime
+from harnessx.store._protocol import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+STEPS_PER_RUN = 8
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+class Fleet:
+    """Worker and supervisor processes against one store."""
+
+    def __init__(self, store_args: list[str], folder: Path) -> None:
+        self.store_args = store_args
+        self.folder = folder
+        self.ledger = folder / "ledger.jsonl"
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]),
+            "HX_BENCH_LEDGER": str(self.ledger),
+        }
+
+    def spawn(self, kind: str, *extra: str) -> subprocess.Popen[bytes]:
+        command = [
+            str(BIN / kind),
+            *self.store_args,
+            "--metrics-addr",
+            "off",
+            "--log-level",
+            "WARNING",
+            *extra,
+        ]
+        log = open(self.folder / f"{kind}-{len(self.processes)}.log", "wb")  # noqa: SIM115
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        log.close()
+        self.processes.append(process)
+        return process
+
+    def worker(self, concurrency: int = 8) -> subprocess.Popen[bytes]:
+        return self.spawn(
+            "harness-worker", "--agents", "bench_agents:registry", "--concurrency", str(concurrency)
+        )
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.processes.clear()
+
+    def lines(self) -> list[dict[str, Any]]:
+        if not self.ledger.exists():
+            return []
+        return [json.loads(line) for line in self.ledger.read_text().splitlines() if line.strip()]
+
+
+async def live_workers(store: Store, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        alive = [w for w in await store.running_workers() if await store.process_alive(f"{w.id}/")]
+        if len(alive) >= count:
+            return
+        await asyncio.sleep(0.02)
+    raise RuntimeError(f"{count} workers did not come up")
+
+
+async def submit(store: Store, agent: str, message: str) -> Any:
+    runtime = AgentRuntime(AgentRef(agent, "v1"), backend=store, execution="pool")
+    await runtime.start()
+    handle = await runtime.submit(message)
+    return runtime, handle
+
+
+async def bench_kills(store: Store, fleet: Fleet, kills: int) -> list[float]:
+    fleet.spawn("harness-supervisor", "--scan-interval", "0.05")
+    workers = [fleet.worker(), fleet.worker()]
+    samples = []
+    for trial in range(kills):
+        await live_workers(store, 2)
+        runtime, handle = await submit(store, "slow", f"kill {trial}")
+        prefix = handle.run_id
+        while not (first := [line for line in fleet.lines() if line["key"].startswith(prefix)]):
+            await asyncio.sleep(0.005)
+        victim = next(w for w in workers if w.pid == first[0]["pid"])
+        killed = time.time()
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        while not (
+            again := [
+                line for line in fleet.lines() if line["key"].startswith(prefix) and line["attempt"] > 1
+            ]
+        ):
+            await asyncio.sleep(0.002)
+        samples.append(again[0]["t"] - killed)
+        await handle.result()
+        await runtime.stop()
+        workers.remove(victim)
+        workers.append(fleet.worker())
+    fleet.stop()
+    return samples
+
+
+async def bench_claims(store: Store, fleet: Fleet, claims: int, timestamps: Any) -> list[float]:
+    fleet.worker()
+    fleet.worker()
+    await live_workers(store, 2)
+    await asyncio.sleep(1.0)  # let both workers settle into their idle polling
+    run_ids = []
+    for index in range(claims):
+        runtime, handle = await submit(store, "fast", f"claim {index}")
+        await handle.result()
+        await runtime.stop()
+        run_ids.append(handle.run_id)
+        await asyncio.sleep(0.05)  # idle again before the next one
+    fleet.stop()
+    return [first - created for created, first in await timestamps(run_ids)]
+
+
+async def bench_throughput(store: Store, fleet: Fleet, workers: int, runs: int) -> float:
+    for _ in range(workers):
+        fleet.worker(concurrency=8)
+    await live_workers(store, workers)
+    started = time.perf_counter()
+    submitted = [await submit(store, "fast", f"throughput {i}") for i in range(runs)]
+    await asyncio.gather(*(handle.result() for _, handle in submitted))
+    elapsed = time.perf_counter() - started
+    for runtime, _ in submitted:
+        await runtime.stop()
+    fleet.stop()
+    return runs * STEPS_PER_RUN / elapsed
+
+
+def sqlite_timestamps(path: Path) -> Any:
+    import sqlite3
+
+    async def read(run_ids: list[str]) -> list[tuple[float, float]]:
+        with sqlite3.connect(path) as conn:
+            rows = []
+            for run_id in run_ids:
+                created = conn.execute("SELECT created_at FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+                first = conn.execute(
+                    "SELECT MIN(created_at) FROM events WHERE run_id = ?", (run_id,)
+                ).fetchone()[0]
+                rows.append((created, first))
+            return rows
+
+    return read
+
+
+def postgres_timestamps(dsn: str, schema: str) -> Any:
+    import asyncpg
+
+    async def read(run_ids: list[str]) -> list[tuple[float, float]]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            rows = await conn.fetch(
+                "SELECT extract(epoch FROM r.created_at)::float8, "
+                "extract(epoch FROM min(e.created_at))::float8 "
+                f'FROM "{schema}".runs r JOIN "{schema}".events e ON e.run_id = r.id '
+                "WHERE r.id = ANY($1::text[]) GROUP BY r.id, r.created_at",
+                run_ids,
+            )
+            return [(row[0], row[1]) for row in rows]
+        finally:
+            await conn.close()
+
+    return read
+
+
+async def main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as folder_name, ExitStack() as stack:
+        folder = Path(folder_name)
+        if args.sqlite:
+            database = folder / "pool.sqlite3"
+            store_args = ["--sqlite", str(database)]
+            label = "SQLite (WAL, synchronous=FULL)"
+            timestamps = sqlite_timestamps(database)
+        else:
+            dsn = args.dsn
+            label = "PostgreSQL (given DSN)"
+            if dsn is None:
+                sys.path.insert(0, str(ROOT / "tests"))
+                from postgres_cluster import ThrowawayCluster
+
+                dsn = stack.enter_context(ThrowawayCluster(durable=True)).dsn
+                label = "PostgreSQL 15 (loopback, fsync on)"
+            store_args = ["--dsn", dsn, "--schema", "harnessx_pool_bench"]
+            timestamps = postgres_timestamps(dsn, "harnessx_pool_bench")
+        subprocess.run([str(BIN / "harnessx"), "migrate", *store_args], check=True, capture_output=True)
+        from harnessx._processes import open_store
+
+        store = open_store(
+            dsn=None if args.sqlite else store_args[1],
+            sqlite_path=store_args[1],
+            schema="harnessx_pool_bench",
+            lease_seconds=30.0,
+            auto_migrate=False,
+        )
+        async with store:
+            fleet = Fleet(store_args, folder)
+            try:
+                kills = await bench_kills(store, fleet, args.kills)
+                claims = await bench_claims(store, fleet, args.claims, timestamps)
+                throughput = {n: await bench_throughput(store, fleet, n, args.runs) for n in (1, 2, 4)}
+            finally:
+                fleet.stop()
+    print(f"store: {label}; machine: {os.cpu_count()} cores")
+    print()
+    print("| measure | p50 | p99 | max | n |")
+    print("|---|---|---|---|---|")
+    print(
+        f"| SIGKILL -> call running again on another worker (s) | {percentile(kills, 0.5):.3f} | "
+        f"{percentile(kills, 0.99):.3f} | {max(kills):.3f} | {len(kills)} |"
+    )
+    print(
+        f"| claim latency, creation -> first event (s) | {percentile(claims, 0.5):.3f} | "
+        f"{percentile(claims, 0.99):.3f} | {max(claims):.3f} | {len(claims)} |"
+    )
+    print()
+    print("| workers | checkpointed steps / s | runs |")
+    print("|---|---|---|")
+    for count, rate in throughput.items():
+        print(f"| {count} | {rate:.0f} | {args.runs} |")
+    print(f"\n(mean kill -> resume {statistics.mean(kills):.3f} s)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dsn", help="PostgreSQL DSN (default: a throwaway cluster)")
+    parser.add_argument("--sqlite", action="store_true", help="benchmark the SQLite store instead")
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--claims", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=200, help="runs per throughput measurement")
+    asyncio.run(main(parser.parse_args()))
