@@ -14,7 +14,7 @@ For each backend it reports:
 - late/early: the checkpoint cost of turns 191-200 of a long session over turns 1-10.
 
 Without ``--dsn`` a throwaway PostgreSQL cluster is started with its durable defaults
-(fsync on), using ``tests/postgres_cluster.py``.
+(fsync on), using ``harnessx.testing.ThrowawayCluster``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -223,8 +222,7 @@ async def main(args: argparse.Namespace) -> None:
             dsn = args.dsn
             label = "PostgreSQL (given DSN)"
             if dsn is None:
-                sys.path.insert(0, str(ROOT / "tests"))
-                from postgres_cluster import ThrowawayCluster
+                from harnessx.testing import ThrowawayCluster
 
                 cluster = stack.enter_context(ThrowawayCluster(durable=True))
                 dsn = cluster.dsn

@@ -221,8 +221,7 @@ async def main(args: argparse.Namespace) -> None:
             dsn = args.dsn
             label = "PostgreSQL (given DSN)"
             if dsn is None:
-                sys.path.insert(0, str(ROOT / "tests"))
-                from postgres_cluster import ThrowawayCluster
+                from harnessx.testing import ThrowawayCluster
 
                 dsn = stack.enter_context(ThrowawayCluster(durable=True)).dsn
                 label = "PostgreSQL 15 (loopback, fsync on)"

@@ -1,7 +1,7 @@
 """Session-wide PostgreSQL for tests.
 
 ``postgres_dsn`` is ``$HARNESSX_TEST_DSN`` if set, otherwise a throwaway cluster started
-once per session (see ``postgres_cluster.py``). When PostgreSQL is unavailable the tests
+once per session (see ``harnessx.testing``). When PostgreSQL is unavailable the tests
 that need it are skipped with the reason, or fail when ``CI=true`` or
 ``HARNESSX_REQUIRE_POSTGRES=1``. ``pg_database`` gives each test its own fresh database.
 """
