@@ -70,6 +70,7 @@ def make_agent(
     ledger: str | None = None,
     block_marker: str | None = None,
     system_prompt: str = "You write sales reports.",
+    tool_seconds: float = 0.0,
 ) -> Agent:
     """A sales agent whose ``write_report`` tool appends to ``ledger``.
 
@@ -95,6 +96,7 @@ def make_agent(
         if block_marker and context.attempt == 1:
             Path(block_marker).touch()
             time.sleep(600)
+        time.sleep(tool_seconds)
         return f"report for {region} written"
 
     return agent
@@ -144,6 +146,7 @@ def spawn_child(
     kill_at_phase: str | None = None,
     session_id: str | None = None,
     action: str = "run",
+    request_id: str | None = None,
 ) -> ChildRun:
     """Start ``python durable_support.py`` as a real OS process driving one run."""
     session_file = workdir / f"session-{time.monotonic_ns()}.json"
@@ -155,6 +158,7 @@ def spawn_child(
         "session_file": str(session_file),
         "session_id": session_id,
         "action": action,
+        "request_id": request_id,
     }
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(
@@ -185,7 +189,7 @@ async def _child_main(spec: dict[str, Any]) -> None:
         if spec["action"] == "run":
             session_id = await runtime.start(spec.get("session_id"))
             Path(spec["session_file"]).write_text(json.dumps({"session_id": session_id}))
-            result = await runtime.run(spec["prompt"])
+            result = await runtime.run(spec["prompt"], request_id=spec.get("request_id"))
         else:
             handle = await runtime.resume(spec["session_id"])
             Path(spec["session_file"]).write_text(json.dumps({"session_id": spec["session_id"]}))

@@ -65,3 +65,9 @@ def test_pool_demo_kills_a_worker_and_every_report_is_written_once(tmp_path: Pat
     assert "killed with SIGKILL in the middle of a tool call" in done.stdout
     assert "each report was written once: yes" in done.stdout
     assert len(list((tmp_path / ".agent_sessions/demo/reports").glob("*.md"))) == 6
+
+
+def test_demo_on_postgres(pg_database: str, tmp_path: Path) -> None:
+    done = harnessx("demo", "--backend", "postgres", "--dsn", pg_database, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "on PostgreSQL" in done.stdout and "Tool invocations: 1" in done.stdout
