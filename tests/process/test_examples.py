@@ -60,3 +60,14 @@ def test_seed_walkthrough_on_postgres_across_a_sigkill(pg_database: str, tmp_pat
     assert (tmp_path / "invocations.txt").read_text().splitlines() == ["write_report"]
     again = run_python([script, "resume", pg_database, "session.json"], tmp_path)
     assert again.stdout.strip() == "No run was resumed."
+
+
+def test_fenced_tool_example(tmp_path: Path) -> None:
+    done = run_python([str(ROOT / "examples/fenced_tool.py")], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "Charged.",
+        "replayed by the same holder: already charged",
+        "late call from a zombie: rejected: token 0 is older than 1",
+        "charges: 1",
+    ]
