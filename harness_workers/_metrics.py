@@ -62,12 +62,6 @@ class WorkerMetrics:
             "Writes refused because this worker's lease no longer held.",
             registry=r,
         )
-        self.claim_latency = Histogram(
-            "harnessx_claim_wait_seconds",
-            "Time a run waited in the queue before this worker claimed it.",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
         self.queue_depth = Gauge("harnessx_queue_depth", "Runs waiting for a worker.", registry=r)
         self.queue_oldest = Gauge(
             "harnessx_queue_oldest_age_seconds", "Age of the oldest queued run (0 when empty).", registry=r

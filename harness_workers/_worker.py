@@ -26,6 +26,7 @@ from harnessx._executor import Execution, RunExecutor
 from harnessx._hooks import HookContext, HookEvent
 from harnessx._leases import LeaseKeeper
 from harnessx._registry import AgentRef, AgentRegistry
+from harnessx._service import bind_log_context
 from harnessx.store._protocol import Lease, Store, WorkerInfo
 
 __all__ = ["Worker", "WorkerConfig"]
@@ -200,6 +201,8 @@ class Worker:
         task.add_done_callback(self._tasks.discard)
 
     async def _drive(self, lease: Lease, run_id: str) -> None:
+        # Every line logged by this task (and the run's task it starts) names the run.
+        bind_log_context(run_id=run_id, session_id=lease.session_id, generation=lease.generation)
         agent: Agent | None = None
         try:
             session = await self.store.get_session(lease.session_id)
@@ -211,6 +214,7 @@ class Worker:
             agent = self.registry.create(AgentRef.parse(session.agent_ref))
             agent.hooks.on(HookEvent.TOOL_END, self._count_tool(agent))
             state = await self.store.load_state(run_id)
+            logger.info("claimed run %s", run_id)
             execution = self.executor.launch(agent, lease, state, last_seq=record.event_count, resumed=True)
             self.active[run_id] = execution
             self.metrics.active_runs.set(len(self.active))
@@ -218,25 +222,16 @@ class Worker:
                 execution.control.request_handoff()
             result = await execution.task
             self.metrics.runs_finished.labels(status=result.status.value).inc()
-            logger.info(
-                "run %s %s",
-                run_id,
-                result.status.value,
-                extra={"run_id": run_id, "session_id": lease.session_id, "generation": lease.generation},
-            )
+            logger.info("run %s %s", run_id, result.status.value)
         except LeaseLostError:
             self.metrics.fenced_writes.inc()
             self.metrics.runs_failed.labels(reason="lease_lost").inc()
-            logger.warning(
-                "run %s stopped: lease lost to another process",
-                run_id,
-                extra={"run_id": run_id, "generation": lease.generation},
-            )
+            logger.warning("run %s stopped: lease lost to another process", run_id)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             self.metrics.runs_failed.labels(reason=type(exc).__name__).inc()
-            logger.exception("run %s could not be driven", run_id, extra={"run_id": run_id})
+            logger.exception("run %s could not be driven", run_id)
             if run_id not in self.active:
                 with contextlib.suppress(HarnessError):
                     await self.store.release(lease)

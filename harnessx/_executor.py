@@ -131,6 +131,11 @@ class RunExecutor:
                 raise LeaseLostError(
                     f"lost the lease on session {lease.session_id}; another process owns the run now"
                 ) from None
+            if control.handoff_requested and state.status is RunStatus.RUNNING:
+                # A drain that ran out of time: the run stops mid-step, but it must not be
+                # lost. Recovery on the next worker settles what was in flight.
+                with contextlib.suppress(StorageError):
+                    await self.store.requeue(lease, state.run_id)
             raise
         finally:
             self.keeper.drop(lease)

@@ -74,7 +74,10 @@ class LeaseKeeper:
             if lease.session_id in renewal.lost:
                 del self._held[lease.session_id]
                 logger.warning(
-                    "lost the lease on session %s (generation %d)", lease.session_id, lease.generation
+                    "lost the lease on session %s (generation %d)",
+                    lease.session_id,
+                    lease.generation,
+                    extra={"session_id": lease.session_id, "generation": lease.generation},
                 )
                 held[1](lease)
             elif lease.session_id in renewal.controls and held[2] is not None:

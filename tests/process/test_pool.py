@@ -169,7 +169,7 @@ def test_pool_metrics_are_served(target: BackendTarget, tmp_path: Path) -> None:
         "harnessx_runs_claimed_total", "harnessx_runs_finished_total", "harnessx_active_runs",
         "harnessx_concurrency_slots", "harnessx_lease_renewals_total", "harnessx_lease_renewal_seconds",
         "harnessx_leases_lost_total", "harnessx_fenced_writes_rejected_total", "harnessx_queue_depth",
-        "harnessx_queue_oldest_age_seconds", "harnessx_tool_calls_total", "harnessx_claim_wait_seconds",
+        "harnessx_queue_oldest_age_seconds", "harnessx_tool_calls_total",
     ):  # fmt: skip
         assert f"# TYPE {name.removesuffix('_total')}" in worker.text, name
     for name in (
