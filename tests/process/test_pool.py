@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 from collections import Counter
@@ -145,17 +144,20 @@ async def test_supervisor_failover(pool: Pool) -> None:
 def test_pool_metrics_are_served(target: BackendTarget, tmp_path: Path) -> None:
     import httpx
 
+    from harnessx.testing import free_port
+
     pool = Pool(target, tmp_path)
     pool.migrate()
+    worker_port, supervisor_port = free_port(), free_port()
     try:
-        pool.worker("w", extra=["--metrics-addr", "127.0.0.1:19471"])
-        pool.supervisor("s", extra=["--metrics-addr", "127.0.0.1:19472"])
+        pool.worker("w", extra=["--metrics-addr", f"127.0.0.1:{worker_port}"])
+        pool.supervisor("s", extra=["--metrics-addr", f"127.0.0.1:{supervisor_port}"])
         deadline = time.monotonic() + 20
         while True:
             try:
-                worker = httpx.get("http://127.0.0.1:19471/metrics")
-                supervisor = httpx.get("http://127.0.0.1:19472/metrics")
-                ready = httpx.get("http://127.0.0.1:19471/readyz")
+                worker = httpx.get(f"http://127.0.0.1:{worker_port}/metrics")
+                supervisor = httpx.get(f"http://127.0.0.1:{supervisor_port}/metrics")
+                ready = httpx.get(f"http://127.0.0.1:{worker_port}/readyz")
                 if ready.status_code == 200 and "harnessx_supervisor_leader 1.0" in supervisor.text:
                     break
             except httpx.HTTPError:
@@ -178,4 +180,3 @@ def test_pool_metrics_are_served(target: BackendTarget, tmp_path: Path) -> None:
         "harnessx_stuck_runs",
     ):  # fmt: skip
         assert f"# TYPE {name.removesuffix('_total')}" in supervisor.text, name
-    _ = os

@@ -1,0 +1,1042 @@
+"""``PostgresBackend``: the store for a pool of processes spread over several machines.
+
+Same protocol and semantics as ``SQLiteBackend``; what differs is where the work happens:
+
+- **Checkpoints in one round trip.** ``create_run``, ``commit`` and ``append_events`` are
+  one call of the ``harnessx_checkpoint`` function (created by the migration). It checks
+  the lease and writes every row in one transaction, and raises SQLSTATE ``HX001`` (here
+  ``LeaseLostError``) with nothing written when the lease no longer holds.
+- **Leases by the database clock**, so hosts with skewed clocks agree on expiry. The pool
+  claims queued runs with one ``FOR UPDATE SKIP LOCKED`` statement.
+- **Liveness by advisory lock.** Each instance holds a session-level advisory lock keyed
+  to its ``process_id`` on a connection of its own for as long as it is open. When the
+  process dies, even by SIGKILL, the server drops the connection and the lock at once, so
+  ``claim``, ``process_alive`` and ``find_orphans`` can tell a crashed holder from a live
+  one without waiting for its lease to expire. Leadership (``try_leadership``) is another
+  advisory lock on that connection.
+- **Notifications.** A checkpoint that adds events fires one ``pg_notify`` and queueing a
+  run fires another, inside the committing transaction; ``wait_for_events`` and
+  ``wait_for_work`` listen on a connection of their own and fall back to plain waiting
+  (the caller polls) whenever it is down. A notification is only ever a hint.
+- **Transient errors are retried** (tenacity, exponential back-off). Every operation is
+  safe to repeat, even when a reply was lost after the server committed: reads trivially;
+  a checkpoint carries a unique id the function applies at most once; a queue claim finds
+  what its lost attempt took; re-claiming one's own lease only moves it to a newer
+  generation. asyncpg errors become harnessx errors in one place, ``_translated``, with
+  the original as ``__cause__``.
+- **No password in any message.** Only the redacted DSN (``user:***@host``) is shown, and
+  driver messages are scrubbed of the password before they are quoted.
+
+The liveness and listener connections need session semantics: point the DSN at the
+server or at a session-mode pooler, not at PgBouncer in transaction mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import shlex
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import unquote
+
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
+
+from harnessx._errors import (
+    ConfigurationError,
+    HarnessError,
+    LeaseLostError,
+    SchemaError,
+    SessionBusyError,
+    StorageError,
+)
+from harnessx._events import RunEvent
+from harnessx._state import Delta, RunState, ToolEntry
+from harnessx.store._codec import (
+    dumps,
+    event_from_row,
+    loads,
+    run_record,
+    run_row_values,
+    state_after,
+    state_from,
+    tool_entry_from_row,
+    tool_entry_values,
+)
+from harnessx.store._migrations import check_applied, load_migrations, pending
+from harnessx.store._protocol import (
+    Lease,
+    Orphan,
+    QueueStats,
+    Renewal,
+    RunRecord,
+    SessionRecord,
+    SessionSummary,
+    StuckRun,
+    WorkerInfo,
+)
+from harnessx.store._queries import load_queries
+
+try:
+    import asyncpg  # type: ignore[import-untyped]
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ConfigurationError(
+        "PostgresBackend needs the asyncpg driver: pip install 'harnessx[postgres]'"
+    ) from exc
+
+__all__ = ["SQLITE_ONLY_QUERIES", "PostgresBackend", "redact_dsn", "runtime_grants"]
+
+logger = logging.getLogger("harnessx.store.postgres")
+
+T = TypeVar("T")
+Q = load_queries("postgres")
+
+# sqlite.sql queries without a twin in postgres.sql, and what does their work here.
+SQLITE_ONLY_QUERIES = {
+    **dict.fromkeys(
+        ("fence", "insert_run", "update_run", "set_event_count", "insert_message", "upsert_tool_call"),
+        "harnessx_checkpoint",
+    ),
+    "insert_event": "harnessx_checkpoint",
+    "queued_runs": "claim_queued",
+    "dequeue_run": "claim_queued",
+    "leased_sessions": "find_orphans",
+    "drop_orphan_lease": "recover_orphan",
+    "requeue_session": "recover_orphan",
+}
+
+_DEFAULT_SCHEMA = "harness_x"
+_MAX_IDENTIFIER_BYTES = 63  # PostgreSQL silently truncates longer names
+_CONNECT_TIMEOUT = 10.0
+# After a server restart every pooled connection may be dead; each failed attempt retires
+# one, so allow a few more attempts than that takes (about 4 s of back-off in all).
+_RETRY_ATTEMPTS = 8
+_LISTENER_RETRY_SECONDS = 1.0
+# The order of codec.tool_entry_values and codec.run_row_values.
+_TOOL_COLUMNS = (
+    *("execution_key", "run_id", "iteration", "idx", "call", "policy", "status", "attempt"),
+    *("approved", "raw_result", "result", "generation", "updated_at"),
+)
+_RUN_COLUMNS = ("status", "phase", "iteration", "usage", "output", "stop_reason", "error", "usage_incomplete")
+
+_exc = asyncpg.exceptions
+# The connection itself is gone or unusable: retire it, and try again on another.
+_BROKEN_CONNECTION = (
+    _exc.PostgresConnectionError,  # includes ConnectionDoesNotExistError
+    _exc.CannotConnectNowError,
+    _exc.AdminShutdownError,
+    _exc.CrashShutdownError,
+    _exc.TooManyConnectionsError,
+    # A connection the server dropped while it sat idle in the pool can fail this way
+    # before asyncpg notices that it is closed.
+    _exc.InternalClientError,
+    ConnectionError,  # reset, refused, aborted
+    TimeoutError,
+)
+# Errors after which the operation may simply be tried again: the above, or the server
+# rolled the transaction back on its own.
+_TRANSIENT = (*_BROKEN_CONNECTION, _exc.SerializationError, _exc.DeadlockDetectedError)
+_DRIVER_ERRORS = (_exc.PostgresError, asyncpg.InterfaceError, _exc.InternalClientError, OSError, TimeoutError)
+_SCHEMA_MISSING = (
+    _exc.UndefinedTableError,
+    _exc.UndefinedFunctionError,
+    _exc.UndefinedColumnError,
+    _exc.InvalidSchemaNameError,
+)
+
+
+# ------------------------------------------------------------------------ DSN secrets
+
+
+@dataclass(frozen=True)
+class _Dsn:
+    """A DSN split into what may be shown and what must never be."""
+
+    redacted: str
+    user: str | None
+    secrets: tuple[str, ...]
+
+    def scrub(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def leaks(self, exc: BaseException) -> bool:
+        shown = f"{exc}{exc.args!r}"
+        return any(secret in shown for secret in self.secrets)
+
+
+_SECRET_PARAM = re.compile(r"(?i)((?:^|[?&])[a-z_]*password=)([^&#]*)")
+
+
+def _parse_dsn(dsn: str) -> _Dsn:
+    scheme, sep, rest = dsn.partition("://")
+    if not sep or scheme not in ("postgres", "postgresql"):
+        raise ConfigurationError(
+            "the PostgreSQL DSN must be a URL such as postgresql://user:password@host:5432/database "
+            "(the value given is not shown, as it may hold a password)"
+        )
+    secrets: list[str] = []
+    for match in _SECRET_PARAM.finditer(rest):  # ?password=... is accepted by asyncpg too
+        secrets += [match.group(2), unquote(match.group(2))]
+    rest = _SECRET_PARAM.sub(r"\1***", rest)
+    # Credentials end at the *last* '@': a password with an unescaped '@' or '/' must still
+    # be hidden, even if that over-redacts an odd DSN.
+    userinfo, at, hostpart = rest.rpartition("@")
+    user: str | None = None
+    if at:
+        user, colon, password = userinfo.partition(":")
+        if colon:
+            secrets += [password, unquote(password)]
+            userinfo = f"{user}:***"
+        user = unquote(user) or None
+    redacted = f"{scheme}://{userinfo}@{hostpart}" if at else f"{scheme}://{hostpart}"
+    # Longest first, so a secret containing another is replaced whole.
+    kept = sorted({s for s in secrets if s}, key=len, reverse=True)
+    return _Dsn(redacted, user, (dsn, *kept))
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` with its password replaced by ``***``, safe for messages and logs."""
+    return _parse_dsn(dsn).redacted
+
+
+def runtime_grants(schema: str, role: str) -> str:
+    """The statements that let ``role`` run sessions in a schema someone else migrated."""
+    s, r = quote_ident(schema), quote_ident(role)
+    return (
+        f"GRANT USAGE ON SCHEMA {s} TO {r}; "
+        f"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {s} TO {r}; "
+        f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {r}; "
+        f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r};"
+    )
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _check_schema_name(schema: str) -> None:
+    if not isinstance(schema, str) or not schema or "\x00" in schema:
+        raise ConfigurationError("schema must be a non-empty string without NUL characters")
+    if len(schema.encode("utf-8")) > _MAX_IDENTIFIER_BYTES:
+        raise ConfigurationError(
+            f"schema name {schema!r} is longer than PostgreSQL's {_MAX_IDENTIFIER_BYTES}-byte limit"
+        )
+
+
+def _is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, _TRANSIENT)
+
+
+def _retrying() -> AsyncRetrying:
+    return AsyncRetrying(
+        retry=retry_if_exception(_is_transient),
+        stop=stop_after_attempt(_RETRY_ATTEMPTS),
+        # 50 ms, 100 ms, 200 ms... plus jitter so processes that failed together spread out.
+        wait=wait_exponential(multiplier=0.05, max=1.0) + wait_random(0, 0.05),
+        reraise=True,
+    )
+
+
+# --------------------------------------------------------------------------- backend
+
+
+class PostgresBackend:
+    """Durable state in PostgreSQL. Use as ``async with PostgresBackend(dsn) as backend``.
+
+    Tables live in ``schema`` (created if needed when ``auto_migrate`` is true; otherwise
+    the schema is verified and a missing, older, newer or altered one is refused).
+    """
+
+    dialect = "postgres"
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = _DEFAULT_SCHEMA,
+        auto_migrate: bool = True,
+        lease_seconds: float = 30,
+        pool_size: int = 10,
+    ) -> None:
+        if not isinstance(dsn, str):
+            raise ConfigurationError("dsn must be a str (a postgresql:// URL)")
+        self._dsn = _parse_dsn(dsn)
+        self._raw_dsn = dsn  # only ever handed to asyncpg
+        _check_schema_name(schema)
+        if lease_seconds <= 0:
+            raise ConfigurationError("lease_seconds must be positive")
+        if pool_size < 1:
+            raise ConfigurationError("pool_size must be at least 1")
+        self.schema = schema
+        self.auto_migrate = auto_migrate
+        self.lease_seconds = float(lease_seconds)
+        self.pool_size = pool_size
+        self.process_id = uuid.uuid4().hex
+        self._pool: Any = None
+        self._liveness: Any = None
+        self._listener: Any = None
+        self._listener_task: asyncio.Task[None] | None = None
+        self._listener_retry_at = 0.0
+        self._waiters: dict[str, asyncio.Event] = {}
+        self._work = asyncio.Event()  # replaced each time it is set
+        self._work_channel: str | None = None
+        self._open_lock = asyncio.Lock()
+        self._liveness_lock = asyncio.Lock()
+        self._leaderships: dict[str, Any] = {}  # role -> the connection holding its lock
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"PostgresBackend({self._dsn.redacted!r}, schema={self.schema!r})"
+
+    @property
+    def redacted_dsn(self) -> str:
+        return self._dsn.redacted
+
+    @property
+    def _where(self) -> str:
+        return f"PostgreSQL {self._dsn.redacted} (schema {self.schema!r})"
+
+    @property
+    def _migrate_command(self) -> str:
+        command = f"harnessx migrate --dsn {shlex.quote(self._dsn.redacted)}"
+        if self.schema != _DEFAULT_SCHEMA:
+            command += f" --schema {shlex.quote(self.schema)}"
+        return command
+
+    @classmethod
+    async def connect(cls, dsn: str, **kwargs: Any) -> PostgresBackend:
+        backend = cls(dsn, **kwargs)
+        await backend.initialize()
+        return backend
+
+    async def __aenter__(self) -> PostgresBackend:
+        await self.initialize()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def initialize(self) -> None:
+        """Open the pool, migrate (or verify) the schema and take the liveness lock."""
+        async with self._open_lock:
+            if self._pool is not None:
+                return
+            if self._closed:
+                raise StorageError("this PostgresBackend is closed; create a new one")
+            try:
+                self._pool = await self._with_retries("connecting", self._create_pool)
+                if self.auto_migrate:
+                    await self._run("migrating the schema", self._migrate_on)
+                else:
+                    await self._run("verifying the schema", self._verify_on)
+                await self._hold_liveness()
+            except BaseException:
+                await self._shutdown()
+                raise
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        task, self._listener_task = self._listener_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])
+        listener, self._listener = self._listener, None
+        liveness, self._liveness = self._liveness, None
+        self._leaderships.clear()
+        pool, self._pool = self._pool, None
+        # Closing the liveness connection drops the lock: from now on we count as dead.
+        for resource in (listener, liveness, pool):
+            await _close_quietly(resource)
+        self._wake_all()
+
+    async def migrate(self) -> None:
+        """Apply the migrations this database lacks (also run by ``initialize`` by default).
+        Works on a backend that was never opened, e.g. from the ``harnessx migrate`` command."""
+        if self._pool is not None:
+            await self._run("migrating the schema", self._migrate_on)
+            return
+        conn = await self._with_retries("connecting", lambda: self._connect("migrate"))
+        try:
+            with self._translated("migrating the schema"):
+                await self._migrate_on(conn)
+        finally:
+            await _close_quietly(conn)
+
+    def _connect_options(self, purpose: str) -> dict[str, Any]:
+        return {
+            "dsn": self._raw_dsn,
+            "timeout": _CONNECT_TIMEOUT,
+            "server_settings": {
+                # Every connection sees only our schema, so no query needs to name it.
+                "search_path": quote_ident(self.schema),
+                # Tells an operator's pg_stat_activity what each connection is for.
+                "application_name": f"harnessx-{purpose}",
+            },
+        }
+
+    async def _create_pool(self) -> Any:
+        return await asyncpg.create_pool(min_size=1, max_size=self.pool_size, **self._connect_options("pool"))
+
+    async def _connect(self, purpose: str) -> Any:
+        return await asyncpg.connect(**self._connect_options(purpose))
+
+    # ------------------------------------------------------------ migrations
+
+    async def _read_applied(self, conn: Any) -> dict[int, str] | None:
+        if not await conn.fetchval(Q["migrations_table_exists"], self.schema):
+            return None
+        return {int(v): str(c) for v, c in await conn.fetch(Q["applied_migrations"])}
+
+    async def _migrate_on(self, conn: Any) -> None:
+        # Fast path without locks or DDL, so an up-to-date schema needs no CREATE privilege.
+        applied = await self._read_applied(conn)
+        if applied is not None:
+            check_applied("postgres", applied, self._where, self._migrate_command)
+            if not pending("postgres", applied):
+                return
+        async with conn.transaction():
+            # Concurrent starters queue here; each re-reads what the previous one applied.
+            await conn.execute(Q["lock_migrations"], f"harnessx:migrate:{self.schema}")
+            await self._check_may_migrate(conn)
+            if not await conn.fetchval(Q["schema_exists"], self.schema):
+                await conn.execute(f"CREATE SCHEMA {quote_ident(self.schema)}")
+            await conn.execute(Q["create_migrations_table"])
+            applied = await self._read_applied(conn) or {}
+            check_applied("postgres", applied, self._where, self._migrate_command)
+            for migration in pending("postgres", applied):
+                await conn.execute(migration.sql)
+                await conn.execute(
+                    Q["record_migration"], migration.version, migration.name, migration.checksum
+                )
+                logger.info("applied migration %04d_%s to %s", migration.version, migration.name, self._where)
+
+    async def _check_may_migrate(self, conn: Any) -> None:
+        """Name the privilege to grant before DDL fails with a bare 'permission denied'."""
+        user, database, on_database, on_schema = await conn.fetchrow(Q["privileges"], self.schema)
+        role = quote_ident(user)
+        if on_schema is None and not on_database:
+            raise SchemaError(
+                f"role {user!r} may not create schema {self.schema!r} in database {database!r} on "
+                f"{self._dsn.redacted}: GRANT CREATE ON DATABASE {quote_ident(database)} TO {role}, or "
+                f"create the schema as its owner (CREATE SCHEMA {quote_ident(self.schema)} AUTHORIZATION "
+                f"{role}), or have a privileged role run '{self._migrate_command}'"
+            )
+        if on_schema is False:
+            raise SchemaError(
+                f"role {user!r} may not create tables in schema {self.schema!r} on {self._dsn.redacted}: "
+                f"GRANT USAGE, CREATE ON SCHEMA {quote_ident(self.schema)} TO {role}, or have a privileged "
+                f"role run '{self._migrate_command}'"
+            )
+
+    async def _verify_on(self, conn: Any) -> None:
+        latest = load_migrations("postgres")[-1].version
+        applied = await self._read_applied(conn)
+        if applied is None:
+            raise SchemaError(
+                f"{self._where} has no harnessx schema (version 0; this harnessx needs version {latest}): "
+                f"run '{self._migrate_command}' or open the backend with auto_migrate=True"
+            )
+        check_applied("postgres", applied, self._where, self._migrate_command)
+        if pending("postgres", applied):
+            raise SchemaError(
+                f"{self._where} is at schema version {max(applied, default=0)}, this harnessx needs "
+                f"version {latest}: run '{self._migrate_command}'"
+            )
+
+    # ------------------------------------------------------------ execution
+
+    async def _with_retries(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
+        with self._translated(what):
+            async for attempt in _retrying():
+                with attempt:
+                    return await make()
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    async def _run(
+        self,
+        what: str,
+        op: Callable[[Any], Awaitable[T]],
+        *,
+        lease: Lease | None = None,
+        request_id: str | None = None,
+    ) -> T:
+        """Run ``op`` on a pooled connection, retrying transient errors (every ``op`` here
+        is safe to repeat) and translating what finally fails."""
+        if self._pool is None:
+            raise StorageError(
+                "the PostgresBackend is not open: use 'async with' or await initialize()"
+                if not self._closed
+                else "the PostgresBackend is closed"
+            )
+        pool = self._pool
+        with self._translated(what, lease=lease, request_id=request_id):
+            async for attempt in _retrying():
+                with attempt:
+                    async with pool.acquire() as conn:
+                        try:
+                            return await op(conn)
+                        except _BROKEN_CONNECTION:
+                            _retire(conn)
+                            raise
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    @contextlib.contextmanager
+    def _translated(
+        self, what: str, *, lease: Lease | None = None, request_id: str | None = None
+    ) -> Iterator[None]:
+        """The one place where driver errors become harnessx errors."""
+        try:
+            yield
+        except HarnessError:
+            raise
+        except _DRIVER_ERRORS as exc:
+            error = self._translate(exc, what, lease, request_id)
+            # Chain the original unless its text would show the password.
+            raise error from (None if self._dsn.leaks(exc) else exc)
+
+    def _translate(
+        self, exc: BaseException, what: str, lease: Lease | None, request_id: str | None
+    ) -> HarnessError:
+        detail = self._dsn.scrub(f"{type(exc).__name__}: {exc}")
+        sqlstate = getattr(exc, "sqlstate", None)
+        if sqlstate == "HX001" and lease is not None:
+            return _lease_lost(lease)
+        if isinstance(exc, _exc.UniqueViolationError):
+            return self._conflict(exc, what, detail, lease, request_id)
+        if isinstance(exc, _SCHEMA_MISSING):
+            return SchemaError(
+                f"{self._where} is missing part of the harnessx schema while {what} ({detail}): "
+                f"run '{self._migrate_command}'"
+            )
+        if isinstance(exc, _exc.InsufficientPrivilegeError):
+            return StorageError(self._privilege_advice(what, detail))
+        if isinstance(exc, _exc.InvalidAuthorizationSpecificationError):
+            return StorageError(
+                f"PostgreSQL refused the login for {self._dsn.redacted} ({detail}): check the user name "
+                "and password (the password is not shown) and pg_hba.conf"
+            )
+        if isinstance(exc, _exc.InvalidCatalogNameError):
+            return StorageError(
+                f"the database in {self._dsn.redacted} does not exist ({detail}): create it or fix the DSN"
+            )
+        tried = f"; gave up after {_RETRY_ATTEMPTS} attempts" if _is_transient(exc) else ""
+        if isinstance(exc, (*_BROKEN_CONNECTION, OSError)):
+            return StorageError(
+                f"cannot reach PostgreSQL at {self._dsn.redacted} while {what} ({detail}{tried}): check "
+                "host/port, credentials, that the database exists and that the server accepts connections"
+            )
+        if tried:  # serialization failures or deadlocks, again and again
+            return StorageError(
+                f"{what} on {self._where} kept conflicting with other transactions ({detail}{tried})"
+            )
+        return StorageError(f"PostgreSQL error while {what} on {self._where}: {detail}")
+
+    def _conflict(
+        self, exc: Any, what: str, detail: str, lease: Lease | None, request_id: str | None
+    ) -> HarnessError:
+        session = lease.session_id if lease is not None else "?"
+        if exc.constraint_name == "runs_request_unique":
+            return SessionBusyError(f"session {session} already has a run for request_id {request_id!r}")
+        if exc.constraint_name == "runs_one_unfinished":
+            return SessionBusyError(
+                f"session {session} already has an unfinished run: "
+                "resume, cancel or finish it before submitting another"
+            )
+        return StorageError(f"{what} on {self._where} conflicts with a stored row ({detail})")
+
+    def _privilege_advice(self, what: str, detail: str) -> str:
+        role = self._dsn.user or "<role>"
+        return (
+            f"the PostgreSQL role lacks a privilege while {what} on {self._where} ({detail}): as the "
+            f"schema's owner, run: {runtime_grants(self.schema, role)}"
+        )
+
+    # ------------------------------------------------------------ liveness
+
+    async def _hold_liveness(self) -> None:
+        conn = await self._with_retries("connecting", lambda: self._connect("liveness"))
+        try:
+            with self._translated("taking the liveness lock"):
+                await conn.fetchval(Q["hold_liveness"], self.process_id)
+        except BaseException:
+            await _close_quietly(conn)
+            raise
+        self._liveness = conn
+
+    async def _live_connection(self) -> Any:
+        """The liveness connection, re-made (and the lock re-taken) if it dropped, e.g. in a
+        server restart. Meanwhile other processes saw this one as dead; fencing keeps that
+        safe. Callers hold ``_liveness_lock``: a connection runs one query at a time."""
+        if self._pool is None:
+            raise StorageError("the PostgresBackend is not open")
+        if self._liveness is None or self._liveness.is_closed():
+            stale, self._liveness = self._liveness, None
+            await _close_quietly(stale)
+            await self._hold_liveness()
+        return self._liveness
+
+    async def _keep_liveness(self) -> None:
+        async with self._liveness_lock:
+            try:
+                await self._live_connection()
+            except StorageError as exc:
+                logger.warning("could not re-take the liveness lock of process %s: %s", self.process_id, exc)
+
+    async def try_leadership(self, role: str) -> bool:
+        """Hold ``role`` by an advisory lock on the liveness connection: it dies with the process."""
+        async with self._liveness_lock:
+            conn = await self._live_connection()
+            if self._leaderships.get(role) is conn:
+                return True  # held, and on the connection that still holds it
+            with self._translated("taking leadership"):
+                held = bool(await conn.fetchval(Q["try_leadership"], role))
+            if held:
+                self._leaderships[role] = conn
+            return held
+
+    async def release_leadership(self, role: str) -> None:
+        async with self._liveness_lock:
+            conn = self._leaderships.pop(role, None)
+            if conn is None or conn.is_closed():
+                return  # the lock went with its connection
+            with self._translated("releasing leadership"):
+                await conn.fetchval(Q["release_leadership"], role)
+
+    async def process_alive(self, owner: str) -> bool:
+        alive = await self._run("checking liveness", lambda conn: conn.fetchval(Q["process_alive"], owner))
+        return bool(alive)
+
+    # ------------------------------------------------------------- sessions
+
+    async def create_session(
+        self, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any]
+    ) -> None:
+        body = dumps(fingerprint)
+        attempts = 0
+
+        async def insert(conn: Any) -> None:
+            nonlocal attempts
+            attempts += 1
+            if await conn.fetchval(Q["insert_session"], session_id, agent_ref, body) is not None:
+                return
+            # A retry whose first attempt committed finds its own row: same content, not a clash.
+            if attempts > 1 and await self._same_session(conn, session_id, agent_ref, fingerprint):
+                return
+            raise ConfigurationError(f"session {session_id!r} already exists")
+
+        await self._run("creating a session", insert)
+
+    async def _same_session(
+        self, conn: Any, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any]
+    ) -> bool:
+        row = await conn.fetchrow(Q["get_session"], session_id)
+        return row is not None and row[1] == agent_ref and loads(row[2], "session fingerprint") == fingerprint
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        row = await self._run("reading a session", lambda conn: conn.fetchrow(Q["get_session"], session_id))
+        if row is None:
+            return None
+        sid, agent_ref, fingerprint, owner, generation, expires, control = row
+        return SessionRecord(
+            sid,
+            agent_ref,
+            loads(fingerprint, f"session {sid} fingerprint") or {},
+            owner,
+            int(generation),
+            expires,
+            control,
+        )
+
+    async def set_control(self, session_id: str, control: str | None) -> None:
+        await self._run(
+            "setting a control request", lambda conn: conn.execute(Q["set_control"], control, session_id)
+        )
+
+    # --------------------------------------------------------------- leases
+
+    def owner_for(self, holder: str) -> str:
+        """Lease owners are ``<process_id>/<holder>``: liveness is per process."""
+        return f"{self.process_id}/{holder}"
+
+    async def claim(self, session_id: str, holder: str) -> Lease:
+        owner = self.owner_for(holder)
+        row = await self._run(
+            "claiming a session",
+            lambda conn: conn.fetchrow(Q["take_lease"], session_id, owner, self.lease_seconds),
+        )
+        if row is None:
+            raise ConfigurationError(f"no session {session_id!r} in {self._where}")
+        generation, busy_seconds = row
+        if generation is None:
+            raise SessionBusyError(
+                f"session {session_id} is held by another live process until its lease expires "
+                f"(in {busy_seconds:.0f} s); wait for it to finish or stop that process"
+            )
+        return Lease(session_id, owner, int(generation))
+
+    async def renew(self, leases: list[Lease]) -> Renewal:
+        await self._keep_liveness()
+        prefix = f"{self.process_id}/"
+        # '/' + 1 == '0' in the "C" collation: the range covers every owner with our prefix.
+        upper = f"{self.process_id}0"
+        rows = await self._run(
+            "renewing leases",
+            lambda conn: conn.fetch(Q["renew_leases"], self.lease_seconds, prefix, upper),
+        )
+        still = {(sid, owner, int(gen)) for sid, owner, gen, _ in rows}
+        held = {
+            lease.session_id for lease in leases if (lease.session_id, lease.owner, lease.generation) in still
+        }
+        controls = {sid: control for sid, _, _, control in rows if control}
+        return Renewal(held=held, lost={lease.session_id for lease in leases} - held, controls=controls)
+
+    async def release(self, lease: Lease) -> None:
+        await self._run(
+            "releasing a lease",
+            lambda conn: conn.execute(Q["release_lease"], lease.session_id, lease.owner, lease.generation),
+        )
+
+    # ----------------------------------------------------------------- runs
+
+    async def _checkpoint(
+        self,
+        lease: Lease,
+        run_id: str,
+        *,
+        messages: Sequence[dict[str, Any]] = (),
+        tools: Sequence[ToolEntry] = (),
+        events: Sequence[RunEvent] = (),
+        run: tuple[Any, ...] | None = None,
+        new_run: dict[str, Any] | None = None,
+    ) -> None:
+        """One call of harnessx_checkpoint. Its id makes a retry after a lost connection
+        harmless: the function applies a checkpoint id at most once."""
+        args = (
+            lease.session_id,
+            lease.owner,
+            lease.generation,
+            uuid.uuid4().hex,
+            run_id,
+            dumps(new_run) if new_run is not None else None,
+            [dumps(message) for message in messages],
+            dumps([_tool_row(entry, run_id, lease.generation) for entry in tools]),
+            dumps([_event_row(event) for event in events]),
+            dumps(dict(zip(_RUN_COLUMNS, run, strict=True))) if run is not None else None,
+        )
+        await self._run(
+            "committing a checkpoint",
+            lambda conn: conn.fetchval(Q["checkpoint"], *args),
+            lease=lease,
+            request_id=new_run.get("request_id") if new_run else None,
+        )
+        if events or new_run:
+            self._wake(run_id)  # local followers at once; others hear the NOTIFY
+        if new_run and new_run["queued"]:
+            self._wake_work()
+
+    async def create_run(
+        self,
+        lease: Lease,
+        run_id: str,
+        request_id: str | None,
+        message: str,
+        delta: Delta,
+        *,
+        queued: bool = False,
+    ) -> None:
+        fresh = RunState(session_id=lease.session_id, run_id=run_id)
+        await self._checkpoint(
+            lease,
+            run_id,
+            messages=delta.messages,
+            tools=delta.tools,
+            events=delta.events,
+            run=run_row_values(state_after(fresh, delta)),
+            new_run={"request_id": request_id, "request_message": message, "queued": queued},
+        )
+
+    async def commit(self, lease: Lease, state: RunState, delta: Delta, provisional: list[RunEvent]) -> None:
+        await self._checkpoint(
+            lease,
+            state.run_id,
+            messages=delta.messages,
+            tools=delta.tools,
+            events=[*provisional, *delta.events],
+            run=run_row_values(state_after(state, delta)),
+        )
+
+    async def append_events(self, lease: Lease, run_id: str, events: list[RunEvent]) -> None:
+        if events:
+            await self._checkpoint(lease, run_id, events=events)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        row = await self._run("reading a run", lambda conn: conn.fetchrow(Q["get_run"], run_id))
+        return run_record(tuple(row)) if row else None
+
+    async def find_run(self, session_id: str, request_id: str) -> RunRecord | None:
+        row = await self._run(
+            "finding a run", lambda conn: conn.fetchrow(Q["find_run"], session_id, request_id)
+        )
+        return run_record(tuple(row)) if row else None
+
+    async def latest_run(self, session_id: str) -> RunRecord | None:
+        row = await self._run(
+            "reading the latest run", lambda conn: conn.fetchrow(Q["latest_run"], session_id)
+        )
+        return run_record(tuple(row)) if row else None
+
+    async def load_state(self, run_id: str) -> RunState:
+        async def read(conn: Any) -> RunState:
+            # One snapshot, so messages and tool calls are from the same commit.
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                row = await conn.fetchrow(Q["get_run"], run_id)
+                if row is None:
+                    raise StorageError(f"no run {run_id!r} in {self._where}")
+                record = run_record(tuple(row))
+                bodies = await conn.fetch(Q["session_messages"], record.session_id)
+                tools = await conn.fetch(Q["run_tool_calls"], run_id)
+            messages = [loads(body, f"message of session {record.session_id}") for (body,) in bodies]
+            return state_from(record, messages, [tool_entry_from_row(tuple(r)) for r in tools])
+
+        return await self._run("loading a run", read)
+
+    async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
+        rows = await self._run(
+            "reading events", lambda conn: conn.fetch(Q["read_events"], run_id, after, limit)
+        )
+        return [event_from_row(tuple(row)) for row in rows]
+
+    async def recent_sessions(self, limit: int) -> list[SessionSummary]:
+        rows = await self._run("listing sessions", lambda conn: conn.fetch(Q["recent_sessions"], limit))
+        return [SessionSummary(*row) for row in rows]
+
+    # ----------------------------------------------------------------- pool
+
+    async def requeue(self, lease: Lease, run_id: str) -> None:
+        held, _ = await self._run(
+            "requeueing a run",
+            lambda conn: conn.fetchrow(
+                Q["requeue_run"], lease.session_id, lease.owner, lease.generation, run_id
+            ),
+        )
+        if not held:
+            raise _lease_lost(lease)
+        self._wake_work()
+
+    async def pending_controls(self) -> dict[str, str]:
+        prefix, upper = f"{self.process_id}/", f"{self.process_id}0"
+        rows = await self._run(
+            "reading control requests", lambda conn: conn.fetch(Q["pending_controls"], prefix, upper)
+        )
+        return {str(sid): str(control) for sid, control in rows}
+
+    async def claim_queued(
+        self, holder: str, agent_refs: list[str] | None, limit: int
+    ) -> list[tuple[Lease, str]]:
+        owner = self.owner_for(holder)
+        claim_id = uuid.uuid4().hex
+        attempts = 0
+
+        async def claim(conn: Any) -> list[Any]:
+            # One statement with SKIP LOCKED: concurrent workers never wait for, or get, the
+            # same run. If an attempt committed but its reply was lost, its leases would be
+            # renewed by this process forever while nobody drives the runs: a retry first
+            # collects what the lost attempt took.
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                taken = await conn.fetch(Q["claimed_by"], owner, claim_id)
+                if taken:
+                    return list(taken)
+            return list(
+                await conn.fetch(Q["claim_queued"], owner, agent_refs, limit, self.lease_seconds, claim_id)
+            )
+
+        rows = await self._run("claiming queued runs", claim)
+        return [(Lease(str(sid), owner, int(gen)), str(run_id)) for run_id, sid, gen in rows]
+
+    async def wait_for_work(self, max_wait: float) -> None:
+        """Return soon after a run is queued in any process (LISTEN), or after ``max_wait``
+        seconds; without a listener this is plain waiting (the claim loop polls)."""
+        await self._wait(self._work, max_wait)
+
+    async def register_worker(self, worker: WorkerInfo) -> None:
+        args = (worker.id, worker.host, worker.pid, dumps(worker.agents), worker.concurrency)
+        await self._run("registering a worker", lambda conn: conn.execute(Q["register_worker"], *args))
+
+    async def worker_heartbeat(self, worker_id: str, *, draining: bool) -> None:
+        await self._run(
+            "recording a worker heartbeat",
+            lambda conn: conn.execute(Q["worker_heartbeat"], worker_id, draining),
+        )
+
+    async def stop_worker(self, worker_id: str) -> None:
+        await self._run("stopping a worker", lambda conn: conn.execute(Q["stop_worker"], worker_id))
+
+    async def running_workers(self) -> list[WorkerInfo]:
+        rows = await self._run("listing workers", lambda conn: conn.fetch(Q["running_workers"]))
+        return [
+            WorkerInfo(
+                wid, host, pid, loads(agents, f"worker {wid}") or [], concurrency, started, beat, draining
+            )
+            for wid, host, pid, agents, concurrency, started, beat, draining in rows
+        ]
+
+    async def find_orphans(self) -> list[Orphan]:
+        rows = await self._run("scanning for orphans", lambda conn: conn.fetch(Q["find_orphans"]))
+        return [
+            Orphan(sid, owner, int(gen), agent_ref, reason) for sid, owner, gen, agent_ref, reason in rows
+        ]
+
+    async def recover_orphan(self, orphan: Orphan, *, requeue: bool) -> str | None:
+        dropped, run_id, _ = await self._run(
+            "recovering an orphan",
+            lambda conn: conn.fetchrow(
+                Q["recover_orphan"], orphan.session_id, orphan.owner, orphan.generation, requeue
+            ),
+        )
+        if not dropped or run_id is None:
+            return None
+        self._wake_work()
+        return str(run_id)
+
+    async def queue_stats(self) -> QueueStats:
+        rows = await self._run("reading queue stats", lambda conn: conn.fetch(Q["queue_stats"]))
+        return QueueStats({ref: (int(count), float(oldest)) for ref, count, oldest in rows})
+
+    async def stuck_runs(self, older_than: float, limit: int = 100) -> list[StuckRun]:
+        rows = await self._run(
+            "listing stuck runs", lambda conn: conn.fetch(Q["stuck_runs"], float(older_than), limit)
+        )
+        return [StuckRun(*row) for row in rows]
+
+    # --------------------------------------------------------------- events
+
+    async def wait_for_events(self, run_id: str, max_wait: float) -> None:
+        """Return soon after a checkpoint of ``run_id`` commits in any process (LISTEN), or
+        after ``max_wait`` seconds; without a listener this is plain waiting."""
+        await self._wait(self._waiters.setdefault(run_id, asyncio.Event()), max_wait)
+
+    async def _wait(self, waiter: asyncio.Event, max_wait: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait
+        if not self._closed:
+            await self._ensure_listener(max_wait)
+        remaining = deadline - loop.time()
+        if remaining > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter.wait(), remaining)
+
+    async def _ensure_listener(self, budget: float) -> None:
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        if self._listener_task is None or self._listener_task.done():
+            if time.monotonic() < self._listener_retry_at:
+                return  # failed a moment ago: wait by polling until it is worth another try
+            self._listener_task = asyncio.create_task(self._start_listener(), name="harnessx-pg-listener")
+        # Shielded: a short wait must not cancel a connection attempt that is under way.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._listener_task), budget)
+
+    async def _start_listener(self) -> None:
+        conn = None
+        try:
+            conn = await self._connect("listener")
+            events, work = await conn.fetchrow(Q["channels"])
+            self._work_channel = work
+            for channel in (events, work):
+                await conn.add_listener(channel, self._on_notification)
+            conn.add_termination_listener(self._on_listener_lost)
+        except _DRIVER_ERRORS as exc:
+            self._listener_retry_at = time.monotonic() + _LISTENER_RETRY_SECONDS
+            logger.info("event listener unavailable, waiting by polling: %s", self._dsn.scrub(str(exc)))
+            await _close_quietly(conn)
+            return
+        if self._closed:
+            await _close_quietly(conn)
+            return
+        self._listener = conn
+
+    def _on_notification(self, conn: Any, pid: int, channel: str, run_id: str) -> None:
+        if channel == self._work_channel:
+            self._wake_work()
+        else:
+            self._wake(run_id)
+
+    def _on_listener_lost(self, conn: Any) -> None:
+        if self._listener is conn:
+            self._listener = None
+        # Notifications may have been missed: let every waiter look for itself.
+        self._wake_all()
+
+    def _wake(self, run_id: str) -> None:
+        waiter = self._waiters.pop(run_id, None)
+        if waiter is not None:
+            waiter.set()
+
+    def _wake_all(self) -> None:
+        waiters, self._waiters = self._waiters, {}
+        for waiter in waiters.values():
+            waiter.set()
+        self._wake_work()
+
+    def _wake_work(self) -> None:
+        waiter, self._work = self._work, asyncio.Event()
+        waiter.set()
+
+
+def _retire(conn: Any) -> None:
+    """Make the pool replace a broken connection rather than hand it out again."""
+    with contextlib.suppress(asyncpg.InterfaceError):  # asyncpg already detached it
+        conn.terminate()
+
+
+def _lease_lost(lease: Lease) -> LeaseLostError:
+    return LeaseLostError(
+        f"lease on session {lease.session_id} (generation {lease.generation}) no longer holds; "
+        "another process took the session over, nothing was written"
+    )
+
+
+def _tool_row(entry: ToolEntry, run_id: str, generation: int) -> dict[str, Any]:
+    # The function takes run id, generation and time from its own arguments and clock.
+    return dict(zip(_TOOL_COLUMNS, tool_entry_values(entry, run_id, generation, 0.0), strict=True))
+
+
+def _event_row(event: RunEvent) -> dict[str, Any]:
+    return {
+        "seq": int(event.cursor or 0),
+        "event_id": event.event_id,
+        "type": event.type.value,
+        "step_id": event.step_id,
+        "attempt_id": event.attempt_id,
+        "data": dumps(event.data),
+    }
+
+
+async def _close_quietly(resource: Any) -> None:
+    """Close a connection or pool; if that fails (it is already broken), just drop it."""
+    if resource is None:
+        return
+    try:
+        await asyncio.wait_for(resource.close(), _CONNECT_TIMEOUT)
+    except Exception as exc:
+        logger.debug("closing %r failed (%s); terminating it", type(resource).__name__, type(exc).__name__)
+        resource.terminate()
+    except asyncio.CancelledError:
+        resource.terminate()
+        raise

@@ -1,0 +1,851 @@
+"""PostgresBackend against a real server: migrations, fencing, liveness, notifications,
+retries, secrets and privileges. (The runtime itself runs on both backends in
+test_runtime.py; this file covers what is specific to PostgreSQL.)"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from harnessx import ConfigurationError, LeaseLostError, SchemaError, SessionBusyError, StorageError
+from harnessx._events import RunEvent, RunEventType
+from harnessx._results import RunStatus
+from harnessx._state import Delta, Phase, ToolEntry, ToolStatus
+from harnessx.providers._base import ToolCall
+from harnessx.store import PostgresBackend
+from harnessx.store._migrations import load_migrations
+from harnessx.store._postgres import redact_dsn, runtime_grants
+from harnessx.store._protocol import Lease, WorkerInfo
+from harnessx.store._queries import load_queries
+from harnessx.testing import ThrowawayCluster, free_port, quote_ident, run_psql
+
+SCHEMA = "harness_x"
+TABLES = {"sessions", "runs", "messages", "tool_calls", "events", "workers", "harnessx_migrations"}
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+async def sql(dsn: str, query: str, *args: Any) -> list[Any]:
+    """Run one statement on a connection of its own (no harnessx involved)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return list(await conn.fetch(query, *args))
+    finally:
+        await conn.close()
+
+
+async def script(dsn: str, statements: str) -> None:
+    """Run several ';'-separated statements (simple query protocol)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(statements)
+    finally:
+        await conn.close()
+
+
+def dsn_as(dsn: str, user: str, password: str | None = None) -> str:
+    parts = urlsplit(dsn)
+    auth = quote(user, safe="") + (f":{quote(password, safe='')}" if password is not None else "")
+    return urlunsplit(parts._replace(netloc=f"{auth}@{parts.hostname}:{parts.port}"))
+
+
+def event(run_id: str, seq: int, kind: RunEventType = RunEventType.TEXT_DELTA, text: str = "") -> RunEvent:
+    return RunEvent(kind, {"text": text or f"e{seq}"}, run_id=run_id, cursor=str(seq))
+
+
+def tool_entry(run_id: str, status: ToolStatus = ToolStatus.PREPARED) -> ToolEntry:
+    call = ToolCall("call_1", "write_report", {"region": "EMEA"})
+    return ToolEntry(f"{run_id}:0:call_1", 0, 0, call, "manual", status)
+
+
+async def start_run(
+    backend: PostgresBackend, session_id: str, run_id: str, *, holder: str = "h", events: int = 1
+) -> Lease:
+    """A session with one run whose first boundary holds one message and ``events`` events."""
+    await backend.create_session(session_id, None, {})
+    lease = await backend.claim(session_id, holder)
+    start = Delta(
+        Phase.PREPARE_MODEL_CALL,
+        messages=[{"role": "user", "content": "hi"}],
+        events=[event(run_id, seq) for seq in range(1, events + 1)],
+    )
+    await backend.create_run(lease, run_id, None, "hi", start)
+    return lease
+
+
+async def expire(dsn: str, session_id: str, schema: str = SCHEMA) -> None:
+    await sql(
+        dsn,
+        f"UPDATE {quote_ident(schema)}.sessions SET lease_expires_at = now() - interval '1 s' WHERE id = $1",
+        session_id,
+    )
+
+
+async def count(dsn: str, table: str, where: str = "true", *args: Any) -> int:
+    rows = await sql(dsn, f"SELECT count(*) FROM {SCHEMA}.{table} WHERE {where}", *args)
+    return int(rows[0][0])
+
+
+async def spawn(code: str, *args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        code,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def read_line(proc: asyncio.subprocess.Process) -> str:
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    if not line:
+        out, err = await proc.communicate()
+        raise AssertionError(f"child exited {proc.returncode}:\n{out.decode()}\n{err.decode()}")
+    return line.decode().strip()
+
+
+@contextlib.asynccontextmanager
+async def backends(dsn: str, n: int, **kwargs: Any) -> AsyncIterator[list[PostgresBackend]]:
+    async with contextlib.AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(PostgresBackend(dsn, **kwargs)) for _ in range(n)]
+
+
+async def eventually(check: Callable[[], Any]) -> float:
+    """Poll a predicate (plain or async) until it is true; return how long that took."""
+    began = time.monotonic()
+    while not await _value(check()):
+        assert time.monotonic() - began < 5.0, "condition not met in time"
+        await asyncio.sleep(0.01)
+    return time.monotonic() - began
+
+
+async def _value(result: Any) -> Any:
+    return await result if inspect.isawaitable(result) else result
+
+
+# ------------------------------------------------------------------------- migrations
+
+
+async def test_fresh_database_is_migrated_once_and_reopening_is_idempotent(pg_database: str) -> None:
+    async with PostgresBackend(pg_database) as backend:
+        await backend.migrate()  # again: nothing to do
+    async with PostgresBackend(pg_database, auto_migrate=False) as backend:
+        await backend.migrate()
+
+    expected = [(m.version, m.name, m.checksum) for m in load_migrations("postgres")]
+    rows = await sql(pg_database, f"SELECT version, name, checksum FROM {SCHEMA}.harnessx_migrations")
+    assert [tuple(r) for r in rows] == expected
+    tables = await sql(
+        pg_database, "SELECT schemaname, tablename FROM pg_tables WHERE schemaname <> 'pg_catalog'"
+    )
+    assert {(s, t) for s, t in tables if s != "information_schema"} == {(SCHEMA, t) for t in TABLES}
+
+
+async def test_migrate_works_on_a_backend_that_was_never_opened(pg_database: str) -> None:
+    await PostgresBackend(pg_database, schema="by_command").migrate()
+    rows = await sql(pg_database, "SELECT count(*) FROM by_command.harnessx_migrations")
+    assert rows[0][0] == len(load_migrations("postgres"))
+
+
+async def test_every_named_query_is_valid_sql(pg_database: str) -> None:
+    async with PostgresBackend(pg_database) as backend, backend._pool.acquire() as conn:
+        for name, query in load_queries("postgres").items():
+            try:
+                await conn.prepare(query)
+            except asyncpg.PostgresError as exc:  # pragma: no cover - the message is the point
+                pytest.fail(f"query {name!r} does not prepare: {exc}")
+
+
+async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_database: str) -> None:
+    redacted = redact_dsn(pg_database)
+    with pytest.raises(SchemaError) as missing:
+        await PostgresBackend.connect(pg_database, auto_migrate=False)
+    text = str(missing.value)
+    assert "no harnessx schema (version 0; this harnessx needs version 1)" in text
+    assert redacted in text and f"harnessx migrate --dsn {redacted}" in text
+
+    await (await PostgresBackend.connect(pg_database)).aclose()
+    await (await PostgresBackend.connect(pg_database, auto_migrate=False)).aclose()  # up to date
+
+    await sql(pg_database, f"INSERT INTO {SCHEMA}.harnessx_migrations VALUES (99, 'future', 'x', now())")
+    for auto_migrate in (True, False):
+        with pytest.raises(SchemaError, match=r"schema version 99, newer than this harnessx knows \(1\)"):
+            await PostgresBackend.connect(pg_database, auto_migrate=auto_migrate)
+    await sql(pg_database, f"DELETE FROM {SCHEMA}.harnessx_migrations WHERE version = 99")
+
+    await sql(pg_database, f"UPDATE {SCHEMA}.harnessx_migrations SET checksum = 'tampered' WHERE version = 1")
+    for auto_migrate in (True, False):
+        with pytest.raises(SchemaError, match=r"0001_initial was altered after it was applied"):
+            await PostgresBackend.connect(pg_database, auto_migrate=auto_migrate)
+
+    await sql(pg_database, f"DELETE FROM {SCHEMA}.harnessx_migrations WHERE version = 1")
+    with pytest.raises(
+        SchemaError, match=r"at schema version 0, this harnessx needs version 1: run 'harnessx"
+    ):
+        await PostgresBackend.connect(pg_database, auto_migrate=False)
+
+
+MIGRATOR = """
+import asyncio, logging, sys
+from harnessx.store import PostgresBackend
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+
+async def main(dsn):
+    print("ready", flush=True)
+    sys.stdin.readline()  # all three start together
+    async with PostgresBackend(dsn):
+        pass
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+@pytest.mark.process
+async def test_three_processes_provision_an_empty_database_exactly_once(pg_database: str) -> None:
+    children = [await spawn(MIGRATOR, pg_database) for _ in range(3)]
+    for child in children:
+        assert await read_line(child) == "ready"
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write(b"go\n")
+    outputs = [await asyncio.wait_for(child.communicate(), 60) for child in children]
+    for child, (_, err) in zip(children, outputs, strict=True):
+        assert child.returncode == 0, err.decode()
+    logs = "".join(err.decode() for _, err in outputs)
+    assert logs.count("applied migration 0001_initial") == 1, logs
+    rows = await sql(pg_database, f"SELECT version, count(*) FROM {SCHEMA}.harnessx_migrations GROUP BY 1")
+    assert [tuple(r) for r in rows] == [(m.version, 1) for m in load_migrations("postgres")]
+
+
+@pytest.mark.parametrize("schema", ['weird "Schema"; DROP TABLE x; --', "Ünïcode schéma", "UPPER"])
+async def test_any_schema_name_is_quoted_everywhere(pg_database: str, schema: str) -> None:
+    async with PostgresBackend(pg_database, schema=schema) as a, PostgresBackend(pg_database) as other:
+        lease = await start_run(a, "s", "r1", events=2)
+        assert await a.process_alive(lease.owner)
+        state = await a.load_state("r1")
+        done = Delta(Phase.FINISH, run={"status": RunStatus.COMPLETED}, events=[event("r1", 3)])
+        await a.commit(lease, state, done, [])
+        assert [e.cursor for e in await a.read_events("r1", 0)] == ["1", "2", "3"]
+        renewal = await a.renew([lease])
+        assert renewal.held == {"s"}
+        await other.create_session("s", None, {})  # the same id in another schema is another session
+        assert await other.latest_run("s") is None
+    found = await sql(pg_database, "SELECT tablename FROM pg_tables WHERE schemaname = $1", schema)
+    assert {r[0] for r in found} == TABLES
+    assert await sql(pg_database, "SELECT nspname FROM pg_namespace WHERE nspname = $1", schema)
+
+
+# ----------------------------------------------------------------- fencing and leases
+
+
+async def test_a_stale_writer_is_fenced_and_writes_nothing(pg_database: str) -> None:
+    async with backends(pg_database, 2) as (a, b):
+        await a.create_session("s", None, {})
+        stale = await a.claim("s", "a")
+        await expire(pg_database, "s")
+        # Expired but not yet taken over: still refused.
+        with pytest.raises(LeaseLostError):
+            await a.create_run(stale, "r0", None, "hi", Delta(Phase.PREPARE_MODEL_CALL))
+
+        fresh = await b.claim("s", "b")  # a is alive, but its lease expired
+        assert fresh.generation == stale.generation + 1
+        start = Delta(Phase.PREPARE_MODEL_CALL, messages=[{"role": "user", "content": "hi"}])
+        await b.create_run(fresh, "r1", None, "hi", start)
+        state = await b.load_state("r1")
+
+        step = Delta(
+            Phase.PREPARE_TOOLS,
+            messages=[{"role": "assistant", "content": "zombie"}],
+            tools=[tool_entry("r1")],
+            run={"iteration": 7},
+            events=[event("r1", 2)],
+        )
+        with pytest.raises(LeaseLostError, match=rf"session s \(generation {stale.generation}\)"):
+            await a.commit(stale, state, step, [event("r1", 1)])
+        with pytest.raises(LeaseLostError):
+            await a.append_events(stale, "r1", [event("r1", 1)])
+        with pytest.raises(LeaseLostError):
+            await a.requeue(stale, "r1")
+        assert (await a.renew([stale])).lost == {"s"}
+
+        for table in ("runs", "messages", "tool_calls", "events"):
+            assert await count(pg_database, table, "generation = $1", stale.generation) == 0, table
+        run = await b.get_run("r1")
+        assert run is not None and run.result["iteration"] == 0 and run.event_count == 0
+        assert (await b.load_state("r1")).messages == [{"role": "user", "content": "hi"}]
+
+        await b.commit(fresh, state, step, [event("r1", 1)])  # the real holder still can
+        assert await count(pg_database, "events", "generation = $1", fresh.generation) == 2
+
+
+async def test_claim_is_refused_while_the_holder_lives_and_a_closed_one_is_dead(pg_database: str) -> None:
+    async with backends(pg_database, 2) as (a, b):
+        await a.create_session("s", None, {})
+        held = await a.claim("s", "a")
+        assert await b.process_alive(held.owner)
+        with pytest.raises(SessionBusyError, match=r"held by another live process .* \(in \d+ s\)"):
+            await b.claim("s", "b")
+        with pytest.raises(ConfigurationError, match="no session 'nope'"):
+            await b.claim("nope", "b")
+        again = await a.claim("s", "a")  # the holder itself may re-claim: a newer generation
+        assert again.generation == held.generation + 1
+        await a.aclose()
+        assert not await b.process_alive(held.owner)
+        assert (await b.claim("s", "b")).generation == again.generation + 1
+
+
+HOLDER = """
+import asyncio, sys
+from harnessx.store import PostgresBackend
+
+async def main(dsn, session_id):
+    async with PostgresBackend(dsn, lease_seconds=300) as backend:
+        lease = await backend.claim(session_id, "child")
+        print(lease.owner, flush=True)
+        await asyncio.sleep(600)
+
+asyncio.run(main(*sys.argv[1:3]))
+"""
+
+
+@pytest.mark.process
+async def test_a_session_held_by_a_killed_process_can_be_claimed_at_once(pg_database: str) -> None:
+    async with PostgresBackend(pg_database, lease_seconds=300) as backend:
+        await backend.create_session("s", None, {})
+        child = await spawn(HOLDER, pg_database, "s")
+        try:
+            owner = await read_line(child)
+            assert await backend.process_alive(owner)
+            with pytest.raises(SessionBusyError):
+                await backend.claim("s", "me")
+        finally:
+            child.kill()  # SIGKILL: no cleanup runs in the child
+            await child.communicate()
+
+        async def claimable() -> bool:
+            try:
+                await backend.claim("s", "me")
+            except SessionBusyError:
+                return False
+            return True
+
+        # The lease has ~300 s left; only the dropped connection frees the session.
+        assert await eventually(claimable) < 2.0
+        assert not await backend.process_alive(owner)
+        session = await backend.get_session("s")
+        assert session is not None and session.generation == 2
+
+
+async def test_renew_extends_held_leases_and_reports_lost_ones_in_one_statement(pg_database: str) -> None:
+    async with backends(pg_database, 2, lease_seconds=60) as (mine, theirs):
+        leases = {}
+        for sid in "abc":
+            await mine.create_session(sid, None, {})
+            leases[sid] = await mine.claim(sid, "h")
+        await expire(pg_database, "b")
+        await theirs.claim("b", "thief")
+        await mine.release(leases["c"])
+        await mine.set_control("a", "pause")
+
+        statements = 0
+        run = mine._run
+
+        async def counting(*args: Any, **kwargs: Any) -> Any:
+            nonlocal statements
+            statements += 1
+            return await run(*args, **kwargs)
+
+        mine._run = counting  # type: ignore[method-assign]
+        renewal = await mine.renew(list(leases.values()))
+        assert statements == 1
+        assert renewal.held == {"a"} and renewal.lost == {"b", "c"}
+        assert renewal.controls == {"a": "pause"}
+        assert await mine.pending_controls() == {"a": "pause"}
+        rows = await sql(
+            pg_database,
+            f"SELECT extract(epoch FROM lease_expires_at - now()) FROM {SCHEMA}.sessions WHERE id='a'",
+        )
+        assert 55 < float(rows[0][0]) <= 60
+
+
+# ------------------------------------------------------------------- runs and events
+
+
+async def test_events_are_dense_ordered_and_content_round_trips_verbatim(pg_database: str) -> None:
+    async with PostgresBackend(pg_database) as backend:
+        lease = await start_run(backend, "s", "r1", events=2)
+        state = await backend.load_state("r1")
+        odd = {"role": "assistant", "z": 1e100, "content": "nul \u0000 and ünïcode", "a": [1.0, 2]}
+        step = Delta(Phase.MODEL_CALL, messages=[odd], events=[event("r1", 5, RunEventType.TEXT_COMPLETE)])
+        await backend.commit(lease, state, step, [event("r1", 3), event("r1", 4)])
+        await backend.append_events(lease, "r1", [event("r1", n) for n in (6, 7, 8)])
+        quiet = Delta(Phase.PREPARE_TOOLS, tools=[tool_entry("r1")])  # no events: the count stays
+        await backend.commit(lease, await backend.load_state("r1"), quiet, [])
+
+        events = await backend.read_events("r1", 0)
+        assert [e.cursor for e in events] == [str(n) for n in range(1, 9)]
+        assert events[4].type is RunEventType.TEXT_COMPLETE and events[4].data == {"text": "e5"}
+        assert [e.cursor for e in await backend.read_events("r1", 3, limit=2)] == ["4", "5"]
+        run = await backend.get_run("r1")
+        assert run is not None and run.event_count == 8 and run.phase == "prepare_tools"
+
+        loaded = await backend.load_state("r1")
+        assert loaded.messages == [{"role": "user", "content": "hi"}, odd]
+        assert json.dumps(loaded.messages[1]) == json.dumps(odd)  # key order and number forms kept
+        assert list(loaded.tools) == ["r1:0:call_1"] and loaded.tools["r1:0:call_1"].generation == 1
+
+        finish = Delta(Phase.FINISH, run={"status": RunStatus.COMPLETED, "output": "done"})
+        await backend.commit(lease, loaded, finish, [])
+        second = Delta(Phase.PREPARE_MODEL_CALL, messages=[{"role": "user", "content": "again"}])
+        await backend.create_run(lease, "r2", "req-2", "again", second)
+        latest = await backend.latest_run("s")
+        assert latest is not None and latest.id == "r2" and latest.result["history_length"] == 2
+        assert (await backend.find_run("s", "req-2")) == latest
+        with pytest.raises(SessionBusyError, match="already has an unfinished run"):
+            await backend.create_run(lease, "r3", None, "x", Delta(Phase.PREPARE_MODEL_CALL))
+        with pytest.raises(SessionBusyError, match="already has a run for request_id 'req-2'"):
+            await backend.create_run(lease, "r4", "req-2", "again", Delta(Phase.PREPARE_MODEL_CALL))
+        assert await count(pg_database, "runs") == 2 and await count(pg_database, "messages") == 3
+
+        await backend.create_session("other", None, {})
+        elsewhere = await backend.claim("other", "h")
+        with pytest.raises(StorageError, match="run r1 is not a run of session other"):
+            await backend.append_events(elsewhere, "r1", [event("r1", 99)])
+        assert [e.cursor for e in await backend.read_events("r1", 8)] == []
+
+
+async def test_wait_for_events_wakes_on_another_backends_commit(pg_database: str) -> None:
+    async with backends(pg_database, 2) as (writer, follower):
+        lease = await start_run(writer, "s", "r1")
+        await follower.wait_for_events("r1", 0.01)  # starts the listener
+        await eventually(lambda: follower._listener is not None)
+
+        waiting = asyncio.create_task(follower.wait_for_events("r1", 30))
+        await asyncio.sleep(0.1)
+        began = time.monotonic()
+        await writer.append_events(lease, "r1", [event("r1", 2)])
+        await asyncio.wait_for(waiting, 5)
+        assert time.monotonic() - began < 2.0
+
+
+async def test_one_notification_per_checkpoint_not_per_event(pg_database: str) -> None:
+    async with PostgresBackend(pg_database) as backend:
+        lease = await start_run(backend, "s", "r1")
+        barrier = await start_run(backend, "t", "r2")
+        (channel,) = (await sql(pg_database, f"SELECT {SCHEMA}.harnessx_channel('events')"))[0]
+        heard: list[str] = []
+        listener = await asyncpg.connect(pg_database)
+        try:
+            await listener.add_listener(channel, lambda *args: heard.append(args[3]))
+            await backend.append_events(lease, "r1", [event("r1", n) for n in range(2, 12)])
+            state = await backend.load_state("r1")
+            await backend.commit(lease, state, Delta(Phase.PREPARE_TOOLS, tools=[tool_entry("r1")]), [])
+            # Notifications arrive in commit order: once r2's is in, r1's are all in.
+            await backend.append_events(barrier, "r2", [event("r2", 2)])
+            await eventually(lambda: "r2" in heard)
+        finally:
+            await listener.close()
+        assert heard == ["r1", "r2"]
+
+
+async def test_wait_for_events_falls_back_to_waiting_while_the_listener_is_down(pg_database: str) -> None:
+    async with backends(pg_database, 2) as (writer, follower):
+        lease = await start_run(writer, "s", "r1")
+        await follower.wait_for_events("r1", 0.01)
+        await eventually(lambda: follower._listener is not None)
+        await sql(
+            pg_database,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'harnessx-listener' AND datname = current_database()",
+        )
+        await eventually(lambda: follower._listener is None)
+        began = time.monotonic()
+        await follower.wait_for_events("r1", 0.2)  # no error: plain waiting
+        assert 0.15 < time.monotonic() - began < 2.0
+
+        async def listening_again() -> bool:
+            await follower.wait_for_events("r1", 0.05)
+            return follower._listener is not None
+
+        await eventually(listening_again)
+        waiting = asyncio.create_task(follower.wait_for_events("r1", 30))
+        await asyncio.sleep(0.1)
+        await writer.append_events(lease, "r1", [event("r1", 2)])
+        await asyncio.wait_for(waiting, 5)
+
+
+# ------------------------------------------------------------------ transient errors
+
+
+class _LossyPool:
+    """A pool whose connections run the first statement containing ``marker`` (it commits)
+    and then fail as if the connection dropped before the reply arrived."""
+
+    def __init__(self, pool: Any, marker: str) -> None:
+        self._pool = pool
+        self.marker = marker
+        self.calls = 0
+
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncIterator[Any]:
+        async with self._pool.acquire() as conn:
+            yield _ReplyLost(conn, self)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+
+class _ReplyLost:
+    def __init__(self, conn: Any, pool: _LossyPool) -> None:
+        self._conn = conn
+        self._pool = pool
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        return self._lose_first(query, await self._conn.fetchval(query, *args))
+
+    async def fetch(self, query: str, *args: Any) -> Any:
+        return self._lose_first(query, await self._conn.fetch(query, *args))
+
+    def _lose_first(self, query: str, result: Any) -> Any:
+        if self._pool.marker in query:
+            self._pool.calls += 1
+            if self._pool.calls == 1:
+                raise asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed mid-operation")
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+async def test_a_checkpoint_whose_reply_was_lost_is_retried_without_duplicates(
+    pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with PostgresBackend(pg_database) as backend:
+        lease = await start_run(backend, "s", "r1")
+        state = await backend.load_state("r1")
+        lossy = _LossyPool(backend._pool, "harnessx_checkpoint")
+        monkeypatch.setattr(backend, "_pool", lossy)
+        step = Delta(
+            Phase.PREPARE_MODEL_CALL, messages=[{"role": "tool", "content": "result"}], run={"iteration": 1}
+        )
+        await backend.commit(lease, state, step, [])  # no events: only the checkpoint id guards it
+        monkeypatch.undo()
+        assert lossy.calls == 2
+        assert await count(pg_database, "messages") == 2
+        rows = await sql(pg_database, f"SELECT message_count FROM {SCHEMA}.sessions")
+        assert rows[0][0] == 2
+        assert (await backend.load_state("r1")).iteration == 1
+
+
+async def test_a_queue_claim_whose_reply_was_lost_returns_what_it_took(
+    pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with PostgresBackend(pg_database) as backend:
+        for n in range(3):
+            await backend.create_session(f"s{n}", "sales:v1", {})
+            lease = await backend.claim(f"s{n}", "app")
+            await backend.create_run(lease, f"r{n}", None, "go", Delta(Phase.PREPARE_MODEL_CALL), queued=True)
+            await backend.release(lease)
+        lossy = _LossyPool(backend._pool, "SKIP LOCKED")
+        monkeypatch.setattr(backend, "_pool", lossy)
+        claimed = await backend.claim_queued("worker", None, 2)
+        monkeypatch.undo()
+        assert lossy.calls == 1  # the retry found the lost attempt's runs instead of claiming more
+        assert sorted(run_id for _, run_id in claimed) == ["r0", "r1"]
+        assert {lease.generation for lease, _ in claimed} == {2}
+        assert (await backend.queue_stats()).depth == 1
+
+
+async def test_dropped_connections_are_retried_and_liveness_is_retaken(pg_database: str) -> None:
+    async with backends(pg_database, 2) as (a, b):
+        lease = await start_run(a, "s", "r1")
+        terminate = (
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = $1 AND datname = current_database()"
+        )
+        assert (await sql(pg_database, terminate, "harnessx-pool"))[0][0] >= 2
+        assert await a.get_session("s") is not None
+        await a.append_events(lease, "r1", [event("r1", 2)])
+        assert [e.cursor for e in await b.read_events("r1", 0)] == ["1", "2"]
+
+        await sql(pg_database, terminate, "harnessx-liveness")
+        await eventually(lambda: a._liveness.is_closed())
+        assert not await b.process_alive(lease.owner)  # seen dead while its lock is gone
+        await a.renew([lease])  # the heartbeat takes it again
+        assert await b.process_alive(lease.owner)
+
+
+async def test_a_closed_or_unopened_backend_says_so(pg_database: str) -> None:
+    backend = PostgresBackend(pg_database)
+    with pytest.raises(StorageError, match="not open"):
+        await backend.get_session("s")
+    await backend.initialize()
+    await backend.initialize()  # idempotent
+    await backend.aclose()
+    await backend.aclose()  # idempotent
+    with pytest.raises(StorageError, match="closed"):
+        await backend.get_session("s")
+    with pytest.raises(StorageError, match="closed"):
+        await backend.initialize()
+
+
+WITHOUT_ASYNCPG = """
+import sys
+sys.modules["asyncpg"] = None  # as if the 'postgres' extra were not installed
+import harnessx
+from harnessx import ConfigurationError
+try:
+    harnessx.PostgresBackend
+except ConfigurationError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.process
+async def test_harnessx_imports_without_asyncpg_and_says_how_to_get_it() -> None:
+    child = await spawn(WITHOUT_ASYNCPG)
+    out, err = await asyncio.wait_for(child.communicate(), 60)
+    assert child.returncode == 0, err.decode()
+    assert "pip install 'harnessx[postgres]'" in out.decode()
+
+
+# ---------------------------------------------------------------------------- secrets
+
+PASSWORD = "p@ss:w/rd?#%x"
+WRONG = "n0t@:/?#%it"
+
+
+def _hidden(text: str) -> bool:
+    return all(s not in text for s in (PASSWORD, quote(PASSWORD, safe=""), WRONG, quote(WRONG, safe="")))
+
+
+@pytest.fixture(scope="module")
+def scram_server(pg_bin_dir: Path) -> Iterator[tuple[int, str]]:
+    """A cluster of our own where one role logs in by password (the shared one trusts all)."""
+    role = "secretive"
+    with ThrowawayCluster(pg_bin_dir) as pg:
+        hba = pg.data_dir / "pg_hba.conf"
+        hba.write_text(f"host all {role} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+        pg.psql(f"CREATE ROLE {role} LOGIN PASSWORD '{PASSWORD}'")
+        pg.psql(f"CREATE DATABASE secrets OWNER {role}")
+        pg.psql("SELECT pg_reload_conf()")
+        yield pg.port, role
+
+
+def test_redact_dsn_hides_every_form_of_password() -> None:
+    encoded = quote(PASSWORD, safe="")
+    assert redact_dsn(f"postgresql://u:{encoded}@h:5432/db") == "postgresql://u:***@h:5432/db"
+    assert redact_dsn("postgres://u@h/db?sslmode=require&password=abc") == (
+        "postgres://u@h/db?sslmode=require&password=***"
+    )
+    assert redact_dsn("postgresql://h/db") == "postgresql://h/db"
+    # An unescaped '@' or '/' in the password is still hidden (everything up to the last '@').
+    assert redact_dsn("postgresql://u:a/b@c@h/db") == "postgresql://u:***@h/db"
+    with pytest.raises(ConfigurationError) as bad:
+        PostgresBackend(f"host=h password={PASSWORD}")
+    assert _hidden(str(bad.value))
+
+
+async def test_the_password_never_appears_in_reprs_errors_or_logs(
+    scram_server: tuple[int, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("DEBUG")
+    port, role = scram_server
+    good = f"postgresql://{role}:{quote(PASSWORD, safe='')}@127.0.0.1:{port}/secrets"
+    backend = PostgresBackend(good)
+    assert (
+        repr(backend)
+        == f"PostgresBackend('postgresql://{role}:***@127.0.0.1:{port}/secrets', schema='harness_x')"
+    )
+    async with backend:  # the special characters survive the URL round trip
+        await backend.create_session("s", None, {})
+    via_query = f"postgresql://{role}@127.0.0.1:{port}/secrets?password={quote(PASSWORD, safe='')}"
+    async with PostgresBackend(via_query) as backend:
+        assert _hidden(repr(backend)) and await backend.get_session("s") is not None
+
+    right, wrong = quote(PASSWORD, safe=""), quote(WRONG, safe="")
+    cases = {
+        f"postgresql://{role}:{wrong}@127.0.0.1:{port}/secrets": "check the user name and password",
+        f"postgresql://{role}:{right}@127.0.0.1:{free_port()}/secrets": "check host/port",
+        f"postgresql://{role}:{right}@127.0.0.1:{port}/nowhere": "does not exist",
+    }
+    for dsn, advice in cases.items():
+        with pytest.raises(StorageError) as failed:
+            await PostgresBackend.connect(dsn)
+        shown = "".join(traceback.format_exception(failed.value))
+        assert advice in str(failed.value) and redact_dsn(dsn) in str(failed.value)
+        assert _hidden(shown), shown
+    assert _hidden(caplog.text)
+
+
+# ------------------------------------------------------------------------- privileges
+
+
+@pytest.fixture
+def limited_role(pg_database: str) -> Iterator[str]:
+    """A login role with no privileges in ``pg_database`` beyond CONNECT."""
+    role = f"hx_limited_{uuid.uuid4().hex[:8]}"
+    run_psql(pg_database, f"CREATE ROLE {role} LOGIN")
+    try:
+        yield role
+    finally:
+        run_psql(pg_database, f"DROP OWNED BY {role}; DROP ROLE {role}")
+
+
+async def test_missing_privileges_name_the_grant_to_run(pg_database: str, limited_role: str) -> None:
+    dsn = dsn_as(pg_database, limited_role)
+    database = urlsplit(pg_database).path.lstrip("/")
+    with pytest.raises(SchemaError, match=rf'GRANT CREATE ON DATABASE "{database}" TO "{limited_role}"'):
+        await PostgresBackend.connect(dsn)
+
+    await script(pg_database, f"CREATE SCHEMA {SCHEMA}; GRANT USAGE ON SCHEMA {SCHEMA} TO {limited_role}")
+    with pytest.raises(SchemaError, match=rf'GRANT USAGE, CREATE ON SCHEMA "{SCHEMA}" TO "{limited_role}"'):
+        await PostgresBackend.connect(dsn)
+
+    await PostgresBackend(pg_database).migrate()  # the owner migrates; the role may not read yet
+    with pytest.raises(
+        StorageError, match=rf"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA \"{SCHEMA}\""
+    ):
+        await PostgresBackend.connect(dsn, auto_migrate=False)
+
+    # Exactly the grants the advice names are enough to run sessions.
+    await script(pg_database, runtime_grants(SCHEMA, limited_role))
+    async with PostgresBackend(dsn, auto_migrate=False) as backend:
+        lease = await start_run(backend, "s", "r1")
+        await backend.requeue(lease, "r1")
+        assert (await backend.renew([lease])).held == {"s"}
+
+
+# ------------------------------------------------------------------------------- pool
+
+
+async def test_queued_runs_are_claimed_once_each_by_concurrent_workers(pg_database: str) -> None:
+    async with backends(pg_database, 3) as (app, w1, w2):
+        for n in range(6):
+            sid = f"s{n}"
+            await app.create_session(sid, "sales:v1" if n < 5 else "other:v1", {})
+            lease = await app.claim(sid, "app")
+            await app.create_run(lease, f"r{n}", None, "go", Delta(Phase.PREPARE_MODEL_CALL), queued=True)
+            await app.release(lease)
+        stats = await app.queue_stats()
+        assert stats.depth == 6 and set(stats.by_agent) == {"sales:v1", "other:v1"}
+
+        first, second = await asyncio.gather(
+            w1.claim_queued("w", ["sales:v1"], 3), w2.claim_queued("w", ["sales:v1"], 3)
+        )
+        claimed = [run_id for _, run_id in first + second]
+        assert sorted(claimed) == ["r0", "r1", "r2", "r3", "r4"]  # each exactly once
+        assert await w1.claim_queued("w", ["sales:v1"], 3) == []
+        [(lease, run_id)] = await w1.claim_queued("w", None, 10)
+        assert run_id == "r5" and lease.generation == 2
+        assert (await app.queue_stats()).depth == 0
+
+        await w1.requeue(lease, run_id)  # a drain hand-off
+        await w1.release(lease)
+        assert (await app.queue_stats()).by_agent.keys() == {"other:v1"}
+
+        # A checkpoint keeps a running run queued; one that ends it takes it off the queue.
+        lease = await app.claim("s5", "app")
+        state = await app.load_state("r5")
+        await app.commit(lease, state, Delta(Phase.PREPARE_MODEL_CALL, run={"iteration": 1}), [])
+        assert (await app.queue_stats()).depth == 1
+        await app.commit(lease, state, Delta(Phase.FINISH, run={"status": RunStatus.CANCELLED}), [])
+        assert (await app.queue_stats()).depth == 0
+
+
+async def test_wait_for_work_wakes_when_another_process_queues_a_run(pg_database: str) -> None:
+    async with backends(pg_database, 2) as (app, worker):
+        began = time.monotonic()
+        await worker.wait_for_work(0.2)  # nothing queued: plain waiting (and starts the listener)
+        assert time.monotonic() - began >= 0.15
+        await eventually(lambda: worker._listener is not None)
+
+        await app.create_session("s", "sales:v1", {})
+        lease = await app.claim("s", "app")
+        waiting = asyncio.create_task(worker.wait_for_work(30))
+        await asyncio.sleep(0.1)
+        await app.create_run(lease, "r1", None, "go", Delta(Phase.PREPARE_MODEL_CALL), queued=True)
+        await asyncio.wait_for(waiting, 5)
+        await app.release(lease)
+
+        [(taken, _)] = await worker.claim_queued("w", None, 1)
+        waiting = asyncio.create_task(app.wait_for_work(30))
+        await asyncio.sleep(0.1)
+        await worker.requeue(taken, "r1")  # a drain hand-off wakes the others too
+        await asyncio.wait_for(waiting, 5)
+
+
+async def test_orphans_are_found_and_recovered_with_a_generation_bump(pg_database: str) -> None:
+    async with backends(pg_database, 3) as (supervisor, dying, slow):
+        dead_lease = await start_run(dying, "dead", "r1")
+        slow_lease = await start_run(slow, "slow", "r2")
+        await expire(pg_database, "slow")
+        await dying.aclose()
+
+        orphans = {o.session_id: o for o in await supervisor.find_orphans()}
+        assert {sid: o.reason for sid, o in orphans.items()} == {"dead": "dead", "slow": "expired"}
+        assert orphans["dead"].generation == dead_lease.generation
+
+        assert await supervisor.recover_orphan(orphans["dead"], requeue=True) == "r1"
+        assert await supervisor.recover_orphan(orphans["dead"], requeue=True) is None  # already done
+        assert await supervisor.recover_orphan(orphans["slow"], requeue=False) is None
+        with pytest.raises(LeaseLostError):
+            await slow.append_events(slow_lease, "r2", [event("r2", 2)])
+        assert await supervisor.find_orphans() == []
+        assert (await supervisor.queue_stats()).depth == 1
+        session = await supervisor.get_session("dead")
+        assert session is not None and session.lease_owner is None
+        assert session.generation == dead_lease.generation + 1
+        assert [s.run_id for s in await supervisor.stuck_runs(0)] == ["r1", "r2"]
+        assert await supervisor.stuck_runs(3600) == []
+        summaries = await supervisor.recent_sessions(10)
+        assert {(s.session_id, s.run_id, s.run_status) for s in summaries} == {
+            ("dead", "r1", "running"),
+            ("slow", "r2", "running"),
+        }
+
+
+async def test_workers_and_leadership(pg_database: str) -> None:
+    async with backends(pg_database, 2) as (a, b):
+        worker = WorkerInfo(a.process_id, "host-1", 4242, ["sales:v1"], 8)
+        await a.register_worker(worker)
+        await a.register_worker(worker)  # a retried registration is harmless
+        await a.worker_heartbeat(worker.id, draining=True)
+        [seen] = await b.running_workers()
+        assert (seen.id, seen.host, seen.pid, seen.agents, seen.concurrency, seen.draining) == (
+            worker.id,
+            "host-1",
+            4242,
+            ["sales:v1"],
+            8,
+            True,
+        )
+        assert seen.heartbeat_at >= seen.started_at > 0
+        await b.stop_worker(worker.id)
+        assert await a.running_workers() == []
+
+        assert await a.try_leadership("supervisor")
+        assert await a.try_leadership("supervisor")  # already ours
+        assert not await b.try_leadership("supervisor")
+        await a.release_leadership("supervisor")
+        assert await b.try_leadership("supervisor")
+        await b.aclose()  # the hold dies with its holder
+        assert await a.try_leadership("supervisor")
