@@ -1,0 +1,148 @@
+"""Pool mode from the submitting process: every runtime verb works by reference.
+
+A worker and a supervisor run in this process (with their own backends, so liveness and
+leases behave as across processes); the submitter holds no agent code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from durable_support import BackendTarget
+
+from harness_workers import Worker, WorkerConfig
+from harnessx import (
+    Agent,
+    AgentRef,
+    AgentRegistry,
+    AgentRuntime,
+    ProviderResponse,
+    RunStatus,
+    ScriptedProvider,
+    ScriptedRequest,
+    ToolCall,
+)
+from supervisor import Supervisor
+
+
+@dataclass
+class Gate:
+    """Lets a test hold a tool call open (tools run in threads)."""
+
+    entered: threading.Event
+    release: threading.Event
+
+
+def registry_with(gate: Gate) -> AgentRegistry:
+    def script(request: ScriptedRequest) -> ProviderResponse | str:
+        if request.turn == 0:
+            return ProviderResponse(tool_calls=[ToolCall("c", "step", {"n": 1})])
+        return f"finished: {request.tool_results[0]['content']}"
+
+    def build(permission: str | None) -> Agent:
+        agent = Agent(provider=ScriptedProvider(script))
+
+        @agent.tools.register(permission=permission, replay_policy="safe")
+        def step(n: int) -> str:
+            """One step.
+
+            Args:
+                n: Step number.
+            """
+            gate.entered.set()
+            gate.release.wait(30)
+            return f"step {n} done"
+
+        return agent
+
+    registry = AgentRegistry()
+    registry.register("plain", lambda: build(None))
+    registry.register("asks", lambda: build("ask"))
+    return registry
+
+
+@pytest.fixture
+async def pool(target: BackendTarget) -> AsyncIterator[tuple[Any, Gate]]:
+    gate = Gate(threading.Event(), threading.Event())
+    async with target.open() as worker_store, target.open() as supervisor_store, target.open() as client:
+        worker = Worker(worker_store, registry_with(gate), WorkerConfig(concurrency=4, control_interval=0.05))
+        supervisor = Supervisor(supervisor_store)
+        tasks = [asyncio.create_task(worker.run()), asyncio.create_task(supervisor.run())]
+        await worker.registered.wait()
+        try:
+            yield client, gate
+        finally:
+            gate.release.set()
+            worker.drain()
+            supervisor.stop()
+            await asyncio.gather(*tasks)
+
+
+def pooled(store: Any, name: str) -> AgentRuntime:
+    return AgentRuntime(AgentRef(name, "v1"), backend=store, execution="pool")
+
+
+async def test_submit_events_and_result_follow_a_worker(pool: tuple[Any, Gate]) -> None:
+    store, gate = pool
+    gate.release.set()
+    async with pooled(store, "plain") as runtime:
+        handle = await runtime.submit("go", request_id="r1")
+        events = [event async for event in handle.events()]
+        result = await handle.result()
+        assert result.ok and result.output == "finished: step 1 done"
+        assert [e.cursor for e in events] == [str(i) for i in range(1, len(events) + 1)]
+        assert (await runtime.status())["state"] == "completed"
+        again = await runtime.submit("go", request_id="r1")
+        assert again.run_id == handle.run_id
+
+
+async def test_approve_with_resume_requeues_for_the_worker(pool: tuple[Any, Gate]) -> None:
+    store, gate = pool
+    gate.release.set()
+    async with pooled(store, "asks") as runtime:
+        waiting = await (await runtime.submit("go")).result()
+        assert waiting.needs_input and waiting.pending[0].status == "approval"
+        handle = await runtime.approve(waiting.pending[0], resume=True)
+        assert handle is not None
+        assert (await handle.result()).output == "finished: step 1 done"
+
+
+async def test_decline_then_resume(pool: tuple[Any, Gate]) -> None:
+    store, gate = pool
+    async with pooled(store, "asks") as runtime:
+        waiting = await (await runtime.submit("go")).result()
+        await runtime.decline(waiting.pending[0])
+        handle = await runtime.resume(waiting.session_id)
+        assert handle is not None
+        assert (await handle.result()).output == "finished: Permission denied"
+
+
+async def test_cancel_reaches_the_worker(pool: tuple[Any, Gate]) -> None:
+    store, gate = pool
+    async with pooled(store, "plain") as runtime:
+        handle = await runtime.submit("go")
+        await asyncio.to_thread(gate.entered.wait, 30)
+        await runtime.cancel()
+        result = await handle.result()
+        assert result.status is RunStatus.CANCELLED
+        assert await runtime.resume(result.session_id) is None
+
+
+async def test_pause_then_resume_through_the_queue(pool: tuple[Any, Gate]) -> None:
+    store, gate = pool
+    async with pooled(store, "plain") as runtime:
+        handle = await runtime.submit("go")
+        await asyncio.to_thread(gate.entered.wait, 30)
+        await runtime.pause()
+        await asyncio.sleep(0.3)  # the worker picks the request up from the store
+        gate.release.set()
+        paused = await handle.result()
+        assert paused.status is RunStatus.PAUSED
+        resumed = await runtime.resume(paused.session_id)
+        assert resumed is not None
+        assert (await resumed.result()).ok
