@@ -113,7 +113,7 @@ async def test_approve_with_resume_requeues_for_the_worker(pool: tuple[Any, Gate
 
 
 async def test_decline_then_resume(pool: tuple[Any, Gate]) -> None:
-    store, gate = pool
+    store, _ = pool
     async with pooled(store, "asks") as runtime:
         waiting = await (await runtime.submit("go")).result()
         await runtime.decline(waiting.pending[0])
