@@ -36,6 +36,7 @@ class Gate:
 
     entered: threading.Event
     release: threading.Event
+    worker: Worker | None = None
 
 
 def registry_with(gate: Gate) -> AgentRegistry:
@@ -70,7 +71,9 @@ def registry_with(gate: Gate) -> AgentRegistry:
 async def pool(target: BackendTarget) -> AsyncIterator[tuple[Any, Gate]]:
     gate = Gate(threading.Event(), threading.Event())
     async with target.open() as worker_store, target.open() as supervisor_store, target.open() as client:
-        worker = Worker(worker_store, registry_with(gate), WorkerConfig(concurrency=4, control_interval=0.05))
+        config = WorkerConfig(concurrency=4, control_interval=0.05, stats_interval=0.05)
+        worker = Worker(worker_store, registry_with(gate), config)
+        gate.worker = worker
         supervisor = Supervisor(supervisor_store)
         tasks = [asyncio.create_task(worker.run()), asyncio.create_task(supervisor.run())]
         await worker.registered.wait()
@@ -146,3 +149,20 @@ async def test_pause_then_resume_through_the_queue(pool: tuple[Any, Gate]) -> No
         resumed = await runtime.resume(paused.session_id)
         assert resumed is not None
         assert (await resumed.result()).ok
+
+
+async def test_a_run_for_an_unknown_agent_waits_and_is_reported(pool: tuple[Any, Gate]) -> None:
+    store, gate = pool
+    async with pooled(store, "nobody-knows") as runtime:
+        handle = await runtime.submit("go")
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            assert gate.worker is not None
+            unknown = gate.worker.metrics.queued_unknown.labels(agent="nobody-knows@v1")._value.get()
+            if unknown == 1:
+                break
+        assert unknown == 1
+        stats = await store.queue_stats()
+        assert stats.by_agent["nobody-knows@v1"][0] == 1  # still queued, untouched
+        record = await store.get_run(handle.run_id)
+        assert record is not None and record.event_count == 0
