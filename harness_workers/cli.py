@@ -11,7 +11,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from harness_workers._metrics import WorkerMetrics
 from harness_workers._worker import Worker, WorkerConfig
 from harnessx._errors import HarnessError
-from harnessx._processes import install_signal_handlers, load_object, open_store, run_event_loop
+from harnessx._processes import (
+    install_signal_handlers,
+    load_object,
+    log_options,
+    open_store,
+    run_event_loop,
+    store_options,
+)
 from harnessx._registry import AgentRegistry
 from harnessx._service import HealthServer, SystemdNotifier, configure_logging, parse_address
 from harnessx.store._protocol import Store
@@ -22,17 +29,7 @@ logger = logging.getLogger("harness_workers")
 
 
 @click.command(context_settings={"show_default": True, "max_content_width": 100})
-@click.option("--dsn", envvar="HARNESSX_DSN", help="PostgreSQL DSN [env HARNESSX_DSN]; without it, SQLite.")
-@click.option(
-    "--sqlite",
-    "sqlite_path",
-    envvar="HARNESSX_SQLITE",
-    default=".agent_sessions/runtime.sqlite3",
-    help="SQLite database when no DSN is given [env HARNESSX_SQLITE].",
-)
-@click.option(
-    "--schema", envvar="HARNESSX_SCHEMA", default="harness_x", help="PostgreSQL schema [env HARNESSX_SCHEMA]."
-)
+@store_options
 @click.option(
     "--agents",
     "agents_path",
@@ -67,14 +64,7 @@ logger = logging.getLogger("harness_workers")
     type=click.FloatRange(min=0),
     help="Seconds SIGTERM waits for runs to reach a boundary [env HARNESSX_DRAIN_TIMEOUT].",
 )
-@click.option(
-    "--log-format",
-    envvar="HARNESSX_LOG_FORMAT",
-    default="json",
-    type=click.Choice(["json", "text"]),
-    help="[env HARNESSX_LOG_FORMAT]",
-)
-@click.option("--log-level", envvar="HARNESSX_LOG_LEVEL", default="INFO", help="[env HARNESSX_LOG_LEVEL]")
+@log_options
 @click.option(
     "--migrate/--no-migrate",
     envvar="HARNESSX_MIGRATE",

@@ -9,15 +9,60 @@ import logging
 import os
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+import click
 
 from harnessx._errors import ConfigurationError
 from harnessx.store._protocol import Store
 from harnessx.store._sqlite import SQLiteBackend
 
-__all__ = ["install_signal_handlers", "load_object", "open_store", "run_event_loop"]
+__all__ = [
+    "install_signal_handlers",
+    "load_object",
+    "log_options",
+    "open_store",
+    "run_event_loop",
+    "store_options",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 logger = logging.getLogger("harnessx.process")
+
+
+def store_options(fn: F) -> F:
+    """``--dsn`` / ``--sqlite`` / ``--schema``, shared by every command that opens a store."""
+    fn = click.option(
+        "--schema",
+        envvar="HARNESSX_SCHEMA",
+        default="harness_x",
+        help="PostgreSQL schema [env HARNESSX_SCHEMA].",
+    )(fn)
+    fn = click.option(
+        "--sqlite",
+        "sqlite_path",
+        envvar="HARNESSX_SQLITE",
+        default=".agent_sessions/runtime.sqlite3",
+        help="SQLite database when no DSN is given [env HARNESSX_SQLITE].",
+    )(fn)
+    return click.option(
+        "--dsn", envvar="HARNESSX_DSN", help="PostgreSQL DSN [env HARNESSX_DSN]; without it, SQLite."
+    )(fn)
+
+
+def log_options(fn: F) -> F:
+    """``--log-format`` and ``--log-level`` of the long-running commands."""
+    fn = click.option(
+        "--log-level", envvar="HARNESSX_LOG_LEVEL", default="INFO", help="[env HARNESSX_LOG_LEVEL]"
+    )(fn)
+    return click.option(
+        "--log-format",
+        envvar="HARNESSX_LOG_FORMAT",
+        default="json",
+        type=click.Choice(["json", "text"]),
+        help="[env HARNESSX_LOG_FORMAT]",
+    )(fn)
 
 
 def load_object(path: str, what: str) -> Any:

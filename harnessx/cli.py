@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +24,7 @@ from harnessx._demo import DEMO_AGENT, DEMO_PROMPT, invocation_count, kill_after
 from harnessx._errors import HarnessError
 from harnessx._hooks import HookEvent
 from harnessx._observe import follow_events
+from harnessx._processes import store_options
 from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import RunResult
 from harnessx._runtime import AgentRuntime
@@ -41,26 +42,6 @@ def _run(work: Awaitable[T]) -> T:
         return asyncio.run(work)  # type: ignore[arg-type]
     except HarnessError as exc:
         raise click.ClickException(str(exc)) from exc
-
-
-def backend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    fn = click.option(
-        "--schema",
-        envvar="HARNESSX_SCHEMA",
-        default="harness_x",
-        show_default=True,
-        help="PostgreSQL schema.",
-    )(fn)
-    fn = click.option("--dsn", envvar="HARNESSX_DSN", help="PostgreSQL DSN (env HARNESSX_DSN).")(fn)
-    fn = click.option(
-        "--sqlite",
-        "sqlite_path",
-        envvar="HARNESSX_SQLITE",
-        default=DEFAULT_SQLITE,
-        show_default=True,
-        help="SQLite database file (env HARNESSX_SQLITE); ignored when --dsn is given.",
-    )(fn)
-    return fn
 
 
 def open_backend(sqlite_path: str, dsn: str | None, schema: str, *, auto_migrate: bool = True) -> Store:
@@ -168,7 +149,7 @@ def _step(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[s
 
 @main.command("_demo-drive", hidden=True)
 @click.option("--session-file", required=True, type=click.Path(dir_okay=False))
-@backend_options
+@store_options
 def demo_drive(session_file: str, sqlite_path: str, dsn: str | None, schema: str) -> None:
     async def drive() -> None:
         async with open_backend(sqlite_path, dsn, schema) as backend:
@@ -184,7 +165,7 @@ def demo_drive(session_file: str, sqlite_path: str, dsn: str | None, schema: str
 
 @main.command("_demo-resume", hidden=True)
 @click.option("--session-file", required=True, type=click.Path(dir_okay=False, exists=True))
-@backend_options
+@store_options
 def demo_resume(session_file: str, sqlite_path: str, dsn: str | None, schema: str) -> None:
     async def resume() -> RunResult:
         saved = json.loads(await asyncio.to_thread(Path(session_file).read_text))
@@ -207,7 +188,7 @@ def demo_resume(session_file: str, sqlite_path: str, dsn: str | None, schema: st
 @main.command()
 @click.argument("session_id", required=False)
 @click.option("--limit", default=20, show_default=True, help="Sessions to list without SESSION_ID.")
-@backend_options
+@store_options
 def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None, schema: str) -> None:
     """List recent sessions, or show one session's latest run."""
 
@@ -240,7 +221,7 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
 @click.argument("run_id")
 @click.option("--after", default="0", show_default=True, help="Cursor to continue behind.")
 @click.option("--follow", is_flag=True, help="Keep following live events until the execution ends.")
-@backend_options
+@store_options
 def events(run_id: str, after: str, follow: bool, sqlite_path: str, dsn: str | None, schema: str) -> None:
     """Print a run's stored events as JSON lines."""
 
@@ -269,7 +250,7 @@ def events(run_id: str, after: str, follow: bool, sqlite_path: str, dsn: str | N
     help="module:attribute naming an Agent, a factory returning one, or an AgentRegistry. "
     "Default: the session's recorded agent reference in the built-in registries.",
 )
-@backend_options
+@store_options
 def resume(session_id: str, agent_path: str | None, sqlite_path: str, dsn: str | None, schema: str) -> None:
     """Resume a session's latest run and print its result as JSON."""
 
@@ -294,7 +275,7 @@ def resume(session_id: str, agent_path: str | None, sqlite_path: str, dsn: str |
 
 
 @main.command()
-@backend_options
+@store_options
 def migrate(sqlite_path: str, dsn: str | None, schema: str) -> None:
     """Create or upgrade the harnessx schema."""
 

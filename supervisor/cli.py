@@ -8,7 +8,13 @@ import click
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from harnessx._errors import HarnessError
-from harnessx._processes import install_signal_handlers, open_store, run_event_loop
+from harnessx._processes import (
+    install_signal_handlers,
+    log_options,
+    open_store,
+    run_event_loop,
+    store_options,
+)
 from harnessx._service import HealthServer, SystemdNotifier, configure_logging, parse_address
 from harnessx.store._protocol import Store
 from supervisor._metrics import SupervisorMetrics
@@ -20,17 +26,7 @@ logger = logging.getLogger("supervisor")
 
 
 @click.command(context_settings={"show_default": True, "max_content_width": 100})
-@click.option("--dsn", envvar="HARNESSX_DSN", help="PostgreSQL DSN [env HARNESSX_DSN]; without it, SQLite.")
-@click.option(
-    "--sqlite",
-    "sqlite_path",
-    envvar="HARNESSX_SQLITE",
-    default=".agent_sessions/runtime.sqlite3",
-    help="SQLite database when no DSN is given [env HARNESSX_SQLITE].",
-)
-@click.option(
-    "--schema", envvar="HARNESSX_SCHEMA", default="harness_x", help="PostgreSQL schema [env HARNESSX_SCHEMA]."
-)
+@store_options
 @click.option(
     "--metrics-addr",
     envvar="HARNESSX_METRICS_ADDR",
@@ -51,14 +47,7 @@ logger = logging.getLogger("supervisor")
     type=click.FloatRange(min=1),
     help="Report unfinished runs not updated for this many seconds [env HARNESSX_STUCK_AFTER].",
 )
-@click.option(
-    "--log-format",
-    envvar="HARNESSX_LOG_FORMAT",
-    default="json",
-    type=click.Choice(["json", "text"]),
-    help="[env HARNESSX_LOG_FORMAT]",
-)
-@click.option("--log-level", envvar="HARNESSX_LOG_LEVEL", default="INFO", help="[env HARNESSX_LOG_LEVEL]")
+@log_options
 def main(
     dsn: str | None,
     sqlite_path: str,

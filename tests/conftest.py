@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
-from postgres_cluster import (
+
+from harnessx.testing import (
     ClusterError,
     ThrowawayCluster,
     dsn_with_database,

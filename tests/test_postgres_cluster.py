@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from postgres_cluster import ThrowawayCluster, run_psql
+from harnessx.testing import ThrowawayCluster, run_psql
 
 
 def test_postgres_dsn_and_pg_database_answer(postgres_dsn: str, pg_database: str) -> None:
