@@ -109,6 +109,7 @@ class RunExecutor:
         )
         driver = self.driver(agent, committer, control, lease)
         self.keeper.hold(lease, on_lost, on_control)
+        requeued = False
         try:
             if resumed:
                 # First settle what a dead driver left in flight, then reopen a paused,
@@ -125,6 +126,7 @@ class RunExecutor:
                 # Drained at a boundary: put the run back for another worker, now.
                 await committer.flush()
                 await self.store.requeue(lease, state.run_id)
+                requeued = True
             return result
         except asyncio.CancelledError:
             if lost:
@@ -136,9 +138,15 @@ class RunExecutor:
                 # lost. Recovery on the next worker settles what was in flight.
                 with contextlib.suppress(StorageError):
                     await self.store.requeue(lease, state.run_id)
+                    requeued = True
             raise
         finally:
             self.keeper.drop(lease)
             feed.close()
-            with contextlib.suppress(StorageError):
-                await self.store.release(lease)
+            if requeued or state.status is not RunStatus.RUNNING:
+                with contextlib.suppress(StorageError):
+                    await self.store.release(lease)
+            # Otherwise the run stopped mid-way (lease lost or expired, the store failing):
+            # the lease is left to expire so that the supervisor sees an orphan and requeues
+            # the run, and resume() can take it over. Releasing it here would leave a
+            # running run that nothing holds and nothing will ever pick up.

@@ -71,6 +71,11 @@ class Supervisor:
     async def run(self) -> None:
         try:
             while not self._stopping.is_set():
+                if self.is_leader and not await self.store.holds_leadership(ROLE):
+                    # The lock went with a dropped connection; a standby may lead now.
+                    logger.warning("this supervisor lost its leadership")
+                    self.is_leader = False
+                    self.metrics.leader.set(0)
                 if not self.is_leader:
                     self.is_leader = await self.store.try_leadership(ROLE)
                     self.metrics.leader.set(1 if self.is_leader else 0)

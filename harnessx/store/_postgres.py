@@ -2,10 +2,11 @@
 
 Same protocol and semantics as ``SQLiteBackend``; what differs is where the work happens:
 
-- **Checkpoints in one round trip.** ``create_run``, ``commit`` and ``append_events`` are
-  one call of the ``harnessx_checkpoint`` function (created by the migration). It checks
-  the lease and writes every row in one transaction, and raises SQLSTATE ``HX001`` (here
-  ``LeaseLostError``) with nothing written when the lease no longer holds.
+- **Checkpoints in one statement.** ``create_run``, ``commit`` and ``append_events`` are
+  one execution of the ``checkpoint`` query, a data-modifying ``WITH`` whose every write
+  joins its fence (the UPDATE of the session row): it checks the lease and writes every
+  row in one transaction and one round trip. When the lease no longer holds it writes
+  nothing and fails with SQLSTATE ``HX001`` (here ``LeaseLostError``).
 - **Leases by the database clock**, so hosts with skewed clocks agree on expiry. The pool
   claims queued runs with one ``FOR UPDATE SKIP LOCKED`` statement.
 - **Liveness by advisory lock.** Each instance holds a session-level advisory lock keyed
@@ -20,7 +21,7 @@ Same protocol and semantics as ``SQLiteBackend``; what differs is where the work
   (the caller polls) whenever it is down. A notification is only ever a hint.
 - **Transient errors are retried** (tenacity, exponential back-off). Every operation is
   safe to repeat, even when a reply was lost after the server committed: reads trivially;
-  a checkpoint carries a unique id the function applies at most once; a queue claim finds
+  a checkpoint carries a unique id the statement applies at most once; a queue claim finds
   what its lost attempt took; re-claiming one's own lease only moves it to a newer
   generation. asyncpg errors become harnessx errors in one place, ``_translated``, with
   the original as ``__cause__``.
@@ -35,8 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
+import secrets
 import shlex
 import time
 import uuid
@@ -100,9 +103,9 @@ Q = load_queries("postgres")
 SQLITE_ONLY_QUERIES = {
     **dict.fromkeys(
         ("fence", "insert_run", "update_run", "set_event_count", "insert_message", "upsert_tool_call"),
-        "harnessx_checkpoint",
+        "checkpoint",
     ),
-    "insert_event": "harnessx_checkpoint",
+    "insert_event": "checkpoint",
     "queued_runs": "claim_queued",
     "dequeue_run": "claim_queued",
     "leased_sessions": "find_orphans",
@@ -117,12 +120,8 @@ _CONNECT_TIMEOUT = 10.0
 # one, so allow a few more attempts than that takes (about 4 s of back-off in all).
 _RETRY_ATTEMPTS = 8
 _LISTENER_RETRY_SECONDS = 1.0
-# The order of codec.tool_entry_values and codec.run_row_values.
-_TOOL_COLUMNS = (
-    *("execution_key", "run_id", "iteration", "idx", "call", "policy", "status", "attempt"),
-    *("approved", "raw_result", "result", "generation", "updated_at"),
-)
-_RUN_COLUMNS = ("status", "phase", "iteration", "usage", "output", "stop_reason", "error", "usage_incomplete")
+# The checkpoint query's run fields ($24-$31) when only events are appended.
+_NO_RUN_FIELDS = (None,) * 8
 
 _exc = asyncpg.exceptions
 # The connection itself is gone or unusable: retire it, and try again on another.
@@ -286,9 +285,12 @@ class PostgresBackend:
         self._listener_retry_at = 0.0
         self._waiters: dict[str, asyncio.Event] = {}
         self._work = asyncio.Event()  # replaced each time it is set
+        # The LISTEN/NOTIFY channels of our schema, read once when the backend opens.
+        self._events_channel: str | None = None
         self._work_channel: str | None = None
         self._open_lock = asyncio.Lock()
         self._liveness_lock = asyncio.Lock()
+        self._background: set[asyncio.Task[None]] = set()
         self._leaderships: dict[str, Any] = {}  # role -> the connection holding its lock
         self._closed = False
 
@@ -338,6 +340,10 @@ class PostgresBackend:
                     await self._run("migrating the schema", self._migrate_on)
                 else:
                     await self._run("verifying the schema", self._verify_on)
+                channels = await self._run(
+                    "reading the notification channels", lambda conn: conn.fetchrow(Q["channels"])
+                )
+                self._events_channel, self._work_channel = channels
                 await self._hold_liveness()
             except BaseException:
                 await self._shutdown()
@@ -350,6 +356,8 @@ class PostgresBackend:
         await self._shutdown()
 
     async def _shutdown(self) -> None:
+        for retaking in list(self._background):
+            retaking.cancel()
         task, self._listener_task = self._listener_task, None
         if task is not None:
             task.cancel()
@@ -484,14 +492,20 @@ class PostgresBackend:
             )
         pool = self._pool
         with self._translated(what, lease=lease, request_id=request_id):
+            # The first attempt runs without setting up the retry machinery, as nearly all
+            # succeed; if it fails, that failure is the retry loop's first attempt, so the
+            # back-off and the number of attempts are as if the loop had made it.
+            first_failure: BaseException | None
+            try:
+                return await _on_pooled(pool, op)
+            except _TRANSIENT as exc:
+                first_failure = exc
             async for attempt in _retrying():
                 with attempt:
-                    async with pool.acquire() as conn:
-                        try:
-                            return await op(conn)
-                        except _BROKEN_CONNECTION:
-                            _retire(conn)
-                            raise
+                    if first_failure is not None:
+                        failure, first_failure = first_failure, None
+                        raise failure
+                    return await _on_pooled(pool, op)
         raise AssertionError("unreachable: tenacity re-raises the last error")
 
     @contextlib.contextmanager
@@ -576,6 +590,28 @@ class PostgresBackend:
             await _close_quietly(conn)
             raise
         self._liveness = conn
+        # While the connection is down, other processes see this one as dead and take its
+        # sessions; re-take the lock as soon as the server is back, not at the next renewal.
+        conn.add_termination_listener(self._liveness_lost)
+
+    def _liveness_lost(self, _: Any) -> None:
+        if self._pool is not None and not self._closed:
+            task = asyncio.get_running_loop().create_task(self._retake_liveness())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _retake_liveness(self) -> None:
+        # The server may still be restarting: keep trying until the backend closes.
+        delay = 0.05
+        while self._pool is not None and not self._closed:
+            async with self._liveness_lock:
+                try:
+                    await self._live_connection()
+                    return
+                except StorageError as exc:
+                    logger.warning("re-taking the liveness lock of process %s: %s", self.process_id, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     async def _live_connection(self) -> Any:
         """The liveness connection, re-made (and the lock re-taken) if it dropped, e.g. in a
@@ -607,6 +643,16 @@ class PostgresBackend:
             if held:
                 self._leaderships[role] = conn
             return held
+
+    async def holds_leadership(self, role: str) -> bool:
+        async with self._liveness_lock:
+            conn = self._leaderships.get(role)
+            if conn is None or conn.is_closed() or conn is not self._liveness:
+                # The lock went with its connection (a server restart, say): someone else
+                # may lead now.
+                self._leaderships.pop(role, None)
+                return False
+            return True
 
     async def release_leadership(self, role: str) -> None:
         async with self._liveness_lock:
@@ -674,6 +720,8 @@ class PostgresBackend:
 
     async def claim(self, session_id: str, holder: str) -> Lease:
         owner = self.owner_for(holder)
+        # Never hold a lease while others can see this process as dead.
+        await self._keep_liveness()
         row = await self._run(
             "claiming a session",
             lambda conn: conn.fetchrow(Q["take_lease"], session_id, owner, self.lease_seconds),
@@ -723,23 +771,37 @@ class PostgresBackend:
         run: tuple[Any, ...] | None = None,
         new_run: dict[str, Any] | None = None,
     ) -> None:
-        """One call of harnessx_checkpoint. Its id makes a retry after a lost connection
-        harmless: the function applies a checkpoint id at most once."""
+        """One checkpoint statement (see ``_checkpoint_statement``). Its id makes a retry
+        after a lost connection harmless: the statement applies a checkpoint id at most once."""
+        seqs = [int(event.cursor or 0) for event in events]
+        queued = bool(new_run and new_run["queued"])
         args = (
             lease.session_id,
             lease.owner,
             lease.generation,
-            uuid.uuid4().hex,
+            secrets.token_hex(16),  # the checkpoint's id
             run_id,
-            dumps(new_run) if new_run is not None else None,
             [dumps(message) for message in messages],
-            dumps([_tool_row(entry, run_id, lease.generation) for entry in tools]),
-            dumps([_event_row(event) for event in events]),
-            dumps(dict(zip(_RUN_COLUMNS, run, strict=True))) if run is not None else None,
+            *_tool_columns(tools),
+            seqs,
+            [event.event_id for event in events],
+            [event.type.value for event in events],
+            [event.step_id for event in events],
+            [event.attempt_id for event in events],
+            [dumps(event.data) for event in events],
+            max(seqs, default=0),
+            *(_NO_RUN_FIELDS if run is None else (*run[:7], bool(run[7]))),
+            new_run["request_message"] if new_run else None,
+            new_run["request_id"] if new_run else None,
+            queued,
+            # One wake-up per checkpoint that adds events or a run, and one for queued work.
+            self._events_channel if events or new_run else None,
+            self._work_channel if queued else None,
         )
+        statement = _checkpoint_statement(new_run is not None, bool(messages), bool(tools), bool(events))
         await self._run(
             "committing a checkpoint",
-            lambda conn: conn.fetchval(Q["checkpoint"], *args),
+            lambda conn: conn.fetchval(statement, *args),
             lease=lease,
             request_id=new_run.get("request_id") if new_run else None,
         )
@@ -850,6 +912,7 @@ class PostgresBackend:
         owner = self.owner_for(holder)
         claim_id = uuid.uuid4().hex
         attempts = 0
+        await self._keep_liveness()
 
         async def claim(conn: Any) -> list[Any]:
             # One statement with SKIP LOCKED: concurrent workers never wait for, or get, the
@@ -999,6 +1062,57 @@ class PostgresBackend:
         waiter.set()
 
 
+@functools.cache
+def _checkpoint_statement(new_run: bool, messages: bool, tools: bool, events: bool) -> str:
+    """The checkpoint query without the steps this shape of checkpoint has nothing for: the
+    server sets up every step of a statement, used or not, at some cost each. Its parameters
+    stay the same (see postgres.sql)."""
+    unused = {
+        *(() if new_run else ("new_run",)),
+        *(() if messages else ("messages_added",)),
+        *(() if tools else ("tools_moved",)),
+        *(() if events else ("events_added",)),
+    }
+    return _without_steps(Q["checkpoint"], unused)
+
+
+def _without_steps(statement: str, names: set[str]) -> str:
+    """``statement`` without the ``WITH`` items ``names``, which nothing in it may read. Each
+    item starts with a line ``<name> AS (`` (the first one after ``WITH``) and ends with a
+    line ``),`` (the last one ``)``), both unindented."""
+    head, sep, rest = statement.partition("WITH ")
+    if head or not sep:
+        raise ValueError("the statement does not start with WITH")
+    items: list[list[str]] = []
+    item: list[str] | None = None
+    main: list[str] = []
+    for line in rest.splitlines():
+        if item is None and not main and re.fullmatch(r"[a-z_]+ AS \(", line):
+            item = [line]
+        elif item is not None:
+            if line in ("),", ")"):
+                item.append(")")
+                items.append(item)
+                item = None
+            else:
+                item.append(line)
+        elif items and not line.startswith("--"):
+            main.append(line)
+    kept = [item for item in items if item[0].split()[0] not in names]
+    if item is not None or len(items) - len(kept) != len(names):
+        raise ValueError(f"cannot find the WITH items {sorted(names)} in the statement")
+    return "WITH " + ",\n".join("\n".join(item) for item in kept) + "\n" + "\n".join(main)
+
+
+async def _on_pooled(pool: Any, op: Callable[[Any], Awaitable[T]]) -> T:
+    async with pool.acquire() as conn:
+        try:
+            return await op(conn)
+        except _BROKEN_CONNECTION:
+            _retire(conn)
+            raise
+
+
 def _retire(conn: Any) -> None:
     """Make the pool replace a broken connection rather than hand it out again."""
     with contextlib.suppress(asyncpg.InterfaceError):  # asyncpg already detached it
@@ -1012,20 +1126,22 @@ def _lease_lost(lease: Lease) -> LeaseLostError:
     )
 
 
-def _tool_row(entry: ToolEntry, run_id: str, generation: int) -> dict[str, Any]:
-    # The function takes run id, generation and time from its own arguments and clock.
-    return dict(zip(_TOOL_COLUMNS, tool_entry_values(entry, run_id, generation, 0.0), strict=True))
-
-
-def _event_row(event: RunEvent) -> dict[str, Any]:
-    return {
-        "seq": int(event.cursor or 0),
-        "event_id": event.event_id,
-        "type": event.type.value,
-        "step_id": event.step_id,
-        "attempt_id": event.attempt_id,
-        "data": dumps(event.data),
-    }
+def _tool_columns(tools: Sequence[ToolEntry]) -> list[list[Any]]:
+    """The checkpoint query's tool_calls arrays ($7-$16): execution_key, iteration, idx, call,
+    policy, status, attempt, approved, raw_result, result. Run id, generation and time come
+    from the statement's own parameters and clock."""
+    columns: list[list[Any]] = [[] for _ in range(10)]
+    for entry in tools:
+        key, _, iteration, idx, call, policy, status, attempt, approved, raw, result, _, _ = (
+            tool_entry_values(entry, "", 0, 0.0)
+        )
+        for column, value in zip(
+            columns,
+            (key, iteration, idx, call, policy, status, attempt, bool(approved), raw, result),
+            strict=True,
+        ):
+            column.append(value)
+    return columns
 
 
 async def _close_quietly(resource: Any) -> None:

@@ -242,6 +242,9 @@ class Store(Protocol):
         """Become the one holder of ``role`` (e.g. the supervisor) without waiting; true
         while held. The hold dies with this process (file lock / advisory lock)."""
 
+    async def holds_leadership(self, role: str) -> bool:
+        """Whether ``role`` is still held: a dropped database connection loses it."""
+
     async def release_leadership(self, role: str) -> None: ...
 
     async def stuck_runs(self, older_than: float, limit: int = 100) -> list[StuckRun]: ...

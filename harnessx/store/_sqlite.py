@@ -641,6 +641,10 @@ class SQLiteBackend:
         self._leaderships[role] = fd
         return True
 
+    async def holds_leadership(self, role: str) -> bool:
+        # A file lock is only lost with the process (or by release_leadership).
+        return role in self._leaderships
+
     async def release_leadership(self, role: str) -> None:
         fd = self._leaderships.pop(role, None)
         if fd is not None:

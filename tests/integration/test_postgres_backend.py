@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import itertools
 import json
 import sys
 import time
@@ -27,7 +28,7 @@ from harnessx._state import Delta, Phase, ToolEntry, ToolStatus
 from harnessx.providers._base import ToolCall
 from harnessx.store import PostgresBackend
 from harnessx.store._migrations import load_migrations
-from harnessx.store._postgres import redact_dsn, runtime_grants
+from harnessx.store._postgres import _checkpoint_statement, redact_dsn, runtime_grants
 from harnessx.store._protocol import Lease, WorkerInfo
 from harnessx.store._queries import load_queries
 from harnessx.testing import ThrowawayCluster, free_port, quote_ident, run_psql
@@ -171,6 +172,14 @@ async def test_every_named_query_is_valid_sql(pg_database: str) -> None:
                 await conn.prepare(query)
             except asyncpg.PostgresError as exc:  # pragma: no cover - the message is the point
                 pytest.fail(f"query {name!r} does not prepare: {exc}")
+        # Every shape of checkpoint statement too, with the full statement's parameters.
+        full = await conn.prepare(load_queries("postgres")["checkpoint"])
+        for shape in itertools.product((False, True), repeat=4):
+            try:
+                statement = await conn.prepare(_checkpoint_statement(*shape))
+            except asyncpg.PostgresError as exc:  # pragma: no cover - the message is the point
+                pytest.fail(f"checkpoint statement {shape} does not prepare: {exc}")
+            assert statement.get_parameters() == full.get_parameters(), shape
 
 
 async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_database: str) -> None:
@@ -541,7 +550,7 @@ async def test_a_checkpoint_whose_reply_was_lost_is_retried_without_duplicates(
     async with PostgresBackend(pg_database) as backend:
         lease = await start_run(backend, "s", "r1")
         state = await backend.load_state("r1")
-        lossy = _LossyPool(backend._pool, "harnessx_checkpoint")
+        lossy = _LossyPool(backend._pool, "last_checkpoint")
         monkeypatch.setattr(backend, "_pool", lossy)
         step = Delta(
             Phase.PREPARE_MODEL_CALL, messages=[{"role": "tool", "content": "result"}], run={"iteration": 1}
@@ -586,11 +595,16 @@ async def test_dropped_connections_are_retried_and_liveness_is_retaken(pg_databa
         await a.append_events(lease, "r1", [event("r1", 2)])
         assert [e.cursor for e in await b.read_events("r1", 0)] == ["1", "2"]
 
+        dropped = a._liveness
         await sql(pg_database, terminate, "harnessx-liveness")
-        await eventually(lambda: a._liveness.is_closed())
-        assert not await b.process_alive(lease.owner)  # seen dead while its lock is gone
-        await a.renew([lease])  # the heartbeat takes it again
+        await eventually(lambda: dropped.is_closed())
+        # Taken again as soon as the connection drops, not at the next lease renewal.
+        for _ in range(200):
+            if a._liveness is not None and a._liveness is not dropped and await b.process_alive(lease.owner):
+                break
+            await asyncio.sleep(0.01)
         assert await b.process_alive(lease.owner)
+        await a.renew([lease])  # and the heartbeat still works
 
 
 async def test_a_closed_or_unopened_backend_says_so(pg_database: str) -> None:

@@ -7,7 +7,7 @@ from importlib import resources
 
 import pytest
 
-from harnessx.store._postgres import SQLITE_ONLY_QUERIES
+from harnessx.store._postgres import SQLITE_ONLY_QUERIES, _checkpoint_statement, _without_steps
 from harnessx.store._queries import load_queries, parse_queries
 
 DIALECTS = ("sqlite", "postgres")
@@ -83,3 +83,46 @@ def test_postgres_queries_never_name_the_schema() -> None:
     # Connections set search_path; a hard-coded schema would break any other schema name.
     for name, query in load_queries("postgres").items():
         assert "harness_x" not in query, name
+
+
+CHECKPOINT_STEPS = ("new_run", "run", "messages_added", "tools_moved", "events_added")
+OPTIONAL_STEPS = ("new_run", "messages_added", "tools_moved", "events_added")
+SHAPES = [
+    (new_run, messages, tools, events)
+    for new_run in (False, True)
+    for messages in (False, True)
+    for tools in (False, True)
+    for events in (False, True)
+]
+
+
+def with_items(statement: str) -> list[str]:
+    return re.findall(r"^(?:WITH )?([a-z_]+) AS \($", statement, re.MULTILINE)
+
+
+@pytest.mark.parametrize(("new_run", "messages", "tools", "events"), SHAPES)
+def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(
+    new_run: bool, messages: bool, tools: bool, events: bool
+) -> None:
+    full = load_queries("postgres")["checkpoint"]
+    assert with_items(full) == ["parameters", "fence", *CHECKPOINT_STEPS]
+    statement = _checkpoint_statement(new_run, messages, tools, events)
+    wanted = {
+        "new_run": new_run,
+        "run": True,  # the main query reads it: a commit whose run step wrote nothing fails
+        "messages_added": messages,
+        "tools_moved": tools,
+        "events_added": events,
+    }
+    assert with_items(statement) == ["parameters", "fence", *(s for s in CHECKPOINT_STEPS if wanted[s])]
+    # The main query is kept whole, and reads none of the steps that may be left out.
+    main = full[full.index("\nSELECT CASE") :]
+    assert statement.endswith(main)
+    assert not any(re.search(rf"\bFROM {step}\b", main) for step in OPTIONAL_STEPS)
+
+
+def test_leaving_out_a_step_the_statement_lacks_is_an_error() -> None:
+    with pytest.raises(ValueError, match="cannot find the WITH items"):
+        _without_steps(load_queries("postgres")["checkpoint"], {"no_such_step"})
+    with pytest.raises(ValueError, match="does not start with WITH"):
+        _without_steps("SELECT 1", set())

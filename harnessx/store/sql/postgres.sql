@@ -1,7 +1,7 @@
 -- Named queries for the PostgreSQL store. Each starts with "-- name: <name>" and a purpose line.
 -- Connections run with search_path set to the harnessx schema only, so no query names it.
 -- Queries of sqlite.sql missing here are listed, with what replaces them, in
--- _postgres.SQLITE_ONLY_QUERIES (mostly: steps of the harnessx_checkpoint function).
+-- _postgres.SQLITE_ONLY_QUERIES (mostly: steps of the checkpoint statement).
 
 -- name: schema_exists
 -- Whether the harnessx schema exists (by its exact name).
@@ -94,8 +94,106 @@ SELECT harnessx_owner_alive($1);
 UPDATE sessions SET control = $1 WHERE id = $2;
 
 -- name: checkpoint
--- Fence and write one checkpoint (run, messages, tool calls, events) in one round trip.
-SELECT harnessx_checkpoint($1, $2, $3, $4, $5, $6::json, $7::text[], $8::json, $9::json, $10::json);
+-- Fence and write one checkpoint (a new run or the run's fields, messages, tool calls, events).
+-- One data-modifying WITH statement, so one transaction and one round trip. The fence is the
+-- UPDATE of the session row: it matches only while (owner, generation) hold an unexpired
+-- lease and locks the row against a concurrent claim. Every step joins it, so a stale writer
+-- writes nothing. It hands out the new messages' sequence numbers from message_count, so
+-- nothing reads anything proportional to the conversation, and records the checkpoint's id:
+-- a client that lost its connection before learning whether the call committed simply calls
+-- again, and finds the fence closed and its id there (result false: already written).
+-- Otherwise an error undoes everything: HX001 (LeaseLostError) when the lease no longer
+-- holds, HX002 when the run is not the session's. Wake-up notifications, at most one per
+-- channel, are delivered only if the checkpoint commits.
+--
+-- Parameters: $1 session, $2 owner, $3 generation (the lease), $4 the checkpoint's unique id,
+-- $5 run; $6 the new messages' JSON texts; $7-$16 the moved tool calls, one array per
+-- tool_calls column; $17-$22 the new events, one array per events column; $23 the last new
+-- event's seq (0: none); $24-$31 the run's fields after the delta (all NULL when only events
+-- are appended); $32-$34 request message (NULL: the run exists), request id and queued flag
+-- of a run to create; $35, $36 the 'events' and 'work' channels to notify (NULL: not now).
+-- JSON is passed as text and stored verbatim (json, not jsonb, columns).
+--
+-- _postgres._checkpoint_statement leaves out the steps (new_run, messages_added, tools_moved,
+-- events_added) a checkpoint has nothing for, as the server sets up every step it is given.
+-- Nothing reads them (the main query reads only the fence and run), and 'parameters', which
+-- nothing reads either (the planner drops it), keeps every parameter typed without them. So
+-- each WITH item starts with a line '<name> AS (' and ends with a line '),' (the last one
+-- ')'), both unindented.
+WITH parameters AS (
+    SELECT $1::text, $2::text, $3::bigint, $4::text, $5::text, $6::json[],
+           $7::text[], $8::bigint[], $9::bigint[], $10::json[], $11::text[], $12::text[], $13::bigint[],
+           $14::boolean[], $15::json[], $16::json[],
+           $17::bigint[], $18::text[], $19::text[], $20::text[], $21::text[], $22::json[], $23::bigint,
+           $24::text, $25::text, $26::bigint, $27::jsonb, $28::text, $29::text, $30::json, $31::boolean,
+           $32::text, $33::text, $34::boolean, $35::text, $36::text
+),
+fence AS (
+    UPDATE sessions s
+    SET message_count = s.message_count + cardinality($6), last_checkpoint = $4
+    WHERE s.id = $1 AND s.lease_owner = $2 AND s.generation = $3
+      AND s.lease_expires_at > clock_timestamp()
+      AND s.last_checkpoint IS DISTINCT FROM $4
+    RETURNING s.message_count - cardinality($6) AS history_length
+),
+new_run AS (
+    INSERT INTO runs (id, session_id, request_id, request_message, status, phase, iteration, usage,
+                      output, stop_reason, error, usage_incomplete, history_length, event_count,
+                      generation, created_at, updated_at, queued_at)
+    SELECT $5, $1, $33, $32, $24, $25, $26, $27, $28, $29, $30, $31, f.history_length, $23, $3,
+           now(), now(), CASE WHEN $34 AND $24 = 'running' THEN now() END
+    FROM fence f
+    WHERE $32 IS NOT NULL
+),
+run AS (
+    UPDATE runs r
+    SET status = coalesce($24, r.status), phase = coalesce($25, r.phase),
+        iteration = coalesce($26, r.iteration), usage = coalesce($27, r.usage),
+        output = coalesce($28, r.output), stop_reason = coalesce($29, r.stop_reason),
+        error = CASE WHEN $24 IS NULL THEN r.error ELSE $30 END,
+        usage_incomplete = coalesce($31, r.usage_incomplete),
+        event_count = greatest(r.event_count, $23), updated_at = now(),
+        generation = CASE WHEN $24 IS NULL THEN r.generation ELSE $3 END,
+        -- A run that stops running leaves the pool's queue (as on SQLite).
+        queued_at = CASE WHEN $24 IS NULL OR $24 = 'running' THEN r.queued_at END
+    FROM fence f
+    WHERE r.id = $5 AND r.session_id = $1 AND $32 IS NULL
+    RETURNING r.id
+),
+-- Set-returning functions in a select list run in lockstep, one row per array element, and
+-- unlike functions in FROM they do not collect their rows first.
+messages_added AS (
+    INSERT INTO messages (session_id, seq, run_id, body, generation)
+    SELECT $1, f.history_length + generate_subscripts($6, 1), $5, unnest($6), $3
+    FROM fence f
+),
+tools_moved AS (
+    INSERT INTO tool_calls (execution_key, run_id, iteration, idx, call, policy, status, attempt,
+                            approved, raw_result, result, generation, updated_at)
+    SELECT unnest($7), $5, unnest($8), unnest($9), unnest($10), unnest($11), unnest($12), unnest($13),
+           unnest($14), unnest($15), unnest($16), $3, now()
+    FROM fence f
+    ON CONFLICT (execution_key) DO UPDATE SET
+        status = excluded.status, attempt = excluded.attempt, approved = excluded.approved,
+        raw_result = excluded.raw_result, result = excluded.result,
+        generation = excluded.generation, updated_at = excluded.updated_at
+),
+events_added AS (
+    INSERT INTO events (run_id, seq, event_id, type, step_id, attempt_id, data, generation, created_at)
+    SELECT $5, unnest($17), unnest($18), unnest($19), unnest($20), unnest($21), unnest($22), $3, now()
+    FROM fence f
+)
+SELECT CASE
+    WHEN NOT EXISTS (SELECT FROM fence) THEN
+        CASE WHEN EXISTS (SELECT FROM sessions WHERE id = $1 AND last_checkpoint = $4) THEN false
+             ELSE harnessx_raise('HX001', 'lease on session ' || $1 || ' (generation ' || $3
+                                          || ') no longer holds')
+        END
+    WHEN $32 IS NULL AND NOT EXISTS (SELECT FROM run) THEN
+        harnessx_raise('HX002', 'run ' || $5 || ' is not a run of session ' || $1)
+    ELSE (CASE WHEN $35 IS NULL THEN true ELSE pg_notify($35, $5) IS NOT NULL END)
+        AND (CASE WHEN $36 IS NULL THEN true ELSE pg_notify($36, $5) IS NOT NULL END)
+END;
 
 -- name: get_run
 -- One run by id.

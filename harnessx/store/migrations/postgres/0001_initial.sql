@@ -10,7 +10,7 @@
 -- integer, and a resumed run must send the model exactly what it saw before.
 -- Three additions: runs.created_seq breaks created_at ties (SQLite's rowid);
 -- sessions.last_checkpoint and runs.claimed_by let a call whose reply was lost be retried
--- without applying it twice (see harnessx_checkpoint and the claim_queued query).
+-- without applying it twice (see the checkpoint and claim_queued queries in postgres.sql).
 -- This one file also holds what SQLite added in its migration 2 (the worker pool: queued
 -- runs, workers), since no PostgreSQL database predates it.
 
@@ -194,119 +194,14 @@ BEGIN
 END
 $$;
 
--- One checkpoint in one call: the fence, then every row it writes, in one transaction.
---
--- The fence is the UPDATE of the session row: it matches only while (owner, generation)
--- hold an unexpired lease, locks the row against a concurrent claim, and hands out the
--- sequence numbers of the new messages from message_count, so no step reads anything
--- proportional to the conversation. If it fails, SQLSTATE HX001 aborts everything.
---
--- p_checkpoint_id is unique per checkpoint. A client that lost its connection before
--- learning whether the call committed simply calls again: a checkpoint whose id is already
--- the session's last_checkpoint is not applied twice (returns false).
---
--- p_new_run: {"request_id", "request_message", "queued"} to insert the run first
--- (create_run; "queued" leaves it for a pool worker).
--- p_messages: each message's JSON text. p_tools, p_events: arrays of row objects whose
--- JSON payloads are strings holding JSON text. p_run: the run's fields after the delta,
--- or NULL when only events are appended.
-CREATE FUNCTION harnessx_checkpoint(
-    p_session_id    text,
-    p_owner         text,
-    p_generation    bigint,
-    p_checkpoint_id text,
-    p_run_id        text,
-    p_new_run       json,
-    p_messages      text[],
-    p_tools         json,
-    p_events        json,
-    p_run           json
-) RETURNS boolean
+-- Abort the calling statement with an error of our own SQLSTATE (HX001: the lease no longer
+-- holds; HX002: the run is not the session's). The checkpoint statement calls it only on
+-- those failure paths, so the whole statement, and everything it wrote, is rolled back.
+CREATE FUNCTION harnessx_raise(p_sqlstate text, p_message text) RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
-DECLARE
-    v_added bigint := coalesce(cardinality(p_messages), 0);
-    v_count bigint;
-    v_last  bigint;
 BEGIN
-    UPDATE sessions s
-    SET message_count = s.message_count + v_added, last_checkpoint = p_checkpoint_id
-    WHERE s.id = p_session_id AND s.lease_owner = p_owner AND s.generation = p_generation
-      AND s.lease_expires_at > clock_timestamp()
-      AND s.last_checkpoint IS DISTINCT FROM p_checkpoint_id
-    RETURNING s.message_count INTO v_count;
-    IF NOT FOUND THEN
-        IF EXISTS (SELECT 1 FROM sessions s
-                   WHERE s.id = p_session_id AND s.last_checkpoint = p_checkpoint_id) THEN
-            RETURN false;
-        END IF;
-        RAISE EXCEPTION 'lease on session % (generation %) no longer holds', p_session_id, p_generation
-            USING ERRCODE = 'HX001';
-    END IF;
-
-    IF p_new_run IS NOT NULL THEN
-        INSERT INTO runs (id, session_id, request_id, request_message, status, phase, history_length,
-                          generation, created_at, updated_at, queued_at)
-        SELECT p_run_id, p_session_id, r.request_id, r.request_message, 'running', 'prepare_model_call',
-               v_count - v_added, p_generation, now(), now(), CASE WHEN r.queued THEN now() END
-        FROM json_to_record(p_new_run) AS r (request_id text, request_message text, queued boolean);
-    END IF;
-
-    INSERT INTO messages (session_id, seq, run_id, body, generation)
-    SELECT p_session_id, v_count - v_added + m.n, p_run_id, m.body::json, p_generation
-    FROM unnest(p_messages) WITH ORDINALITY AS m (body, n);
-
-    INSERT INTO tool_calls (execution_key, run_id, iteration, idx, call, policy, status, attempt,
-                            approved, raw_result, result, generation, updated_at)
-    SELECT t.execution_key, p_run_id, t.iteration, t.idx, t.call::json, t.policy, t.status, t.attempt,
-           t.approved <> 0, t.raw_result::json, t.result::json, p_generation, now()
-    FROM json_to_recordset(coalesce(p_tools, '[]')) AS t (
-        execution_key text, iteration bigint, idx bigint, call text, policy text, status text,
-        attempt bigint, approved integer, raw_result text, result text)
-    ON CONFLICT (execution_key) DO UPDATE SET
-        status = excluded.status, attempt = excluded.attempt, approved = excluded.approved,
-        raw_result = excluded.raw_result, result = excluded.result,
-        generation = excluded.generation, updated_at = excluded.updated_at;
-
-    WITH added AS (
-        INSERT INTO events (run_id, seq, event_id, type, step_id, attempt_id, data, generation, created_at)
-        SELECT p_run_id, e.seq, e.event_id, e.type, e.step_id, e.attempt_id, e.data::json, p_generation, now()
-        FROM json_to_recordset(coalesce(p_events, '[]')) AS e (
-            seq bigint, event_id text, type text, step_id text, attempt_id text, data text)
-        RETURNING seq
-    )
-    SELECT coalesce(max(seq), 0) INTO v_last FROM added;
-
-    IF p_run IS NULL THEN
-        UPDATE runs
-        SET event_count = greatest(runs.event_count, v_last), updated_at = now()
-        WHERE runs.id = p_run_id AND runs.session_id = p_session_id;
-    ELSE
-        UPDATE runs
-        SET status = r.status, phase = r.phase, iteration = r.iteration, usage = r.usage::jsonb,
-            output = r.output, stop_reason = r.stop_reason, error = r.error::json,
-            usage_incomplete = r.usage_incomplete <> 0,
-            event_count = greatest(runs.event_count, v_last),
-            generation = p_generation, updated_at = now(),
-            -- A run that stops running leaves the pool's queue (as on SQLite).
-            queued_at = CASE WHEN r.status = 'running' THEN runs.queued_at END
-        FROM json_to_record(p_run) AS r (
-            status text, phase text, iteration bigint, usage text, output text, stop_reason text,
-            error text, usage_incomplete integer)
-        WHERE runs.id = p_run_id AND runs.session_id = p_session_id;
-    END IF;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'run % is not a run of session %', p_run_id, p_session_id USING ERRCODE = 'HX002';
-    END IF;
-
-    -- Wake-up hints, at most one of each per checkpoint; delivered only if we commit.
-    IF v_last > 0 OR p_new_run IS NOT NULL THEN
-        PERFORM pg_notify(harnessx_channel('events'), p_run_id);
-    END IF;
-    IF (p_new_run ->> 'queued')::boolean THEN
-        PERFORM pg_notify(harnessx_channel('work'), p_run_id);
-    END IF;
-    RETURN true;
+    RAISE EXCEPTION USING ERRCODE = p_sqlstate, MESSAGE = p_message;
 END
 $$;

@@ -1,0 +1,144 @@
+"""Reading everything the checker needs into a ``Dataset``: the harnessx tables, the
+effects ledger, and the lease losses the processes logged."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from chaos.checker import (
+    Dataset,
+    Decision,
+    Effect,
+    EventRow,
+    Fault,
+    Invocation,
+    Leadership,
+    LeaseLoss,
+    MessageRow,
+    RunRow,
+    SessionRow,
+    ToolCallRow,
+)
+from chaos.db import Database, to_epoch
+from chaos.ledger import EffectsTable, read_invocations
+
+__all__ = ["lease_losses_from_logs", "leadership_from_logs", "load_dataset"]
+
+_LOST = re.compile(r"lost the lease on session (\S+) \(generation (\d+)\)")
+
+
+async def load_dataset(
+    db: Database,
+    folder: Path,
+    *,
+    submitted: list[str],
+    faults: list[Fault],
+    decisions: list[Decision],
+    lease_seconds: float,
+) -> Dataset:
+    """``folder`` holds the scenario's ``ledger/``, ``effects.sqlite3`` and ``logs/``."""
+    invocations, unreadable = read_invocations(folder / "ledger")
+    return Dataset(
+        submitted=submitted,
+        runs=[RunRow(str(i), str(s), str(st), int(n), int(g)) for i, s, st, n, g in await db.fetch("runs")],
+        sessions=[SessionRow(str(i), int(g)) for i, g in await db.fetch("sessions")],
+        events=[_event(row) for row in await db.fetch("events")],
+        messages=[MessageRow(str(s), int(q), str(r), int(g)) for s, q, r, g in await db.fetch("messages")],
+        tool_calls=[
+            ToolCallRow(str(k), str(r), str(p), str(st), bool(a), int(g))
+            for k, r, p, st, a, g in await db.fetch("tool_calls")
+        ],
+        invocations=[_invocation(record) for record in invocations],
+        effects=[
+            Effect(
+                str(r["key"]), str(r["inv"]), int(r["token"]), int(r["pid"]), str(r["outcome"]), float(r["t"])
+            )
+            for r in EffectsTable(folder / "effects.sqlite3").rows()
+        ],
+        faults=faults,
+        decisions=decisions,
+        lease_losses=lease_losses_from_logs((folder / "logs").glob("*.log")),
+        leadership=leadership_from_logs((folder / "logs").glob("supervisor-*.log")),
+        lease_seconds=lease_seconds,
+        unreadable_ledger_lines=unreadable,
+    )
+
+
+def _event(row: tuple[Any, ...]) -> EventRow:
+    run_id, seq, event_id, kind, generation, created_at, data = row
+    payload = json.loads(data) if isinstance(data, str) else (data or {})
+    key = payload.get("execution_key")
+    attempt = payload.get("attempt")
+    return EventRow(
+        str(run_id),
+        int(seq),
+        str(event_id),
+        str(kind),
+        int(generation),
+        to_epoch(created_at),
+        key=str(key) if key is not None else None,
+        attempt=int(attempt) if attempt is not None else None,
+    )
+
+
+def _invocation(record: dict[str, Any]) -> Invocation:
+    return Invocation(
+        inv=str(record["inv"]),
+        key=str(record["key"]),
+        tool=str(record["tool"]),
+        policy=str(record["policy"]),
+        attempt=int(record["attempt"]),
+        token=int(record["token"]),
+        pid=int(record["pid"]),
+        started=float(record["t"]),
+        ended=record["ended"],
+        outcome=record["outcome"],
+    )
+
+
+def _records(path: Path) -> Iterable[dict[str, Any]]:
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            yield record
+
+
+def leadership_from_logs(paths: Iterable[Path]) -> list[Leadership]:
+    """When each supervisor became leader, and each orphan it recovered (log timestamps)."""
+    found = []
+    for path in paths:
+        for record in _records(path):
+            message = str(record.get("message", ""))
+            who = str(record.get("supervisor_id", path.stem))
+            if message.startswith("this supervisor is now the leader"):
+                found.append(Leadership(who, "lead", _timestamp(record)))
+            elif message.startswith(("requeued run", "released")):
+                found.append(Leadership(who, "act", _timestamp(record)))
+    return sorted(found, key=lambda e: e.t)
+
+
+def _timestamp(record: dict[str, Any]) -> float:
+    return dt.datetime.fromisoformat(str(record["ts"])).timestamp()
+
+
+def lease_losses_from_logs(paths: Iterable[Path]) -> list[LeaseLoss]:
+    """Leases the supervisor took away (``requeued run ...``/``released ... lease``, with the
+    session and generation as fields) and leases workers noticed they lost."""
+    losses: set[LeaseLoss] = set()
+    for path in paths:
+        for record in _records(path):
+            message = str(record.get("message", ""))
+            if record.get("logger") == "supervisor" and "session_id" in record and "generation" in record:
+                if message.startswith(("requeued run", "released")):
+                    losses.add(LeaseLoss(str(record["session_id"]), int(record["generation"])))
+            elif match := _LOST.search(message):
+                losses.add(LeaseLoss(match.group(1), int(match.group(2))))
+    return sorted(losses, key=lambda loss: (loss.session_id, loss.generation))

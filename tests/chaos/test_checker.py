@@ -1,0 +1,578 @@
+"""The checker can fail: every invariant is shown a dataset that breaks it.
+
+Two kinds of data. A *real* dataset: a SQLite database and effects ledger written by real
+runs of the chaos agent (in this process, through ``AgentRuntime``), read back by the same
+loader the suite uses; violations are planted by editing the files afterwards. And
+*histories* built by hand, for what is awkward to produce for real (a worker killed
+mid-call, a zombie) — each starts from a clean history and plants one thing. No switch in
+the product is touched: the violations are in the data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import shutil
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import chaos.agents
+from chaos.checker import (
+    Dataset,
+    Decision,
+    Effect,
+    EventRow,
+    Fault,
+    Invocation,
+    Leadership,
+    LeaseLoss,
+    MessageRow,
+    RunRow,
+    SessionRow,
+    ToolCallRow,
+    Violation,
+    check,
+)
+from chaos.dataset import leadership_from_logs, lease_losses_from_logs, load_dataset
+from chaos.db import SQLiteDatabase
+from chaos.ledger import EffectsTable, read_invocations
+from chaos.plan import TOOLS, make_plan, run_message
+from chaos.timings import fault_stats, percentile
+from harnessx import AgentRuntime, RunResult, SQLiteBackend
+
+
+def invariants(violations: list[Violation]) -> set[str]:
+    return {v.invariant for v in violations}
+
+
+# ----------------------------------------------------------------------- hand-built histories
+
+
+@dataclass
+class History:
+    """Builds a consistent history run by run, the way the runtime would have written it."""
+
+    data: Dataset = field(default_factory=lambda: Dataset(submitted=[]))
+    clock: float = 1000.0
+
+    def tick(self) -> float:
+        self.clock += 0.01
+        return self.clock
+
+    def run(self, run_id: str) -> RunHistory:
+        self.data.submitted.append(run_id)
+        return RunHistory(self, run_id, f"s-{run_id}")
+
+
+@dataclass
+class RunHistory:
+    history: History
+    run_id: str
+    session_id: str
+    generation: int = 0
+    seq: int = 0
+    messages: int = 0
+    keys: dict[str, str] = field(default_factory=dict)  # key -> policy
+    approved: set[str] = field(default_factory=set)
+
+    @property
+    def data(self) -> Dataset:
+        return self.history.data
+
+    def claim(self) -> int:
+        """A claim, or the supervisor taking a lease away: either way a new generation."""
+        self.generation += 1
+        return self.generation
+
+    def event(self, kind: str, key: str | None = None, attempt: int | None = None) -> EventRow:
+        self.seq += 1
+        row = EventRow(
+            self.run_id,
+            self.seq,
+            f"{self.run_id}-{self.seq}",
+            kind,
+            self.generation,
+            self.history.tick(),
+            key=key,
+            attempt=attempt,
+        )
+        self.data.events.append(row)
+        return row
+
+    def message(self) -> None:
+        self.messages += 1
+        self.data.messages.append(MessageRow(self.session_id, self.messages, self.run_id, self.generation))
+
+    def model_turn(self) -> None:
+        self.event("text_delta")
+        self.event("text_complete")
+        self.message()
+
+    def dispatch(self, tool: str, *, pid: int = 100, attempt: int = 1, finish: bool = True) -> str:
+        policy = TOOLS[tool].policy
+        key = f"{self.run_id}:0:{tool}"
+        self.keys[key] = policy
+        self.event("tool_call_start", key, attempt)
+        started = self.history.tick()
+        ended = self.history.tick() if finish else None
+        outcome = None
+        if finish:
+            outcome = "done" if policy == "safe" else "applied"
+            if policy != "safe":
+                self.data.effects.append(
+                    Effect(key, f"inv-{key}-{attempt}", self.generation, pid, "applied", ended or 0)
+                )
+        self.data.invocations.append(
+            Invocation(
+                f"inv-{key}-{attempt}",
+                key,
+                tool,
+                policy,
+                attempt,
+                self.generation,
+                pid,
+                started,
+                ended,
+                outcome,
+            )
+        )
+        if finish:
+            self.event("tool_call_complete", key, attempt)
+            self.event("tool_result", key, attempt)
+        return key
+
+    def ask(self, tool: str) -> str:
+        key = f"{self.run_id}:0:{tool}"
+        self.keys[key] = TOOLS[tool].policy
+        self.event("approval_required", key, 0)
+        self.event("waiting")
+        self.event("run_result")
+        return key
+
+    def decide(self, key: str, action: str) -> None:
+        self.data.decisions.append(Decision(key, action, self.history.tick()))
+        self.claim()  # the decision is committed under the suite's own lease
+        if action == "approve":
+            self.approved.add(key)
+        elif action == "decline":
+            self.event("tool_result", key, 0)
+
+    def finish(self, status: str = "completed") -> None:
+        self.message()
+        self.event("turn_complete")
+        self.event("run_result")
+        self.data.runs.append(RunRow(self.run_id, self.session_id, status, self.seq, self.generation))
+        self.data.sessions.append(SessionRow(self.session_id, self.generation))
+        for key, policy in self.keys.items():
+            written = max(e.generation for e in self.data.events if e.key == key)
+            self.data.tool_calls.append(
+                ToolCallRow(key, self.run_id, policy, "completed", key in self.approved, written)
+            )
+
+
+def clean_history() -> History:
+    """Four runs that met every situation the checks look at, all handled correctly."""
+    history = History()
+    # r1: one call of each replay policy, no trouble.
+    r1 = history.run("r1")
+    r1.claim()
+    r1.model_turn()
+    for tool in ("lookup", "charge", "notify"):
+        r1.dispatch(tool)
+    r1.finish()
+    # r2: an approval, answered by the suite, then the approved manual call runs once.
+    r2 = history.run("r2")
+    r2.claim()
+    r2.model_turn()
+    key = r2.ask("publish")
+    r2.decide(key, "approve")
+    r2.claim()  # the resume re-queues it under a lease of its own
+    r2.claim()  # a worker claims it
+    r2.dispatch("publish", attempt=1)
+    r2.finish()
+    # r3: a manual call cut off by a kill -9, surfaced as uncertain, retried by decision.
+    r3 = history.run("r3")
+    r3.claim()
+    r3.model_turn()
+    manual = r3.dispatch("notify", pid=111, finish=False)
+    history.data.faults.append(Fault(1, "kill-worker", history.tick(), history.clock, (111,), (("s-r3", 1),)))
+    r3.claim()  # the supervisor drops the dead holder's lease
+    r3.claim()  # another worker takes it and recovers
+    r3.event("recovery_required", manual, 1)
+    r3.event("waiting")
+    r3.event("run_result")
+    r3.decide(manual, "retry")
+    r3.claim()
+    r3.claim()
+    r3.dispatch("notify", pid=112, attempt=2)
+    r3.finish()
+    # r4: a safe call cut off by a kill, replayed by the next holder on its own.
+    r4 = history.run("r4")
+    r4.claim()
+    r4.model_turn()
+    r4.dispatch("lookup", pid=222, finish=False)
+    history.data.faults.append(Fault(2, "kill-worker", history.tick(), history.clock, (222,), (("s-r4", 1),)))
+    r4.claim()
+    r4.claim()
+    r4.dispatch("lookup", pid=223, attempt=2)
+    r4.finish()
+    return history
+
+
+def planted(history: History, **changes: object) -> Dataset:
+    return dataclasses.replace(history.data, **changes)
+
+
+def test_a_clean_history_has_no_violations() -> None:
+    assert check(clean_history().data, expect_completed=True) == []
+
+
+def test_a_duplicated_event_id_is_reported() -> None:
+    data = clean_history().data
+    first, second = data.events[0], data.events[1]
+    data.events[1] = dataclasses.replace(second, event_id=first.event_id)
+    found = check(data)
+    assert invariants(found) == {"dense-events"}
+    assert "stored 2 times" in found[0].detail
+
+
+def test_a_repeated_sequence_number_is_reported() -> None:
+    data = clean_history().data
+    data.events.append(dataclasses.replace(data.events[2], event_id="copy"))
+    assert "dense-events" in invariants(check(data))
+
+
+def test_a_manual_call_cut_off_without_recovery_required_is_reported() -> None:
+    history = clean_history()
+    data = history.data
+    data.events = [e for e in data.events if e.type != "recovery_required"]
+    # Renumber r3 so its stream stays dense: only the missing uncertainty is wrong.
+    r3 = [e for e in data.events if e.run_id == "r3"]
+    others = [e for e in data.events if e.run_id != "r3"]
+    data.events = others + [dataclasses.replace(e, seq=n) for n, e in enumerate(r3, 1)]
+    data.runs = [dataclasses.replace(r, event_count=len(r3)) if r.id == "r3" else r for r in data.runs]
+    found = check(data)
+    assert invariants(found) == {"manual-uncertain"}
+    assert "never surfaced as uncertain" in found[0].detail
+
+
+def test_a_manual_call_rerun_without_a_retry_decision_is_reported() -> None:
+    data = clean_history().data
+    data.decisions = [d for d in data.decisions if d.action != "retry"]
+    assert any("without a retry decision" in v.detail for v in check(data))
+
+
+def test_a_manual_effect_applied_twice_is_reported() -> None:
+    data = clean_history().data
+    effect = next(e for e in data.effects if e.key == "r1:0:notify")
+    data.effects.append(dataclasses.replace(effect, inv="again"))
+    assert any(v.invariant == "manual-uncertain" and "applied 2 times" in v.detail for v in check(data))
+
+
+def test_a_safe_replay_without_a_fault_is_reported() -> None:
+    history = clean_history()
+    data = planted(history, faults=[f for f in history.data.faults if f.id != 2])
+    found = check(data)
+    assert invariants(found) == {"replay-only-after-fault"}
+    assert "met no fault" in found[0].detail
+
+
+def test_a_replay_after_a_lost_lease_needs_no_fault() -> None:
+    history = clean_history()
+    data = planted(
+        history,
+        faults=[f for f in history.data.faults if f.id != 2],
+        lease_losses=[LeaseLoss("s-r4", 1)],
+    )
+    assert check(data) == []
+
+
+def test_two_calls_under_one_lease_are_reported() -> None:
+    data = clean_history().data
+    first = next(i for i in data.invocations if i.key == "r1:0:lookup")
+    data.invocations.append(dataclasses.replace(first, inv="twice", started=first.started + 0.001))
+    assert any("under one lease" in v.detail for v in check(data))
+
+
+def test_a_declined_call_that_ran_is_reported() -> None:
+    history = clean_history()
+    r5 = history.run("r5")
+    r5.claim()
+    r5.model_turn()
+    key = r5.ask("archive")
+    r5.decide(key, "decline")
+    r5.claim()
+    r5.claim()
+    r5.finish()
+    assert check(history.data) == []
+    history.data.invocations.append(
+        Invocation(
+            "rogue", key, "archive", "safe", 1, r5.generation, 100, history.tick(), history.tick(), "done"
+        )
+    )
+    assert any(v.invariant == "approvals-honoured" and "declined" in v.detail for v in check(history.data))
+
+
+def test_an_approved_manual_call_that_ran_twice_is_reported() -> None:
+    data = clean_history().data
+    once = next(i for i in data.invocations if i.key == "r2:0:publish")
+    data.invocations.append(dataclasses.replace(once, inv="twice", token=once.token + 1, attempt=2))
+    assert any("on 1 approval(s)" in v.detail for v in check(data))
+
+
+def test_a_call_that_went_ahead_without_an_answer_is_reported() -> None:
+    data = clean_history().data
+    data.decisions = [d for d in data.decisions if d.action != "approve"]
+    assert any("nobody answered" in v.detail for v in check(data))
+
+
+def test_an_invocation_without_dispatch_intent_is_reported() -> None:
+    data = clean_history().data
+    data.events = [
+        dataclasses.replace(e, type="tool_call_start_lost")
+        if e.type == "tool_call_start" and e.key == "r1:0:charge"
+        else e
+        for e in data.events
+    ]
+    assert invariants(check(data)) == {"dispatch-first"}
+
+
+def test_a_committed_result_from_a_stale_holder_is_reported() -> None:
+    data = clean_history().data
+    # The only invocation under the committing generation was the zombie's, and the
+    # effects table refused it.
+    data.invocations = [
+        dataclasses.replace(i, outcome="rejected_stale") if i.key == "r1:0:charge" else i
+        for i in data.invocations
+    ]
+    assert any("refused as stale" in v.detail for v in check(data))
+
+
+def test_a_second_active_supervisor_leader_is_reported() -> None:
+    data = clean_history().data
+    data.leadership = [
+        Leadership("A", "lead", 1.0),
+        Leadership("A", "act", 2.0),
+        Leadership("B", "lead", 3.0),  # A was killed (or so the suite thought)...
+        Leadership("B", "act", 4.0),
+    ]
+    assert check(data) == []
+    data.leadership.append(Leadership("A", "act", 5.0))  # ...but A is still recovering orphans
+    found = check(data)
+    assert invariants(found) == {"single-leader"}
+    assert found[0].subject == "A" and "2.00 s after supervisor B" in found[0].detail
+
+
+def test_fault_stats_count_mid_tool_kills_and_resume_times() -> None:
+    data = clean_history().data
+    stats = fault_stats(data)
+    assert stats.total == 2 and stats.kills_mid_tool == 2
+    assert stats.affected_runs == 2 and stats.recoveries == 2
+    assert all(0 < s < 1 for s in stats.resume_seconds)
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0 and percentile([], 99) is None
+
+
+def test_lease_losses_are_read_from_process_logs(tmp_path: Path) -> None:
+    (tmp_path / "supervisor-1.log").write_text(
+        json.dumps(
+            {"logger": "supervisor", "message": "requeued run r: x", "session_id": "s1", "generation": 4}
+        )
+        + "\nnot json\n"
+    )
+    (tmp_path / "worker-1.log").write_text(
+        json.dumps({"logger": "harnessx.leases", "message": "lost the lease on session s2 (generation 7)"})
+        + "\n"
+    )
+    assert lease_losses_from_logs(tmp_path.glob("*.log")) == [LeaseLoss("s1", 4), LeaseLoss("s2", 7)]
+
+
+def test_leadership_is_read_from_supervisor_logs(tmp_path: Path) -> None:
+    lines = [
+        {
+            "ts": "2026-01-01T00:00:01.000Z",
+            "message": "this supervisor is now the leader",
+            "supervisor_id": "A",
+        },
+        {"ts": "2026-01-01T00:00:02.500Z", "message": "requeued run r: its holder", "supervisor_id": "A"},
+        {"ts": "2026-01-01T00:00:03.000Z", "message": "scan failed: boom", "supervisor_id": "A"},
+    ]
+    (tmp_path / "supervisor-1.log").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    found = leadership_from_logs([tmp_path / "supervisor-1.log"])
+    assert [(e.supervisor, e.kind) for e in found] == [("A", "lead"), ("A", "act")]
+    assert found[1].t - found[0].t == pytest.approx(1.5)
+
+
+# ----------------------------------------------------------------------- a real dataset
+
+
+def _plan_seed(wanted: set[str]) -> int:
+    """A plan seed whose first turn calls exactly the ``wanted`` tools."""
+    for seed in range(100_000):
+        plan = make_plan(seed)
+        if {c.tool for c in plan.turns[0]} == wanted and len(plan.turns[0]) == len(wanted):
+            return seed
+    raise AssertionError(f"no plan calls {wanted}")
+
+
+async def _drive(folder: Path) -> tuple[list[str], list[Decision]]:
+    submitted: list[str] = []
+    decisions: list[Decision] = []
+    seeds = [_plan_seed({"lookup", "charge", "notify"}), _plan_seed({"publish"}), _plan_seed({"refund"})]
+    async with SQLiteBackend(folder / "harness.sqlite3", lease_seconds=30) as backend:
+        for index, seed in enumerate(seeds):
+            runtime = AgentRuntime(chaos.agents.build(), backend=backend)
+            async with runtime:
+                result: RunResult = await runtime.run(run_message(index, seed))
+                while result.needs_input:
+                    for pending in result.pending:
+                        allow = pending.call.name != "refund"  # decline one kind, approve the rest
+                        decisions.append(
+                            Decision(pending.execution_key, "approve" if allow else "decline", 0.0)
+                        )
+                        await runtime.approve(pending, allow=allow)
+                    handle = await runtime.resume(result.session_id)
+                    assert handle is not None
+                    result = await handle.result()
+                assert result.ok, result
+                submitted.append(result.run_id)
+    return submitted, decisions
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding a real database and ledger from real runs of the chaos agent."""
+    folder = tmp_path_factory.mktemp("real")
+    saved = chaos.agents._settings
+    patch = pytest.MonkeyPatch()
+    patch.setenv("CHAOS_LEDGER", str(folder / "ledger"))
+    patch.setenv("CHAOS_EFFECTS", str(folder / "effects.sqlite3"))
+    patch.setenv("CHAOS_TOOL_MS", "1,5")
+    patch.setenv("CHAOS_SEED", "7")
+    chaos.agents._settings = None
+    try:
+        EffectsTable(folder / "effects.sqlite3").create()
+        submitted, decisions = asyncio.run(_drive(folder))
+    finally:
+        chaos.agents._settings = saved
+        patch.undo()
+    (folder / "suite.json").write_text(
+        json.dumps({"submitted": submitted, "decisions": [dataclasses.asdict(d) for d in decisions]})
+    )
+    return folder
+
+
+@pytest.fixture
+def copy(recorded: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "copy"
+    shutil.copytree(recorded, target)
+    return target
+
+
+def load(folder: Path) -> Dataset:
+    suite = json.loads((folder / "suite.json").read_text())
+    decisions = [Decision(**d) for d in suite["decisions"]]
+    return asyncio.run(
+        load_dataset(
+            SQLiteDatabase(folder / "harness.sqlite3"),
+            folder,
+            submitted=suite["submitted"],
+            faults=[],
+            decisions=decisions,
+            lease_seconds=2.0,
+        )
+    )
+
+
+def sql(folder: Path, statement: str, *args: object, database: str = "harness.sqlite3") -> None:
+    with sqlite3.connect(folder / database) as conn:
+        conn.execute(statement, args)
+    conn.close()
+
+
+def first_run(folder: Path) -> str:
+    return str(json.loads((folder / "suite.json").read_text())["submitted"][0])
+
+
+def test_the_real_dataset_is_clean_and_complete(copy: Path) -> None:
+    data = load(copy)
+    assert len(data.runs) == 3 and {r.status for r in data.runs} == {"completed"}
+    assert {i.policy for i in data.invocations} == {"safe", "idempotent", "manual"}
+    assert any(e.type == "approval_required" for e in data.events)
+    assert {d.action for d in data.decisions} == {"approve", "decline"}
+    assert check(data, expect_completed=True) == []
+
+
+def test_a_lost_run_is_reported(copy: Path) -> None:
+    run_id = first_run(copy)
+    sql(copy, "DELETE FROM runs WHERE id = ?", run_id)
+    found = check(load(copy))
+    assert Violation("runs-settle", run_id, "submitted, but no such run is stored: lost") in found
+
+
+def test_a_stuck_run_is_reported(copy: Path) -> None:
+    run_id = first_run(copy)
+    sql(copy, "UPDATE runs SET status = 'running' WHERE id = ?", run_id)
+    assert any(v.subject == run_id and "stuck" in v.detail for v in check(load(copy)))
+
+
+def test_an_effect_applied_twice_is_reported(copy: Path) -> None:
+    sql(
+        copy,
+        "INSERT INTO effects (key, tool, policy, inv, token, pid, outcome, output, t) "
+        "SELECT key, tool, policy, 'planted', token, pid, outcome, output, t FROM effects "
+        "WHERE policy = 'idempotent' AND outcome = 'applied' LIMIT 1",
+        database="effects.sqlite3",
+    )
+    found = check(load(copy))
+    assert invariants(found) == {"idempotent-once"}
+    assert "applied 2 times" in found[0].detail
+
+
+def test_a_write_by_a_stale_generation_is_reported(copy: Path) -> None:
+    run_id = first_run(copy)
+    # The run's last event committed by the generation before the one that wrote the rest.
+    sql(
+        copy,
+        "UPDATE events SET generation = generation - 1 WHERE run_id = ? "
+        "AND seq = (SELECT MAX(seq) FROM events WHERE run_id = ?)",
+        run_id,
+        run_id,
+    )
+    found = check(load(copy))
+    assert invariants(found) == {"no-stale-writes"}
+    assert found[0].subject == run_id and "after generation" in found[0].detail
+
+
+def test_a_tool_call_row_rewritten_by_a_stale_generation_is_reported(copy: Path) -> None:
+    sql(copy, "UPDATE tool_calls SET generation = generation - 1 WHERE policy = 'idempotent'")
+    assert invariants(check(load(copy))) == {"no-stale-writes"}
+
+
+def test_a_gap_in_an_event_stream_is_reported(copy: Path) -> None:
+    run_id = first_run(copy)
+    sql(copy, "DELETE FROM events WHERE run_id = ? AND seq = 3", run_id)
+    found = check(load(copy))
+    assert Violation("dense-events", run_id, "gap in the event stream: 3 missing") in found
+
+
+def test_a_committed_raw_result_executed_again_is_reported(copy: Path) -> None:
+    invocations, _ = read_invocations(copy / "ledger")
+    done = next(i for i in invocations if i["policy"] == "safe")
+    again = {**done, "inv": "planted", "token": done["token"] + 1, "attempt": done["attempt"] + 1}
+    with (copy / "ledger" / "999999.jsonl").open("a") as out:
+        out.write(json.dumps({k: v for k, v in again.items() if k not in ("ended", "outcome")}) + "\n")
+        out.write(
+            json.dumps({"e": "end", "inv": "planted", "key": done["key"], "outcome": "done", "t": 1}) + "\n"
+        )
+    found = check(load(copy))
+    assert any(v.invariant == "no-reexecution" and v.subject == done["key"] for v in found)
+
+
+def test_an_unreadable_ledger_line_is_reported(copy: Path) -> None:
+    with (copy / "ledger" / "999999.jsonl").open("a") as out:
+        out.write("{not json\n")
+    assert invariants(check(load(copy))) == {"ledger-readable"}

@@ -1,0 +1,167 @@
+"""Product bugs the chaos suite found, each reduced to a deterministic reproduction.
+
+They run the real ``Worker`` and ``Supervisor`` in this process against real stores. Each
+is marked ``xfail(strict=True)`` with the bug as its reason: when the product is fixed the
+test passes, strict xfail turns that into a failure, and the marker should be removed so
+the test guards the fix from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness_workers._worker import Worker, WorkerConfig
+from harnessx import (
+    Agent,
+    AgentConfig,
+    AgentRef,
+    AgentRegistry,
+    AgentRuntime,
+    ProviderResponse,
+    ScriptedProvider,
+    ScriptedRequest,
+    SQLiteBackend,
+    ToolCall,
+)
+from harnessx.store._protocol import Store
+from harnessx.testing import ThrowawayCluster
+from supervisor._supervisor import Supervisor, SupervisorConfig
+
+pytestmark = pytest.mark.process
+
+
+def _registry(tool: Callable[[], Any]) -> AgentRegistry:
+    def build() -> Agent:
+        def reply(request: ScriptedRequest) -> ProviderResponse | str:
+            if request.turn == 0:
+                return ProviderResponse(text="working", tool_calls=[ToolCall("c1", "work", {})])
+            return "done"
+
+        agent = Agent(config=AgentConfig(system_prompt="finding"), provider=ScriptedProvider(reply))
+        agent.tools.register(name="work", replay_policy="safe")(tool)
+        return agent
+
+    registry = AgentRegistry()
+    registry.register("finding", build)
+    return registry
+
+
+async def _submit(store: Store) -> tuple[str, str]:
+    runtime = AgentRuntime(AgentRef("finding", "v1"), backend=store, execution="pool")
+    handle = await runtime.submit("go")
+    await runtime.stop()
+    return handle.session_id, handle.run_id
+
+
+@asynccontextmanager
+async def _running(worker: Worker) -> AsyncIterator[Worker]:
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker
+    finally:
+        worker.drain()
+        await asyncio.wait_for(task, 30)
+
+
+async def test_a_run_whose_lease_expired_is_not_stranded(tmp_path: Path) -> None:
+    async def work() -> str:
+        """Stall the event loop past the lease, like a long GC pause."""
+        time.sleep(1.5)  # noqa: ASYNC251 - blocking the loop is the point: no renewals meanwhile
+        return "ok"
+
+    registry = _registry(work)
+    path = tmp_path / "db.sqlite3"
+    async with (
+        SQLiteBackend(path, lease_seconds=1) as client,
+        SQLiteBackend(path, lease_seconds=1) as worker_store,
+        SQLiteBackend(path, lease_seconds=1) as supervisor_store,
+        SQLiteBackend(path, lease_seconds=1) as second_store,
+    ):
+        _, run_id = await _submit(client)
+        async with _running(Worker(worker_store, registry, WorkerConfig(concurrency=1))):
+            await asyncio.sleep(3)  # claimed, stalled, fenced at the raw-result commit
+        supervisor = Supervisor(supervisor_store)
+        for _ in range(3):
+            await supervisor.scan()
+        # Another worker gets its chance to continue the run.
+        async with _running(Worker(second_store, _registry(lambda: "ok"), WorkerConfig(concurrency=1))):
+            deadline = time.monotonic() + 5
+            while (run := await client.get_run(run_id)) is not None and run.status == "running":
+                if time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+        assert run is not None and run.status == "completed", (run, await client.get_session(run.session_id))
+
+
+@pytest.fixture
+def cluster(pg_bin_dir: Path) -> Any:
+    with ThrowawayCluster(pg_bin_dir) as created:
+        yield created
+
+
+@pytest.mark.timeout(120)
+async def test_a_live_worker_is_not_judged_dead_after_a_database_restart(cluster: ThrowawayCluster) -> None:
+    from harnessx.store import PostgresBackend
+
+    async def work() -> str:
+        """Take a moment."""
+        await asyncio.sleep(0.3)
+        return "ok"
+
+    registry = _registry(work)
+    async with (
+        PostgresBackend(cluster.dsn, lease_seconds=30) as client,
+        PostgresBackend(cluster.dsn, lease_seconds=30) as worker_store,
+        PostgresBackend(cluster.dsn, lease_seconds=30) as supervisor_store,
+    ):
+        supervisor = Supervisor(supervisor_store, SupervisorConfig(scan_interval=0.1))
+        supervising = asyncio.create_task(supervisor.run())
+        try:
+            async with _running(Worker(worker_store, registry, WorkerConfig(concurrency=2))):
+                await asyncio.sleep(1)
+                await asyncio.to_thread(cluster.restart, "fast")
+                session_id, run_id = await _submit(client)
+                deadline = time.monotonic() + 10
+                while (run := await client.get_run(run_id)) is not None and run.status == "running":
+                    if time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.1)
+                session = await client.get_session(session_id)
+        finally:
+            supervisor.stop()
+            await supervising
+        # The submit's claim and the worker's: anything more is the supervisor taking it away.
+        assert session is not None and run is not None
+        assert session.generation <= 2, f"generation {session.generation}, run {run.status}"
+        assert run.status == "completed"
+
+
+@pytest.mark.timeout(120)
+async def test_one_supervisor_leads_after_a_database_restart(cluster: ThrowawayCluster) -> None:
+    from harnessx.store import PostgresBackend
+
+    async with (
+        PostgresBackend(cluster.dsn) as first_store,
+        PostgresBackend(cluster.dsn) as second_store,
+    ):
+        config = SupervisorConfig(scan_interval=0.1, leader_retry=0.2)
+        first, second = Supervisor(first_store, config), Supervisor(second_store, config)
+        tasks = [asyncio.create_task(first.run())]
+        await asyncio.sleep(0.5)
+        tasks.append(asyncio.create_task(second.run()))
+        await asyncio.sleep(0.5)
+        assert first.is_leader and not second.is_leader
+        await asyncio.to_thread(cluster.restart, "fast")
+        await asyncio.sleep(3)
+        both = first.is_leader and second.is_leader
+        for supervisor in (first, second):
+            supervisor.stop()
+        await asyncio.gather(*tasks)
+        assert not both, "two supervisors act as leader at once"
