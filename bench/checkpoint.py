@@ -11,7 +11,8 @@ For each backend it reports:
 - checkpoint: one boundary commit as the runtime makes it (a tool entry moved plus one
   event, fenced), and its ratio to the floor;
 - run: a whole run with one tool call and an answer (about eight boundaries);
-- late/early: the checkpoint cost of turns 191-200 of a long session over turns 1-10.
+- late/early: the median checkpoint cost of turns 181-200 of a long session over that of
+  turns 1-20 (each turn is a run with one tool call, so turn 200 carries ~800 messages).
 
 Without ``--dsn`` a throwaway PostgreSQL cluster is started with its durable defaults
 (fsync on), using ``harnessx.testing.ThrowawayCluster``.
@@ -170,14 +171,16 @@ async def measure(
             run_ms += await timed(lambda: per_run.run("Write the EMEA report."), 1)
 
     timer = CheckpointTimer(store)
-    per_turn: list[float] = []
+    per_turn: list[list[float]] = []
     async with AgentRuntime(bench_agent(), backend=store) as long_session:
         for _ in range(args.turns):
             before = len(timer.samples)
             await long_session.run("Write the EMEA report.")
-            per_turn.append(statistics.mean(timer.samples[before:]))
-    early = statistics.mean(per_turn[:10])
-    late = statistics.mean(per_turn[-10:])
+            per_turn.append(timer.samples[before:])
+    # Medians over the first and the last 20 turns' checkpoints: one GC pause or autovacuum
+    # in a window must not decide the ratio.
+    early = statistics.median(ms for turn in per_turn[:20] for ms in turn)
+    late = statistics.median(ms for turn in per_turn[-20:] for ms in turn)
     return {
         "backend": label,
         "floor": median(floor_ms),
