@@ -178,10 +178,15 @@ class Worker:
             woken = asyncio.ensure_future(self._wake.wait())
             queued = asyncio.ensure_future(self.store.wait_for_work(idle))
             await asyncio.wait({woken, queued}, return_when=asyncio.FIRST_COMPLETED)
+            notified = (
+                queued.done() and not queued.cancelled() and queued.exception() is None and queued.result()
+            )
             for waiter in (woken, queued):
                 waiter.cancel()
             await asyncio.gather(woken, queued, return_exceptions=True)
-            idle = min(idle * 2, self.config.poll_max)
+            # A notification can arrive a moment before the run is claimable (its submitter
+            # still releasing the session): look again soon rather than backing off.
+            idle = self.config.poll_min if notified else min(idle * 2, self.config.poll_max)
 
     async def _drain_runs(self) -> None:
         for execution in self.active.values():

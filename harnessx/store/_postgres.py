@@ -932,10 +932,10 @@ class PostgresBackend:
         rows = await self._run("claiming queued runs", claim)
         return [(Lease(str(sid), owner, int(gen)), str(run_id)) for run_id, sid, gen in rows]
 
-    async def wait_for_work(self, max_wait: float) -> None:
+    async def wait_for_work(self, max_wait: float) -> bool:
         """Return soon after a run is queued in any process (LISTEN), or after ``max_wait``
         seconds; without a listener this is plain waiting (the claim loop polls)."""
-        await self._wait(self._work, max_wait)
+        return await self._wait(self._work, max_wait)
 
     async def register_worker(self, worker: WorkerInfo) -> None:
         args = (worker.id, worker.host, worker.pid, dumps(worker.agents), worker.concurrency)
@@ -994,7 +994,8 @@ class PostgresBackend:
         after ``max_wait`` seconds; without a listener this is plain waiting."""
         await self._wait(self._waiters.setdefault(run_id, asyncio.Event()), max_wait)
 
-    async def _wait(self, waiter: asyncio.Event, max_wait: float) -> None:
+    async def _wait(self, waiter: asyncio.Event, max_wait: float) -> bool:
+        """Whether ``waiter`` fired (a notification) within ``max_wait`` seconds."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait
         if not self._closed:
@@ -1003,6 +1004,7 @@ class PostgresBackend:
         if remaining > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(waiter.wait(), remaining)
+        return waiter.is_set()
 
     async def _ensure_listener(self, budget: float) -> None:
         if self._listener is not None and not self._listener.is_closed():

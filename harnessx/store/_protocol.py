@@ -218,8 +218,9 @@ class Store(Protocol):
     ) -> list[tuple[Lease, str]]:
         """Claim up to ``limit`` queued runs whose sessions are free, as ``(lease, run_id)``."""
 
-    async def wait_for_work(self, max_wait: float) -> None:
-        """Return soon after a run is queued (a wake-up hint), or after ``max_wait`` seconds."""
+    async def wait_for_work(self, max_wait: float) -> bool:
+        """Return soon after a run is queued (a wake-up hint: ``True``), or after ``max_wait``
+        seconds (``False``)."""
 
     async def register_worker(self, worker: WorkerInfo) -> None: ...
 

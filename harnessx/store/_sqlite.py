@@ -567,9 +567,10 @@ class SQLiteBackend:
 
         return await self._call(self._write, body)
 
-    async def wait_for_work(self, max_wait: float) -> None:
+    async def wait_for_work(self, max_wait: float) -> bool:
         # SQLite cannot notify other processes: the claim loop's back-off is the polling.
         await asyncio.sleep(max_wait)
+        return False
 
     async def register_worker(self, worker: WorkerInfo) -> None:
         now = time.time()
