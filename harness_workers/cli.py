@@ -15,6 +15,7 @@ from harnessx._processes import (
     install_signal_handlers,
     load_object,
     log_options,
+    metrics_option,
     open_store,
     run_event_loop,
     store_options,
@@ -44,12 +45,7 @@ logger = logging.getLogger("harness_workers")
     type=click.IntRange(min=1),
     help="Runs driven at once [env HARNESSX_CONCURRENCY].",
 )
-@click.option(
-    "--metrics-addr",
-    envvar="HARNESSX_METRICS_ADDR",
-    default="127.0.0.1:9464",
-    help="host:port for /metrics, /healthz, /readyz; 'off' to disable [env HARNESSX_METRICS_ADDR].",
-)
+@metrics_option(default="127.0.0.1:9464")
 @click.option(
     "--lease-seconds",
     envvar="HARNESSX_LEASE_SECONDS",

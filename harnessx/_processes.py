@@ -21,6 +21,7 @@ __all__ = [
     "install_signal_handlers",
     "load_object",
     "log_options",
+    "metrics_option",
     "open_store",
     "run_event_loop",
     "store_options",
@@ -49,6 +50,16 @@ def store_options(fn: F) -> F:
     return click.option(
         "--dsn", envvar="HARNESSX_DSN", help="PostgreSQL DSN [env HARNESSX_DSN]; without it, SQLite."
     )(fn)
+
+
+def metrics_option(*, default: str) -> Callable[[F], F]:
+    """``--metrics-addr`` for ``/metrics``, ``/healthz`` and ``/readyz``; each command has its port."""
+    return click.option(
+        "--metrics-addr",
+        envvar="HARNESSX_METRICS_ADDR",
+        default=default,
+        help="host:port for /metrics, /healthz, /readyz; 'off' to disable [env HARNESSX_METRICS_ADDR].",
+    )
 
 
 def log_options(fn: F) -> F:

@@ -11,6 +11,7 @@ from harnessx._errors import HarnessError
 from harnessx._processes import (
     install_signal_handlers,
     log_options,
+    metrics_option,
     open_store,
     run_event_loop,
     store_options,
@@ -27,12 +28,7 @@ logger = logging.getLogger("supervisor")
 
 @click.command(context_settings={"show_default": True, "max_content_width": 100})
 @store_options
-@click.option(
-    "--metrics-addr",
-    envvar="HARNESSX_METRICS_ADDR",
-    default="127.0.0.1:9465",
-    help="host:port for /metrics, /healthz, /readyz; 'off' to disable [env HARNESSX_METRICS_ADDR].",
-)
+@metrics_option(default="127.0.0.1:9465")
 @click.option(
     "--scan-interval",
     envvar="HARNESSX_SCAN_INTERVAL",
