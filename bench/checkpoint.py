@@ -52,7 +52,7 @@ def median(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
-async def floor_sqlite(backend: SQLiteBackend, repeat: int) -> list[float]:
+async def floor_sqlite(backend: SQLiteBackend, lease: Lease) -> Callable[[], Awaitable[None]]:
     def setup(conn: Any) -> None:
         conn.execute("CREATE TABLE IF NOT EXISTS bench_floor (id INTEGER PRIMARY KEY, v INTEGER)")
         conn.execute("INSERT OR IGNORE INTO bench_floor VALUES (1, 0)")
@@ -64,10 +64,10 @@ async def floor_sqlite(backend: SQLiteBackend, repeat: int) -> list[float]:
         conn.execute("UPDATE bench_floor SET v = v + 1 WHERE id = 1")
         conn.execute("COMMIT")
 
-    return await timed(lambda: backend._call(one), repeat)
+    return lambda: backend._call(one)
 
 
-async def floor_postgres(backend: Any, lease: Lease, repeat: int) -> list[float]:
+async def floor_postgres(backend: Any, lease: Lease) -> Callable[[], Awaitable[None]]:
     sql = (
         "UPDATE sessions SET message_count = message_count WHERE id = $1 AND lease_owner = $2 "
         "AND generation = $3 AND lease_expires_at > now()"
@@ -77,13 +77,15 @@ async def floor_postgres(backend: Any, lease: Lease, repeat: int) -> list[float]
         async with backend._pool.acquire() as conn:
             await conn.execute(sql, lease.session_id, lease.owner, lease.generation)
 
-    return await timed(one, repeat)
+    return one
 
 
-async def checkpoints(
-    store: Store, lease: Lease, state: RunState, first_seq: int, repeat: int
-) -> list[float]:
-    """A boundary like a tool's raw result: one tool entry moves, one event is appended."""
+def checkpoint_maker(
+    store: Store, lease: Lease, state: RunState, first_seq: int
+) -> Callable[[], Callable[[], Awaitable[None]]]:
+    """Boundaries like a tool's raw result: one tool entry moves, one event is appended.
+    Each call builds the next delta and returns the commit to time: building the delta is
+    the engine's work, not the store's (CheckpointTimer times the runtime's commits alike)."""
     seq = first_seq
     entry = ToolEntry(
         execution_key=f"{state.run_id}:0:bench",
@@ -95,7 +97,7 @@ async def checkpoints(
         attempt=1,
     )
 
-    async def one() -> None:
+    def next_commit() -> Callable[[], Awaitable[None]]:
         nonlocal seq, entry
         seq += 1
         entry = entry.moved(status=ToolStatus.RAW_COMPLETED, raw_result=ToolResult("bench", "ok " * 20))
@@ -106,9 +108,31 @@ async def checkpoints(
             state.run_id,
         )
         event.cursor = str(seq)
-        await store.commit(lease, state, Delta(Phase.RAW_RESULT, tools=[entry], events=[event]), [])
+        delta = Delta(Phase.RAW_RESULT, tools=[entry], events=[event])
+        return lambda: store.commit(lease, state, delta, [])
 
-    return await timed(one, repeat)
+    return next_commit
+
+
+async def floor_and_checkpoints(
+    floor: Callable[[], Awaitable[None]],
+    next_commit: Callable[[], Callable[[], Awaitable[None]]],
+    repeat: int,
+) -> tuple[list[float], list[float]]:
+    """Floor commits and checkpoints alternately, so that both see the same machine: on a
+    shared VM, timing one block after the other lets drift between the blocks into the
+    ratio."""
+    floor_ms: list[float] = []
+    checkpoint_ms: list[float] = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        await floor()
+        floor_ms.append((time.perf_counter() - start) * 1000)
+        commit = next_commit()
+        start = time.perf_counter()
+        await commit()
+        checkpoint_ms.append((time.perf_counter() - start) * 1000)
+    return floor_ms, checkpoint_ms
 
 
 def bench_agent() -> Agent:
@@ -149,7 +173,10 @@ class CheckpointTimer:
 
 
 async def measure(
-    store: Store, label: str, floor: Callable[[Lease], Awaitable[list[float]]], args: Any
+    store: Store,
+    label: str,
+    floor: Callable[[Lease], Awaitable[Callable[[], Awaitable[None]]]],
+    args: Any,
 ) -> dict[str, Any]:
     runtime = AgentRuntime(bench_agent(), backend=store)
     session_id = await runtime.start()
@@ -160,8 +187,9 @@ async def measure(
     await runtime.stop()
 
     lease = await store.claim(session_id, "bench")
-    floor_ms = await floor(lease)
-    checkpoint_ms = await checkpoints(store, lease, state, run.event_count, args.repeat)
+    floor_ms, checkpoint_ms = await floor_and_checkpoints(
+        await floor(lease), checkpoint_maker(store, lease, state, run.event_count), args.repeat
+    )
     await store.release(lease)
 
     run_ms: list[float] = []
@@ -217,7 +245,7 @@ async def main(args: argparse.Namespace) -> None:
                     await measure(
                         sqlite,
                         "SQLite (WAL, synchronous=FULL)",
-                        lambda lease: floor_sqlite(sqlite, args.repeat),
+                        lambda lease: floor_sqlite(sqlite, lease),
                         args,
                     )
                 )
@@ -234,9 +262,7 @@ async def main(args: argparse.Namespace) -> None:
 
             async with PostgresBackend(dsn, schema="harnessx_bench") as postgres:
                 rows.append(
-                    await measure(
-                        postgres, label, lambda lease: floor_postgres(postgres, lease, args.repeat), args
-                    )
+                    await measure(postgres, label, lambda lease: floor_postgres(postgres, lease), args)
                 )
     print_table(rows, args)
 

@@ -29,8 +29,13 @@ __all__ = [
 ]
 
 
+# One encoder for every row: json.dumps with options builds a new encoder on each call, which
+# is a measurable part of a checkpoint's client-side cost.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _ENCODER.encode(value)
 
 
 def loads(text: Any, what: str) -> Any:

@@ -36,10 +36,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import re
-import secrets
 import shlex
 import time
 import uuid
@@ -69,9 +67,9 @@ from harnessx.store._codec import (
     state_after,
     state_from,
     tool_entry_from_row,
-    tool_entry_values,
 )
 from harnessx.store._migrations import check_applied, load_migrations, pending
+from harnessx.store._pg_checkpoint import checkpoint
 from harnessx.store._protocol import (
     Lease,
     Orphan,
@@ -120,8 +118,6 @@ _CONNECT_TIMEOUT = 10.0
 # one, so allow a few more attempts than that takes (about 4 s of back-off in all).
 _RETRY_ATTEMPTS = 8
 _LISTENER_RETRY_SECONDS = 1.0
-# The checkpoint query's run fields ($24-$31) when only events are appended.
-_NO_RUN_FIELDS = (None,) * 8
 
 _exc = asyncpg.exceptions
 # The connection itself is gone or unusable: retire it, and try again on another.
@@ -397,7 +393,9 @@ class PostgresBackend:
         }
 
     async def _create_pool(self) -> Any:
-        return await asyncpg.create_pool(min_size=1, max_size=self.pool_size, **self._connect_options("pool"))
+        return await asyncpg.create_pool(
+            min_size=1, max_size=self.pool_size, reset=_keep_session, **self._connect_options("pool")
+        )
 
     async def _connect(self, purpose: str) -> Any:
         return await asyncpg.connect(**self._connect_options(purpose))
@@ -771,34 +769,19 @@ class PostgresBackend:
         run: tuple[Any, ...] | None = None,
         new_run: dict[str, Any] | None = None,
     ) -> None:
-        """One checkpoint statement (see ``_checkpoint_statement``). Its id makes a retry
-        after a lost connection harmless: the statement applies a checkpoint id at most once."""
-        seqs = [int(event.cursor or 0) for event in events]
-        queued = bool(new_run and new_run["queued"])
-        args = (
-            lease.session_id,
-            lease.owner,
-            lease.generation,
-            secrets.token_hex(16),  # the checkpoint's id
+        """One checkpoint statement (see ``_pg_checkpoint``). Its id makes a retry after a
+        lost connection harmless: the statement applies a checkpoint id at most once."""
+        statement, args = checkpoint(
+            lease,
             run_id,
-            [dumps(message) for message in messages],
-            *_tool_columns(tools),
-            seqs,
-            [event.event_id for event in events],
-            [event.type.value for event in events],
-            [event.step_id for event in events],
-            [event.attempt_id for event in events],
-            [dumps(event.data) for event in events],
-            max(seqs, default=0),
-            *(_NO_RUN_FIELDS if run is None else (*run[:7], bool(run[7]))),
-            new_run["request_message"] if new_run else None,
-            new_run["request_id"] if new_run else None,
-            queued,
-            # One wake-up per checkpoint that adds events or a run, and one for queued work.
-            self._events_channel if events or new_run else None,
-            self._work_channel if queued else None,
+            messages=messages,
+            tools=tools,
+            events=events,
+            run=run,
+            new_run=new_run,
+            events_channel=self._events_channel,
+            work_channel=self._work_channel,
         )
-        statement = _checkpoint_statement(new_run is not None, bool(messages), bool(tools), bool(events))
         await self._run(
             "committing a checkpoint",
             lambda conn: conn.fetchval(statement, *args),
@@ -1064,46 +1047,13 @@ class PostgresBackend:
         waiter.set()
 
 
-@functools.cache
-def _checkpoint_statement(new_run: bool, messages: bool, tools: bool, events: bool) -> str:
-    """The checkpoint query without the steps this shape of checkpoint has nothing for: the
-    server sets up every step of a statement, used or not, at some cost each. Its parameters
-    stay the same (see postgres.sql)."""
-    unused = {
-        *(() if new_run else ("new_run",)),
-        *(() if messages else ("messages_added",)),
-        *(() if tools else ("tools_moved",)),
-        *(() if events else ("events_added",)),
-    }
-    return _without_steps(Q["checkpoint"], unused)
-
-
-def _without_steps(statement: str, names: set[str]) -> str:
-    """``statement`` without the ``WITH`` items ``names``, which nothing in it may read. Each
-    item starts with a line ``<name> AS (`` (the first one after ``WITH``) and ends with a
-    line ``),`` (the last one ``)``), both unindented."""
-    head, sep, rest = statement.partition("WITH ")
-    if head or not sep:
-        raise ValueError("the statement does not start with WITH")
-    items: list[list[str]] = []
-    item: list[str] | None = None
-    main: list[str] = []
-    for line in rest.splitlines():
-        if item is None and not main and re.fullmatch(r"[a-z_]+ AS \(", line):
-            item = [line]
-        elif item is not None:
-            if line in ("),", ")"):
-                item.append(")")
-                items.append(item)
-                item = None
-            else:
-                item.append(line)
-        elif items and not line.startswith("--"):
-            main.append(line)
-    kept = [item for item in items if item[0].split()[0] not in names]
-    if item is not None or len(items) - len(kept) != len(names):
-        raise ValueError(f"cannot find the WITH items {sorted(names)} in the statement")
-    return "WITH " + ",\n".join("\n".join(item) for item in kept) + "\n" + "\n".join(main)
+async def _keep_session(conn: Any) -> None:
+    """The pool's reset on release: nothing. asyncpg's default sends 'pg_advisory_unlock_all;
+    CLOSE ALL; UNLISTEN *; RESET ALL', one more round trip on every operation (it made a
+    checkpoint 0.13 ms slower, a quarter of its cost), to undo session state that pooled
+    connections never keep here: locks are transaction-scoped, settings are fixed at connect
+    and LISTEN has its own connection. An open transaction is still rolled back by asyncpg
+    before this is called."""
 
 
 async def _on_pooled(pool: Any, op: Callable[[Any], Awaitable[T]]) -> T:
@@ -1126,24 +1076,6 @@ def _lease_lost(lease: Lease) -> LeaseLostError:
         f"lease on session {lease.session_id} (generation {lease.generation}) no longer holds; "
         "another process took the session over, nothing was written"
     )
-
-
-def _tool_columns(tools: Sequence[ToolEntry]) -> list[list[Any]]:
-    """The checkpoint query's tool_calls arrays ($7-$16): execution_key, iteration, idx, call,
-    policy, status, attempt, approved, raw_result, result. Run id, generation and time come
-    from the statement's own parameters and clock."""
-    columns: list[list[Any]] = [[] for _ in range(10)]
-    for entry in tools:
-        key, _, iteration, idx, call, policy, status, attempt, approved, raw, result, _, _ = (
-            tool_entry_values(entry, "", 0, 0.0)
-        )
-        for column, value in zip(
-            columns,
-            (key, iteration, idx, call, policy, status, attempt, bool(approved), raw, result),
-            strict=True,
-        ):
-            column.append(value)
-    return columns
 
 
 async def _close_quietly(resource: Any) -> None:

@@ -28,7 +28,8 @@ from harnessx._state import Delta, Phase, ToolEntry, ToolStatus
 from harnessx.providers._base import ToolCall
 from harnessx.store import PostgresBackend
 from harnessx.store._migrations import load_migrations
-from harnessx.store._postgres import _checkpoint_statement, redact_dsn, runtime_grants
+from harnessx.store._pg_checkpoint import checkpoint_statement
+from harnessx.store._postgres import redact_dsn, runtime_grants
 from harnessx.store._protocol import Lease, WorkerInfo
 from harnessx.store._queries import load_queries
 from harnessx.testing import ThrowawayCluster, free_port, quote_ident, run_psql
@@ -172,14 +173,20 @@ async def test_every_named_query_is_valid_sql(pg_database: str) -> None:
                 await conn.prepare(query)
             except asyncpg.PostgresError as exc:  # pragma: no cover - the message is the point
                 pytest.fail(f"query {name!r} does not prepare: {exc}")
-        # Every shape of checkpoint statement too, with the full statement's parameters.
-        full = await conn.prepare(load_queries("postgres")["checkpoint"])
-        for shape in itertools.product((False, True), repeat=4):
+        # Every shape of checkpoint statement too, with the full statement's parameters
+        # (a step's arrays become their element types when it writes one row).
+        whole = await conn.prepare(load_queries("postgres")["checkpoint"])
+        full = [param.name for param in whole.get_parameters()]
+        for shape in itertools.product((False, True), (False, True), (0, 1, 2), (0, 1, 2)):
             try:
-                statement = await conn.prepare(_checkpoint_statement(*shape))
+                statement = await conn.prepare(checkpoint_statement(*shape))
             except asyncpg.PostgresError as exc:  # pragma: no cover - the message is the point
                 pytest.fail(f"checkpoint statement {shape} does not prepare: {exc}")
-            assert statement.get_parameters() == full.get_parameters(), shape
+            single = {*(range(7, 17) if shape[2] == 1 else ()), *(range(17, 23) if shape[3] == 1 else ())}
+            expected = [
+                name.removesuffix("[]") if number in single else name for number, name in enumerate(full, 1)
+            ]
+            assert [param.name for param in statement.get_parameters()] == expected, shape
 
 
 async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_database: str) -> None:

@@ -7,11 +7,12 @@ from importlib import resources
 
 import pytest
 
-from harnessx.store._postgres import SQLITE_ONLY_QUERIES, _checkpoint_statement, _without_steps
+from harnessx.store._pg_checkpoint import _single_valued, checkpoint_statement, without_steps
+from harnessx.store._postgres import SQLITE_ONLY_QUERIES
 from harnessx.store._queries import load_queries, parse_queries
 
 DIALECTS = ("sqlite", "postgres")
-MODULES = {"sqlite": "_sqlite.py", "postgres": "_postgres.py"}
+MODULES = {"sqlite": ("_sqlite.py",), "postgres": ("_postgres.py", "_pg_checkpoint.py")}
 
 
 def package_text(*parts: str) -> str:
@@ -19,7 +20,8 @@ def package_text(*parts: str) -> str:
 
 
 def names_used(dialect: str) -> set[str]:
-    return set(re.findall(r'\bQ\["([a-z_][a-z0-9_]*)"\]', package_text(MODULES[dialect])))
+    text = "".join(package_text(module) for module in MODULES[dialect])
+    return set(re.findall(r'\bQ\["([a-z_][a-z0-9_]*)"\]', text))
 
 
 def test_parser_keeps_statements_and_drops_comments() -> None:
@@ -91,9 +93,10 @@ SHAPES = [
     (new_run, messages, tools, events)
     for new_run in (False, True)
     for messages in (False, True)
-    for tools in (False, True)
-    for events in (False, True)
+    for tools in (0, 1, 2)
+    for events in (0, 1, 2)
 ]
+TOOL_PARAMS, EVENT_PARAMS = range(7, 17), range(17, 23)
 
 
 def with_items(statement: str) -> list[str]:
@@ -102,27 +105,44 @@ def with_items(statement: str) -> list[str]:
 
 @pytest.mark.parametrize(("new_run", "messages", "tools", "events"), SHAPES)
 def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(
-    new_run: bool, messages: bool, tools: bool, events: bool
+    new_run: bool, messages: bool, tools: int, events: int
 ) -> None:
     full = load_queries("postgres")["checkpoint"]
     assert with_items(full) == ["parameters", "fence", *CHECKPOINT_STEPS]
-    statement = _checkpoint_statement(new_run, messages, tools, events)
+    statement = checkpoint_statement(new_run, messages, tools, events)
     wanted = {
         "new_run": new_run,
         "run": True,  # the main query reads it: a commit whose run step wrote nothing fails
         "messages_added": messages,
-        "tools_moved": tools,
-        "events_added": events,
+        "tools_moved": bool(tools),
+        "events_added": bool(events),
     }
     assert with_items(statement) == ["parameters", "fence", *(s for s in CHECKPOINT_STEPS if wanted[s])]
     # The main query is kept whole, and reads none of the steps that may be left out.
     main = full[full.index("\nSELECT CASE") :]
     assert statement.endswith(main)
     assert not any(re.search(rf"\bFROM {step}\b", main) for step in OPTIONAL_STEPS)
+    # A step with one row takes plain values; with several, arrays to unnest.
+    single = {*(TOOL_PARAMS if tools == 1 else ()), *(EVENT_PARAMS if events == 1 else ())}
+    for number in range(1, 37):
+        declared = re.search(rf"\${number}::([a-z]+(?:\[\])?)", statement)
+        assert declared is not None, number
+        is_array = declared.group(1).endswith("[]")
+        if number in single:
+            assert not is_array and f"unnest(${number})" not in statement, number
+        elif number in (*TOOL_PARAMS, *EVENT_PARAMS):
+            assert is_array, number
+            if (number in TOOL_PARAMS and tools) or (number in EVENT_PARAMS and events):
+                assert f"unnest(${number})" in statement, number
 
 
 def test_leaving_out_a_step_the_statement_lacks_is_an_error() -> None:
     with pytest.raises(ValueError, match="cannot find the WITH items"):
-        _without_steps(load_queries("postgres")["checkpoint"], {"no_such_step"})
+        without_steps(load_queries("postgres")["checkpoint"], {"no_such_step"})
     with pytest.raises(ValueError, match="does not start with WITH"):
-        _without_steps("SELECT 1", set())
+        without_steps("SELECT 1", set())
+
+
+def test_a_parameter_made_single_valued_must_be_declared_once_as_an_array() -> None:
+    with pytest.raises(ValueError, match=r"parameter \$1 is not declared once as an array"):
+        _single_valued("WITH parameters AS (SELECT $1::text)\nSELECT 1", [1])

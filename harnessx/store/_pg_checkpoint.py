@@ -1,0 +1,179 @@
+"""The PostgreSQL checkpoint: which statement a checkpoint runs, and its parameters.
+
+Every checkpoint is one execution of the ``checkpoint`` query (see postgres.sql), cut down to
+the checkpoint's shape, because the server sets up every step of a statement, used or not,
+at some cost each, and arrays cost more than plain values on both sides of the wire:
+
+- a step that has nothing to write (no new run, message, tool call or event) is left out;
+- a step that writes exactly one row, the common case (one tool call moves, one event is
+  appended), takes its columns as plain values instead of one-element arrays to unnest.
+
+Statements are built once per shape and cached; asyncpg prepares each once per connection.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from harnessx._events import RunEvent
+from harnessx._state import ToolEntry
+from harnessx.store._codec import dumps
+from harnessx.store._queries import load_queries
+
+__all__ = ["checkpoint", "checkpoint_statement", "without_steps"]
+
+Q = load_queries("postgres")
+# The parameters of each row-writing step (see postgres.sql): the moved tool calls' columns
+# and the new events' columns, one array each, or one value each when there is one row.
+_TOOL_PARAMS = range(7, 17)
+_EVENT_PARAMS = range(17, 23)
+# The run fields ($24-$31) when only events are appended.
+_NO_RUN_FIELDS = (None,) * 8
+
+
+@functools.cache
+def checkpoint_statement(new_run: bool, messages: bool, tools: int, events: int) -> str:
+    """The checkpoint query for one shape. ``tools`` and ``events`` count rows: 0 (the step
+    is left out), 1 (plain values) or 2 (arrays: two or more rows)."""
+    unused = {
+        *(() if new_run else ("new_run",)),
+        *(() if messages else ("messages_added",)),
+        *(() if tools else ("tools_moved",)),
+        *(() if events else ("events_added",)),
+    }
+    statement = without_steps(Q["checkpoint"], unused)
+    single = [*(_TOOL_PARAMS if tools == 1 else ()), *(_EVENT_PARAMS if events == 1 else ())]
+    return _single_valued(statement, single)
+
+
+def without_steps(statement: str, names: set[str]) -> str:
+    """``statement`` without the ``WITH`` items ``names``, which nothing in it may read. Each
+    item starts with a line ``<name> AS (`` (the first one after ``WITH``) and ends with a
+    line ``),`` (the last one ``)``), both unindented."""
+    head, sep, rest = statement.partition("WITH ")
+    if head or not sep:
+        raise ValueError("the statement does not start with WITH")
+    items: list[list[str]] = []
+    item: list[str] | None = None
+    main: list[str] = []
+    for line in rest.splitlines():
+        if item is None and not main and re.fullmatch(r"[a-z_]+ AS \(", line):
+            item = [line]
+        elif item is not None:
+            if line in ("),", ")"):
+                item.append(")")
+                items.append(item)
+                item = None
+            else:
+                item.append(line)
+        elif items and not line.startswith("--"):
+            main.append(line)
+    kept = [item for item in items if item[0].split()[0] not in names]
+    if item is not None or len(items) - len(kept) != len(names):
+        raise ValueError(f"cannot find the WITH items {sorted(names)} in the statement")
+    return "WITH " + ",\n".join("\n".join(item) for item in kept) + "\n" + "\n".join(main)
+
+
+def _single_valued(statement: str, params: Sequence[int]) -> str:
+    """``statement`` with each array parameter in ``params`` taken as one plain value: its
+    type loses its ``[]`` and ``unnest($n)`` becomes ``$n`` (the statement uses such
+    parameters in no other way)."""
+    for number in params:
+        typed = re.compile(rf"\${number}::([a-z]+)\[\]")
+        if len(typed.findall(statement)) != 1:
+            raise ValueError(f"parameter ${number} is not declared once as an array")
+        statement = typed.sub(rf"${number}::\1", statement)
+        statement = statement.replace(f"unnest(${number})", f"${number}")
+    return statement
+
+
+def checkpoint(
+    lease: Any,
+    run_id: str,
+    *,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[ToolEntry],
+    events: Sequence[RunEvent],
+    run: tuple[Any, ...] | None,
+    new_run: dict[str, Any] | None,
+    events_channel: str | None,
+    work_channel: str | None,
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement for this checkpoint's shape, and its parameters in order."""
+    shape = (new_run is not None, bool(messages), min(len(tools), 2), min(len(events), 2))
+    statement = checkpoint_statement(*shape)
+    queued = bool(new_run and new_run["queued"])
+    last_seq = max((int(event.cursor or 0) for event in events), default=0)
+    return (
+        statement,
+        (
+            lease.session_id,
+            lease.owner,
+            lease.generation,
+            secrets.token_hex(16),  # the checkpoint's id
+            run_id,
+            [dumps(message) for message in messages],
+            *_tool_params(tools),
+            *_event_params(events),
+            last_seq,
+            *(_NO_RUN_FIELDS if run is None else (*run[:7], bool(run[7]))),
+            new_run["request_message"] if new_run else None,
+            new_run["request_id"] if new_run else None,
+            queued,
+            # One wake-up per checkpoint that adds events or a run, and one for queued work.
+            events_channel if events or new_run else None,
+            work_channel if queued else None,
+        ),
+    )
+
+
+def _tool_row(entry: ToolEntry) -> tuple[Any, ...]:
+    """execution_key, iteration, idx, call, policy, status, attempt, approved, raw_result,
+    result: the tool_calls columns the checkpoint takes ($7-$16); run id, generation and
+    time come from the statement's own parameters and clock."""
+    raw, result = entry.raw_result, entry.result
+    return (
+        entry.execution_key,
+        entry.iteration,
+        entry.index,
+        dumps(entry.call.to_dict()),
+        entry.policy,
+        entry.status.value,
+        entry.attempt,
+        bool(entry.approved),
+        dumps(raw.to_dict()) if raw else None,
+        dumps(result.to_dict()) if result else None,
+    )
+
+
+def _event_row(event: RunEvent) -> tuple[Any, ...]:
+    """seq, event_id, type, step_id, attempt_id, data: the events columns ($17-$22)."""
+    return (
+        int(event.cursor or 0),
+        event.event_id,
+        event.type.value,
+        event.step_id,
+        event.attempt_id,
+        dumps(event.data),
+    )
+
+
+def _tool_params(tools: Sequence[ToolEntry]) -> Sequence[Any]:
+    if len(tools) == 1:
+        return _tool_row(tools[0])
+    return _columns([_tool_row(entry) for entry in tools], len(_TOOL_PARAMS))
+
+
+def _event_params(events: Sequence[RunEvent]) -> Sequence[Any]:
+    if len(events) == 1:
+        return _event_row(events[0])
+    return _columns([_event_row(event) for event in events], len(_EVENT_PARAMS))
+
+
+def _columns(table: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    """Rows to one list per column (``width`` empty lists when there are no rows)."""
+    return [list(column) for column in zip(*table, strict=True)] if table else [[] for _ in range(width)]
