@@ -9,10 +9,11 @@ For each backend it reports:
 - floor: SQLite, a single-row commit (``BEGIN IMMEDIATE; UPDATE …; COMMIT``) on the
   backend's own thread; PostgreSQL, a bare fenced single-row ``UPDATE`` through the pool;
 - checkpoint: one boundary commit as the runtime makes it (a tool entry moved plus one
-  event, fenced), and its ratio to the floor;
+  event, fenced), and its ratio to the floor; floor commits and checkpoints alternate;
 - run: a whole run with one tool call and an answer (about eight boundaries);
 - late/early: the median checkpoint cost of turns 181-200 of a long session over that of
-  turns 1-20 (each turn is a run with one tool call, so turn 200 carries ~800 messages).
+  turns 1-20 of a fresh one, the two sessions taking turns (each turn is a run with one
+  tool call, so turn 200 carries ~800 messages).
 
 Without ``--dsn`` a throwaway PostgreSQL cluster is started with its durable defaults
 (fsync on), using ``harnessx.testing.ThrowawayCluster``.
@@ -199,23 +200,33 @@ async def measure(
             run_ms += await timed(lambda: per_run.run("Write the EMEA report."), 1)
 
     timer = CheckpointTimer(store)
-    per_turn: list[list[float]] = []
-    async with AgentRuntime(bench_agent(), backend=store) as long_session:
-        for _ in range(args.turns):
-            before = len(timer.samples)
-            await long_session.run("Write the EMEA report.")
-            per_turn.append(timer.samples[before:])
-    # Medians over the first and the last 20 turns' checkpoints: one GC pause or autovacuum
-    # in a window must not decide the ratio.
-    early = statistics.median(ms for turn in per_turn[:20] for ms in turn)
-    late = statistics.median(ms for turn in per_turn[-20:] for ms in turn)
+
+    async def turn(session: AgentRuntime) -> list[float]:
+        before = len(timer.samples)
+        await session.run("Write the EMEA report.")
+        return timer.samples[before:]
+
+    # The long session's last 20 turns alternate with a fresh session's first 20, so both
+    # windows see the same machine: measured one after the other, a background burst in
+    # one window (autovacuum, a server checkpoint, the shared VM) decides the ratio.
+    early: list[float] = []
+    late: list[float] = []
+    async with (
+        AgentRuntime(bench_agent(), backend=store) as long_session,
+        AgentRuntime(bench_agent(), backend=store) as fresh_session,
+    ):
+        for _ in range(args.turns - 20):
+            await turn(long_session)
+        for _ in range(20):
+            early += await turn(fresh_session)
+            late += await turn(long_session)
     return {
         "backend": label,
         "floor": median(floor_ms),
         "checkpoint": median(checkpoint_ms),
         "run": median(run_ms),
-        "early": early,
-        "late": late,
+        "early": median(early),
+        "late": median(late),
     }
 
 
