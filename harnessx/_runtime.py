@@ -230,8 +230,7 @@ class AgentRuntime:
             with contextlib.suppress(StorageError):
                 await store.release(lease)
             raise
-        if self.pooled:
-            await store.release(lease)
+        if self.pooled:  # create_run gave the lease up with the queued run
             return RunHandle(self, sid, run_id, start_seq=0)
         state = await store.load_state(run_id)
         await announce_checkpoint(self.agent.hooks, self.agent, state)

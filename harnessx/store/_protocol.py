@@ -180,7 +180,8 @@ class Store(Protocol):
     ) -> None:
         """Insert a run (refused with ``SessionBusyError`` while another is unfinished) and
         commit its first boundary; the run's ``history_length`` is the session's message
-        count at that moment. ``queued`` leaves it for a pool worker."""
+        count at that moment. ``queued`` leaves it for a pool worker and gives the lease up
+        in the same commit, so that a worker can claim the session as soon as it sees the run."""
 
     async def find_run(self, session_id: str, request_id: str) -> RunRecord | None: ...
 

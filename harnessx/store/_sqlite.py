@@ -465,6 +465,8 @@ class SQLiteBackend:
                 raise _run_conflict(exc, session_id, request_id) from exc
             fresh = RunState(session_id=session_id, run_id=run_id, history_length=history_length)
             self._append(conn, lease, fresh, delta, delta.events)
+            if queued:
+                conn.execute(Q["release_lease"], (session_id, lease.owner, lease.generation))
 
         await self._call(self._write, body)
         self._notify(run_id)

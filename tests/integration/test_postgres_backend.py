@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -515,9 +515,12 @@ class _LossyPool:
     """A pool whose connections run the first statement containing ``marker`` (it commits)
     and then fail as if the connection dropped before the reply arrived."""
 
-    def __init__(self, pool: Any, marker: str) -> None:
+    def __init__(
+        self, pool: Any, marker: str, meanwhile: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self._pool = pool
         self.marker = marker
+        self.meanwhile = meanwhile  # what another process does before the retry
         self.calls = 0
 
     @contextlib.asynccontextmanager
@@ -535,15 +538,17 @@ class _ReplyLost:
         self._pool = pool
 
     async def fetchval(self, query: str, *args: Any) -> Any:
-        return self._lose_first(query, await self._conn.fetchval(query, *args))
+        return await self._lose_first(query, await self._conn.fetchval(query, *args))
 
     async def fetch(self, query: str, *args: Any) -> Any:
-        return self._lose_first(query, await self._conn.fetch(query, *args))
+        return await self._lose_first(query, await self._conn.fetch(query, *args))
 
-    def _lose_first(self, query: str, result: Any) -> Any:
+    async def _lose_first(self, query: str, result: Any) -> Any:
         if self._pool.marker in query:
             self._pool.calls += 1
             if self._pool.calls == 1:
+                if self._pool.meanwhile is not None:
+                    await self._pool.meanwhile()
                 raise asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed mid-operation")
         return result
 
@@ -569,6 +574,29 @@ async def test_a_checkpoint_whose_reply_was_lost_is_retried_without_duplicates(
         rows = await sql(pg_database, f"SELECT message_count FROM {SCHEMA}.sessions")
         assert rows[0][0] == 2
         assert (await backend.load_state("r1")).iteration == 1
+
+
+async def test_a_queued_run_whose_reply_was_lost_is_not_refused_after_a_worker_took_it(
+    pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with backends(pg_database, 2) as (app, worker):
+        await app.create_session("s", "sales:v1", {})
+        lease = await app.claim("s", "app")
+
+        async def worker_takes_it_over() -> None:
+            [(taken, run_id)] = await worker.claim_queued("worker", None, 1)
+            state = await worker.load_state(run_id)
+            await worker.commit(taken, state, Delta(Phase.PREPARE_MODEL_CALL, run={"iteration": 1}), [])
+
+        lossy = _LossyPool(app._pool, "last_checkpoint", worker_takes_it_over)
+        monkeypatch.setattr(app, "_pool", lossy)
+        # The retry finds the lease gone and another checkpoint id on the session: the run
+        # it asked for exists, so the call succeeded.
+        await app.create_run(lease, "r1", None, "go", Delta(Phase.PREPARE_MODEL_CALL), queued=True)
+        monkeypatch.undo()
+        assert lossy.calls == 2
+        assert await count(pg_database, "runs") == 1
+        assert (await app.load_state("r1")).iteration == 1
 
 
 async def test_a_queue_claim_whose_reply_was_lost_returns_what_it_took(

@@ -304,3 +304,24 @@ async def test_scripted_function_sees_tool_results(target: BackendTarget) -> Non
     async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
         result = await runtime.run("go")
     assert "region" in result.output and "string" in result.output  # malformed args reach the model
+
+
+async def test_queueing_a_run_gives_the_lease_up_in_the_same_commit(target: BackendTarget) -> None:
+    async with target.open() as app, target.open() as worker:
+        await app.create_session("s", "sales:v1", {})
+        lease = await app.claim("s", "app")
+        await app.create_run(lease, "r1", None, "go", Delta(Phase.PREPARE_MODEL_CALL), queued=True)
+        # No release call: a worker can take the run the moment it sees it.
+        [(taken, run_id)] = await worker.claim_queued("worker", None, 1)
+        assert run_id == "r1" and taken.generation == lease.generation + 1
+        with pytest.raises(LeaseLostError):
+            await app.append_events(
+                lease, "r1", [RunEvent(RunEventType.TEXT_DELTA, {"text": "late"}, "s", "r1", cursor="2")]
+            )
+        # A run created without queueing keeps its lease.
+        await app.create_session("t", "sales:v1", {})
+        kept = await app.claim("t", "app")
+        await app.create_run(kept, "r2", None, "go", Delta(Phase.PREPARE_MODEL_CALL))
+        assert (await app.renew([kept])).held == {"t"}
+        with pytest.raises(SessionBusyError):
+            await worker.claim("t", "worker")

@@ -111,7 +111,8 @@ UPDATE sessions SET control = $1 WHERE id = $2;
 -- tool_calls column; $17-$22 the new events, one array per events column; $23 the last new
 -- event's seq (0: none); $24-$31 the run's fields after the delta (all NULL when only events
 -- are appended); $32-$34 request message (NULL: the run exists), request id and queued flag
--- of a run to create; $35, $36 the 'events' and 'work' channels to notify (NULL: not now).
+-- of a run to create (queued: also give the lease up); $35, $36 the 'events' and 'work'
+-- channels to notify (NULL: not now).
 -- JSON is passed as text and stored verbatim (json, not jsonb, columns).
 --
 -- _postgres._checkpoint_statement leaves out the steps (new_run, messages_added, tools_moved,
@@ -130,7 +131,11 @@ WITH parameters AS (
 ),
 fence AS (
     UPDATE sessions s
-    SET message_count = s.message_count + cardinality($6), last_checkpoint = $4
+    SET message_count = s.message_count + cardinality($6), last_checkpoint = $4,
+        -- Queueing a run gives the session up in the same commit, so that a worker woken by
+        -- the notification can claim it at once.
+        lease_owner = CASE WHEN $34 THEN NULL ELSE s.lease_owner END,
+        lease_expires_at = CASE WHEN $34 THEN NULL ELSE s.lease_expires_at END
     WHERE s.id = $1 AND s.lease_owner = $2 AND s.generation = $3
       AND s.lease_expires_at > clock_timestamp()
       AND s.last_checkpoint IS DISTINCT FROM $4
@@ -185,7 +190,11 @@ events_added AS (
 )
 SELECT CASE
     WHEN NOT EXISTS (SELECT FROM fence) THEN
-        CASE WHEN EXISTS (SELECT FROM sessions WHERE id = $1 AND last_checkpoint = $4) THEN false
+        CASE WHEN EXISTS (SELECT FROM sessions WHERE id = $1 AND last_checkpoint = $4)
+                  -- A new run's id is the caller's own: if it exists, this call created it
+                  -- (and a worker may already have taken the queued run over).
+                  OR ($32 IS NOT NULL AND EXISTS (SELECT FROM runs WHERE id = $5 AND session_id = $1))
+             THEN false
              ELSE harnessx_raise('HX001', 'lease on session ' || $1 || ' (generation ' || $3
                                           || ') no longer holds')
         END
