@@ -17,8 +17,9 @@ Same protocol and semantics as ``SQLiteBackend``; what differs is where the work
   advisory lock on that connection.
 - **Notifications.** A checkpoint that adds events fires one ``pg_notify`` and queueing a
   run fires another, inside the committing transaction; ``wait_for_events`` and
-  ``wait_for_work`` listen on a connection of their own and fall back to plain waiting
-  (the caller polls) whenever it is down. A notification is only ever a hint.
+  ``wait_for_work`` listen on a connection of their own, on each channel only once
+  something waits on it (``_pg_notifications``), and fall back to plain waiting (the
+  caller polls) whenever it is down. A notification is only ever a hint.
 - **Transient errors are retried** (tenacity, exponential back-off). Every operation is
   safe to repeat, even when a reply was lost after the server committed: reads trivially;
   a checkpoint carries a unique id the statement applies at most once; a queue claim finds
@@ -37,14 +38,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import shlex
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import unquote
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
@@ -70,6 +67,19 @@ from harnessx.store._codec import (
 )
 from harnessx.store._migrations import check_applied, load_migrations, pending
 from harnessx.store._pg_checkpoint import checkpoint
+from harnessx.store._pg_driver import (
+    BROKEN_CONNECTION,
+    CONNECT_TIMEOUT,
+    DRIVER_ERRORS,
+    SCHEMA_MISSING,
+    TRANSIENT,
+    asyncpg,
+    close_quietly,
+    create_pool,
+    on_pooled,
+)
+from harnessx.store._pg_dsn import parse_dsn, redact_dsn
+from harnessx.store._pg_notifications import Notifications
 from harnessx.store._protocol import (
     Lease,
     Orphan,
@@ -82,13 +92,6 @@ from harnessx.store._protocol import (
     WorkerInfo,
 )
 from harnessx.store._queries import load_queries
-
-try:
-    import asyncpg  # type: ignore[import-untyped]
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ConfigurationError(
-        "PostgresBackend needs the asyncpg driver: pip install 'harnessx[postgres]'"
-    ) from exc
 
 __all__ = ["SQLITE_ONLY_QUERIES", "PostgresBackend", "redact_dsn", "runtime_grants"]
 
@@ -113,92 +116,9 @@ SQLITE_ONLY_QUERIES = {
 
 _DEFAULT_SCHEMA = "harness_x"
 _MAX_IDENTIFIER_BYTES = 63  # PostgreSQL silently truncates longer names
-_CONNECT_TIMEOUT = 10.0
 # After a server restart every pooled connection may be dead; each failed attempt retires
 # one, so allow a few more attempts than that takes (about 4 s of back-off in all).
 _RETRY_ATTEMPTS = 8
-_LISTENER_RETRY_SECONDS = 1.0
-
-_exc = asyncpg.exceptions
-# The connection itself is gone or unusable: retire it, and try again on another.
-_BROKEN_CONNECTION = (
-    _exc.PostgresConnectionError,  # includes ConnectionDoesNotExistError
-    _exc.CannotConnectNowError,
-    _exc.AdminShutdownError,
-    _exc.CrashShutdownError,
-    _exc.TooManyConnectionsError,
-    # A connection the server dropped while it sat idle in the pool can fail this way
-    # before asyncpg notices that it is closed.
-    _exc.InternalClientError,
-    ConnectionError,  # reset, refused, aborted
-    TimeoutError,
-)
-# Errors after which the operation may simply be tried again: the above, or the server
-# rolled the transaction back on its own.
-_TRANSIENT = (*_BROKEN_CONNECTION, _exc.SerializationError, _exc.DeadlockDetectedError)
-_DRIVER_ERRORS = (_exc.PostgresError, asyncpg.InterfaceError, _exc.InternalClientError, OSError, TimeoutError)
-_SCHEMA_MISSING = (
-    _exc.UndefinedTableError,
-    _exc.UndefinedFunctionError,
-    _exc.UndefinedColumnError,
-    _exc.InvalidSchemaNameError,
-)
-
-
-# ------------------------------------------------------------------------ DSN secrets
-
-
-@dataclass(frozen=True)
-class _Dsn:
-    """A DSN split into what may be shown and what must never be."""
-
-    redacted: str
-    user: str | None
-    secrets: tuple[str, ...]
-
-    def scrub(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return text
-
-    def leaks(self, exc: BaseException) -> bool:
-        shown = f"{exc}{exc.args!r}"
-        return any(secret in shown for secret in self.secrets)
-
-
-_SECRET_PARAM = re.compile(r"(?i)((?:^|[?&])[a-z_]*password=)([^&#]*)")
-
-
-def _parse_dsn(dsn: str) -> _Dsn:
-    scheme, sep, rest = dsn.partition("://")
-    if not sep or scheme not in ("postgres", "postgresql"):
-        raise ConfigurationError(
-            "the PostgreSQL DSN must be a URL such as postgresql://user:password@host:5432/database "
-            "(the value given is not shown, as it may hold a password)"
-        )
-    secrets: list[str] = []
-    for match in _SECRET_PARAM.finditer(rest):  # ?password=... is accepted by asyncpg too
-        secrets += [match.group(2), unquote(match.group(2))]
-    rest = _SECRET_PARAM.sub(r"\1***", rest)
-    # Credentials end at the *last* '@': a password with an unescaped '@' or '/' must still
-    # be hidden, even if that over-redacts an odd DSN.
-    userinfo, at, hostpart = rest.rpartition("@")
-    user: str | None = None
-    if at:
-        user, colon, password = userinfo.partition(":")
-        if colon:
-            secrets += [password, unquote(password)]
-            userinfo = f"{user}:***"
-        user = unquote(user) or None
-    redacted = f"{scheme}://{userinfo}@{hostpart}" if at else f"{scheme}://{hostpart}"
-    # Longest first, so a secret containing another is replaced whole.
-    kept = sorted({s for s in secrets if s}, key=len, reverse=True)
-    return _Dsn(redacted, user, (dsn, *kept))
-
-
-def redact_dsn(dsn: str) -> str:
-    """``dsn`` with its password replaced by ``***``, safe for messages and logs."""
-    return _parse_dsn(dsn).redacted
 
 
 def runtime_grants(schema: str, role: str) -> str:
@@ -226,7 +146,7 @@ def _check_schema_name(schema: str) -> None:
 
 
 def _is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, _TRANSIENT)
+    return isinstance(exc, TRANSIENT)
 
 
 def _retrying() -> AsyncRetrying:
@@ -262,7 +182,7 @@ class PostgresBackend:
     ) -> None:
         if not isinstance(dsn, str):
             raise ConfigurationError("dsn must be a str (a postgresql:// URL)")
-        self._dsn = _parse_dsn(dsn)
+        self._dsn = parse_dsn(dsn)
         self._raw_dsn = dsn  # only ever handed to asyncpg
         _check_schema_name(schema)
         if lease_seconds <= 0:
@@ -276,14 +196,8 @@ class PostgresBackend:
         self.process_id = uuid.uuid4().hex
         self._pool: Any = None
         self._liveness: Any = None
-        self._listener: Any = None
-        self._listener_task: asyncio.Task[None] | None = None
-        self._listener_retry_at = 0.0
-        self._waiters: dict[str, asyncio.Event] = {}
-        self._work = asyncio.Event()  # replaced each time it is set
+        self._notifications = Notifications(lambda: self._connect("listener"), DRIVER_ERRORS, self._dsn.scrub)
         # The LISTEN/NOTIFY channels of our schema, read once when the backend opens.
-        self._events_channel: str | None = None
-        self._work_channel: str | None = None
         self._open_lock = asyncio.Lock()
         self._liveness_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
@@ -339,7 +253,7 @@ class PostgresBackend:
                 channels = await self._run(
                     "reading the notification channels", lambda conn: conn.fetchrow(Q["channels"])
                 )
-                self._events_channel, self._work_channel = channels
+                self._notifications.events_channel, self._notifications.work_channel = channels
                 await self._hold_liveness()
             except BaseException:
                 await self._shutdown()
@@ -354,18 +268,13 @@ class PostgresBackend:
     async def _shutdown(self) -> None:
         for retaking in list(self._background):
             retaking.cancel()
-        task, self._listener_task = self._listener_task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait([task])
-        listener, self._listener = self._listener, None
+        await self._notifications.close()
         liveness, self._liveness = self._liveness, None
         self._leaderships.clear()
         pool, self._pool = self._pool, None
         # Closing the liveness connection drops the lock: from now on we count as dead.
-        for resource in (listener, liveness, pool):
-            await _close_quietly(resource)
-        self._wake_all()
+        for resource in (liveness, pool):
+            await close_quietly(resource)
 
     async def migrate(self) -> None:
         """Apply the migrations this database lacks (also run by ``initialize`` by default).
@@ -378,12 +287,12 @@ class PostgresBackend:
             with self._translated("migrating the schema"):
                 await self._migrate_on(conn)
         finally:
-            await _close_quietly(conn)
+            await close_quietly(conn)
 
     def _connect_options(self, purpose: str) -> dict[str, Any]:
         return {
             "dsn": self._raw_dsn,
-            "timeout": _CONNECT_TIMEOUT,
+            "timeout": CONNECT_TIMEOUT,
             "server_settings": {
                 # Every connection sees only our schema, so no query needs to name it.
                 "search_path": quote_ident(self.schema),
@@ -393,9 +302,7 @@ class PostgresBackend:
         }
 
     async def _create_pool(self) -> Any:
-        return await asyncpg.create_pool(
-            min_size=1, max_size=self.pool_size, reset=_keep_session, **self._connect_options("pool")
-        )
+        return await create_pool(self.pool_size, self._connect_options("pool"))
 
     async def _connect(self, purpose: str) -> Any:
         return await asyncpg.connect(**self._connect_options(purpose))
@@ -495,15 +402,15 @@ class PostgresBackend:
             # back-off and the number of attempts are as if the loop had made it.
             first_failure: BaseException | None
             try:
-                return await _on_pooled(pool, op)
-            except _TRANSIENT as exc:
+                return await on_pooled(pool, op)
+            except TRANSIENT as exc:
                 first_failure = exc
             async for attempt in _retrying():
                 with attempt:
                     if first_failure is not None:
                         failure, first_failure = first_failure, None
                         raise failure
-                    return await _on_pooled(pool, op)
+                    return await on_pooled(pool, op)
         raise AssertionError("unreachable: tenacity re-raises the last error")
 
     @contextlib.contextmanager
@@ -515,7 +422,7 @@ class PostgresBackend:
             yield
         except HarnessError:
             raise
-        except _DRIVER_ERRORS as exc:
+        except DRIVER_ERRORS as exc:
             error = self._translate(exc, what, lease, request_id)
             # Chain the original unless its text would show the password.
             raise error from (None if self._dsn.leaks(exc) else exc)
@@ -527,26 +434,26 @@ class PostgresBackend:
         sqlstate = getattr(exc, "sqlstate", None)
         if sqlstate == "HX001" and lease is not None:
             return _lease_lost(lease)
-        if isinstance(exc, _exc.UniqueViolationError):
+        if isinstance(exc, asyncpg.exceptions.UniqueViolationError):
             return self._conflict(exc, what, detail, lease, request_id)
-        if isinstance(exc, _SCHEMA_MISSING):
+        if isinstance(exc, SCHEMA_MISSING):
             return SchemaError(
                 f"{self._where} is missing part of the harnessx schema while {what} ({detail}): "
                 f"run '{self._migrate_command}'"
             )
-        if isinstance(exc, _exc.InsufficientPrivilegeError):
+        if isinstance(exc, asyncpg.exceptions.InsufficientPrivilegeError):
             return StorageError(self._privilege_advice(what, detail))
-        if isinstance(exc, _exc.InvalidAuthorizationSpecificationError):
+        if isinstance(exc, asyncpg.exceptions.InvalidAuthorizationSpecificationError):
             return StorageError(
                 f"PostgreSQL refused the login for {self._dsn.redacted} ({detail}): check the user name "
                 "and password (the password is not shown) and pg_hba.conf"
             )
-        if isinstance(exc, _exc.InvalidCatalogNameError):
+        if isinstance(exc, asyncpg.exceptions.InvalidCatalogNameError):
             return StorageError(
                 f"the database in {self._dsn.redacted} does not exist ({detail}): create it or fix the DSN"
             )
         tried = f"; gave up after {_RETRY_ATTEMPTS} attempts" if _is_transient(exc) else ""
-        if isinstance(exc, (*_BROKEN_CONNECTION, OSError)):
+        if isinstance(exc, (*BROKEN_CONNECTION, OSError)):
             return StorageError(
                 f"cannot reach PostgreSQL at {self._dsn.redacted} while {what} ({detail}{tried}): check "
                 "host/port, credentials, that the database exists and that the server accepts connections"
@@ -585,7 +492,7 @@ class PostgresBackend:
             with self._translated("taking the liveness lock"):
                 await conn.fetchval(Q["hold_liveness"], self.process_id)
         except BaseException:
-            await _close_quietly(conn)
+            await close_quietly(conn)
             raise
         self._liveness = conn
         # While the connection is down, other processes see this one as dead and take its
@@ -619,7 +526,7 @@ class PostgresBackend:
             raise StorageError("the PostgresBackend is not open")
         if self._liveness is None or self._liveness.is_closed():
             stale, self._liveness = self._liveness, None
-            await _close_quietly(stale)
+            await close_quietly(stale)
             await self._hold_liveness()
         return self._liveness
 
@@ -779,8 +686,8 @@ class PostgresBackend:
             events=events,
             run=run,
             new_run=new_run,
-            events_channel=self._events_channel,
-            work_channel=self._work_channel,
+            events_channel=self._notifications.events_channel,
+            work_channel=self._notifications.work_channel,
         )
         await self._run(
             "committing a checkpoint",
@@ -789,9 +696,9 @@ class PostgresBackend:
             request_id=new_run.get("request_id") if new_run else None,
         )
         if events or new_run:
-            self._wake(run_id)  # local followers at once; others hear the NOTIFY
+            self._notifications.wake_run(run_id)  # local followers at once; others hear the NOTIFY
         if new_run and new_run["queued"]:
-            self._wake_work()
+            self._notifications.wake_work()
 
     async def create_run(
         self,
@@ -880,7 +787,7 @@ class PostgresBackend:
         )
         if not held:
             raise _lease_lost(lease)
-        self._wake_work()
+        self._notifications.wake_work()
 
     async def pending_controls(self) -> dict[str, str]:
         prefix, upper = f"{self.process_id}/", f"{self.process_id}0"
@@ -918,7 +825,7 @@ class PostgresBackend:
     async def wait_for_work(self, max_wait: float) -> bool:
         """Return soon after a run is queued in any process (LISTEN), or after ``max_wait``
         seconds; without a listener this is plain waiting (the claim loop polls)."""
-        return await self._wait(self._work, max_wait)
+        return await self._notifications.wait_for_work(max_wait)
 
     async def register_worker(self, worker: WorkerInfo) -> None:
         args = (worker.id, worker.host, worker.pid, dumps(worker.agents), worker.concurrency)
@@ -957,7 +864,7 @@ class PostgresBackend:
         )
         if not dropped or run_id is None:
             return None
-        self._wake_work()
+        self._notifications.wake_work()
         return str(run_id)
 
     async def queue_stats(self) -> QueueStats:
@@ -975,100 +882,7 @@ class PostgresBackend:
     async def wait_for_events(self, run_id: str, max_wait: float) -> None:
         """Return soon after a checkpoint of ``run_id`` commits in any process (LISTEN), or
         after ``max_wait`` seconds; without a listener this is plain waiting."""
-        await self._wait(self._waiters.setdefault(run_id, asyncio.Event()), max_wait)
-
-    async def _wait(self, waiter: asyncio.Event, max_wait: float) -> bool:
-        """Whether ``waiter`` fired (a notification) within ``max_wait`` seconds."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max_wait
-        if not self._closed:
-            await self._ensure_listener(max_wait)
-        remaining = deadline - loop.time()
-        if remaining > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(waiter.wait(), remaining)
-        return waiter.is_set()
-
-    async def _ensure_listener(self, budget: float) -> None:
-        if self._listener is not None and not self._listener.is_closed():
-            return
-        if self._listener_task is None or self._listener_task.done():
-            if time.monotonic() < self._listener_retry_at:
-                return  # failed a moment ago: wait by polling until it is worth another try
-            self._listener_task = asyncio.create_task(self._start_listener(), name="harnessx-pg-listener")
-        # Shielded: a short wait must not cancel a connection attempt that is under way.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._listener_task), budget)
-
-    async def _start_listener(self) -> None:
-        conn = None
-        try:
-            conn = await self._connect("listener")
-            events, work = await conn.fetchrow(Q["channels"])
-            self._work_channel = work
-            for channel in (events, work):
-                await conn.add_listener(channel, self._on_notification)
-            conn.add_termination_listener(self._on_listener_lost)
-        except _DRIVER_ERRORS as exc:
-            self._listener_retry_at = time.monotonic() + _LISTENER_RETRY_SECONDS
-            logger.info("event listener unavailable, waiting by polling: %s", self._dsn.scrub(str(exc)))
-            await _close_quietly(conn)
-            return
-        if self._closed:
-            await _close_quietly(conn)
-            return
-        self._listener = conn
-
-    def _on_notification(self, conn: Any, pid: int, channel: str, run_id: str) -> None:
-        if channel == self._work_channel:
-            self._wake_work()
-        else:
-            self._wake(run_id)
-
-    def _on_listener_lost(self, conn: Any) -> None:
-        if self._listener is conn:
-            self._listener = None
-        # Notifications may have been missed: let every waiter look for itself.
-        self._wake_all()
-
-    def _wake(self, run_id: str) -> None:
-        waiter = self._waiters.pop(run_id, None)
-        if waiter is not None:
-            waiter.set()
-
-    def _wake_all(self) -> None:
-        waiters, self._waiters = self._waiters, {}
-        for waiter in waiters.values():
-            waiter.set()
-        self._wake_work()
-
-    def _wake_work(self) -> None:
-        waiter, self._work = self._work, asyncio.Event()
-        waiter.set()
-
-
-async def _keep_session(conn: Any) -> None:
-    """The pool's reset on release: nothing. asyncpg's default sends 'pg_advisory_unlock_all;
-    CLOSE ALL; UNLISTEN *; RESET ALL', one more round trip on every operation (it made a
-    checkpoint 0.13 ms slower, a quarter of its cost), to undo session state that pooled
-    connections never keep here: locks are transaction-scoped, settings are fixed at connect
-    and LISTEN has its own connection. An open transaction is still rolled back by asyncpg
-    before this is called."""
-
-
-async def _on_pooled(pool: Any, op: Callable[[Any], Awaitable[T]]) -> T:
-    async with pool.acquire() as conn:
-        try:
-            return await op(conn)
-        except _BROKEN_CONNECTION:
-            _retire(conn)
-            raise
-
-
-def _retire(conn: Any) -> None:
-    """Make the pool replace a broken connection rather than hand it out again."""
-    with contextlib.suppress(asyncpg.InterfaceError):  # asyncpg already detached it
-        conn.terminate()
+        await self._notifications.wait_for_run(run_id, max_wait)
 
 
 def _lease_lost(lease: Lease) -> LeaseLostError:
@@ -1076,17 +890,3 @@ def _lease_lost(lease: Lease) -> LeaseLostError:
         f"lease on session {lease.session_id} (generation {lease.generation}) no longer holds; "
         "another process took the session over, nothing was written"
     )
-
-
-async def _close_quietly(resource: Any) -> None:
-    """Close a connection or pool; if that fails (it is already broken), just drop it."""
-    if resource is None:
-        return
-    try:
-        await asyncio.wait_for(resource.close(), _CONNECT_TIMEOUT)
-    except Exception as exc:
-        logger.debug("closing %r failed (%s); terminating it", type(resource).__name__, type(exc).__name__)
-        resource.terminate()
-    except asyncio.CancelledError:
-        resource.terminate()
-        raise

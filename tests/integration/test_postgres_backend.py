@@ -452,7 +452,7 @@ async def test_wait_for_events_wakes_on_another_backends_commit(pg_database: str
     async with backends(pg_database, 2) as (writer, follower):
         lease = await start_run(writer, "s", "r1")
         await follower.wait_for_events("r1", 0.01)  # starts the listener
-        await eventually(lambda: follower._listener is not None)
+        await eventually(lambda: follower._notifications.connection is not None)
 
         waiting = asyncio.create_task(follower.wait_for_events("r1", 30))
         await asyncio.sleep(0.1)
@@ -482,24 +482,52 @@ async def test_one_notification_per_checkpoint_not_per_event(pg_database: str) -
         assert heard == ["r1", "r2"]
 
 
+async def test_a_process_listens_only_on_the_channels_it_waits_on(pg_database: str) -> None:
+    async with backends(pg_database, 3) as (writer, worker, follower):
+        lease = await start_run(writer, "s", "r1")
+        # The first wait on a channel starts listening and returns at once: a commit just
+        # before then was not heard, so the caller should look again.
+        assert await worker.wait_for_work(30)
+        began = time.monotonic()
+        await follower.wait_for_events("r1", 30)
+        assert time.monotonic() - began < 5
+
+        listening = (
+            "SELECT application_name, count(*) FROM pg_stat_activity "
+            "WHERE application_name = 'harnessx-listener' AND datname = current_database() GROUP BY 1"
+        )
+        assert (await sql(pg_database, listening))[0][1] == 2
+        # What each listening connection is subscribed to, as the server sees it.
+        for backend, wanted in ((worker, "work"), (follower, "events")):
+            channels = await backend._notifications.connection.fetch("SELECT pg_listening_channels()")
+            expected = (await sql(pg_database, f"SELECT {SCHEMA}.harnessx_channel('{wanted}')"))[0][0]
+            assert [row[0] for row in channels] == [expected], wanted
+
+        # Followers still wake on commits.
+        waiting = asyncio.create_task(follower.wait_for_events("r1", 30))
+        await asyncio.sleep(0.1)
+        await writer.append_events(lease, "r1", [event("r1", 2)])
+        await asyncio.wait_for(waiting, 5)
+
+
 async def test_wait_for_events_falls_back_to_waiting_while_the_listener_is_down(pg_database: str) -> None:
     async with backends(pg_database, 2) as (writer, follower):
         lease = await start_run(writer, "s", "r1")
         await follower.wait_for_events("r1", 0.01)
-        await eventually(lambda: follower._listener is not None)
+        await eventually(lambda: follower._notifications.connection is not None)
         await sql(
             pg_database,
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE application_name = 'harnessx-listener' AND datname = current_database()",
         )
-        await eventually(lambda: follower._listener is None)
+        await eventually(lambda: follower._notifications.connection is None)
         began = time.monotonic()
-        await follower.wait_for_events("r1", 0.2)  # no error: plain waiting
-        assert 0.15 < time.monotonic() - began < 2.0
+        await follower.wait_for_events("r1", 0.2)  # no error: it listens again, or waits plainly
+        assert time.monotonic() - began < 2.0
 
         async def listening_again() -> bool:
             await follower.wait_for_events("r1", 0.05)
-            return follower._listener is not None
+            return follower._notifications.connection is not None
 
         await eventually(listening_again)
         waiting = asyncio.create_task(follower.wait_for_events("r1", 30))
@@ -822,10 +850,11 @@ async def test_queued_runs_are_claimed_once_each_by_concurrent_workers(pg_databa
 
 async def test_wait_for_work_wakes_when_another_process_queues_a_run(pg_database: str) -> None:
     async with backends(pg_database, 2) as (app, worker):
+        assert await worker.wait_for_work(5)  # starts listening: look again at once
+        assert worker._notifications.connection is not None
         began = time.monotonic()
-        await worker.wait_for_work(0.2)  # nothing queued: plain waiting (and starts the listener)
+        assert not await worker.wait_for_work(0.2)  # listening, nothing queued: plain waiting
         assert time.monotonic() - began >= 0.15
-        await eventually(lambda: worker._listener is not None)
 
         await app.create_session("s", "sales:v1", {})
         lease = await app.claim("s", "app")

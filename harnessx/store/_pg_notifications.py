@@ -1,0 +1,158 @@
+"""Waiting for other processes' commits on PostgreSQL: LISTEN on a connection of its own.
+
+A checkpoint that adds events sends one NOTIFY on the schema's ``events`` channel, and
+queueing a run one on its ``work`` channel (see postgres.sql). This process LISTENs on a
+channel only once something in it has waited on that channel: a pool worker waits for work
+and never hears the events of every run in the cluster; a process that follows runs driven
+elsewhere hears events and no work. A notification is only a hint to look again; whenever
+the connection is down, waiting is plain waiting and callers poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+__all__ = ["Notifications"]
+
+logger = logging.getLogger("harnessx.store.postgres")
+
+# After a failed attempt to listen, callers wait by polling this long before another try.
+_RETRY_SECONDS = 1.0
+
+
+class Notifications:
+    """Who in this process waits for which run or for work, and the connection that hears
+    the other processes' commits. Local commits wake waiters directly (``wake_run``,
+    ``wake_work``)."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[Any]],
+        driver_errors: tuple[type[BaseException], ...],
+        scrub: Callable[[str], str],
+    ) -> None:
+        self._connect = connect
+        self._driver_errors = driver_errors
+        self._scrub = scrub
+        self.events_channel: str | None = None  # set once the schema is known
+        self.work_channel: str | None = None
+        self.connection: Any = None
+        self._listening: set[str] = set()  # channels LISTENed on ``connection``
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._lock = asyncio.Lock()  # one connection, set up and subscribed one step at a time
+        self._retry_at = 0.0
+        self._runs: dict[str, asyncio.Event] = {}
+        self._work = asyncio.Event()  # replaced each time it is set
+
+    async def wait_for_run(self, run_id: str, max_wait: float) -> bool:
+        return await self._wait(self.events_channel, self._runs.setdefault(run_id, asyncio.Event()), max_wait)
+
+    async def wait_for_work(self, max_wait: float) -> bool:
+        return await self._wait(self.work_channel, self._work, max_wait)
+
+    async def _wait(self, channel: str | None, waiter: asyncio.Event, max_wait: float) -> bool:
+        """Whether something may have changed: ``waiter`` fired within ``max_wait`` seconds,
+        or this call began to listen on ``channel`` (a commit just before that was not
+        heard, so the caller should look again now rather than wait for the next one)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait
+        if channel is not None and await self._listen(channel, max_wait):
+            return True
+        remaining = deadline - loop.time()
+        if remaining > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter.wait(), remaining)
+        return waiter.is_set()
+
+    async def _listen(self, channel: str, budget: float) -> bool:
+        """Whether ``channel`` went from not listened on to listened on during this call."""
+        if channel in self._listening:
+            return False
+        task = self._tasks.get(channel)
+        if task is None or task.done():
+            if time.monotonic() < self._retry_at:
+                return False  # failed a moment ago: poll until it is worth another try
+            task = self._tasks[channel] = asyncio.create_task(
+                self._subscribe(channel), name=f"harnessx-pg-listen-{channel}"
+            )
+        # Shielded: a short wait must not cancel a connection attempt that is under way, and
+        # a black-holed server must not hold the caller longer than it meant to wait.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(task), budget)
+        return channel in self._listening
+
+    async def _subscribe(self, channel: str) -> None:
+        fresh = None
+        try:
+            async with self._lock:
+                conn = self.connection
+                if conn is None or conn.is_closed():
+                    conn = fresh = await self._connect()
+                    conn.add_termination_listener(self._lost)
+                    self.connection, self._listening = conn, set()
+                    fresh = None
+                await conn.add_listener(channel, self._heard)
+                self._listening.add(channel)
+        except self._driver_errors as exc:
+            self._retry_at = time.monotonic() + _RETRY_SECONDS
+            logger.info("cannot listen for notifications, waiting by polling: %s", self._scrub(str(exc)))
+        finally:
+            if fresh is not None:
+                await _close_quietly(fresh)
+
+    def _heard(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        if channel == self.work_channel:
+            self.wake_work()
+        else:
+            self.wake_run(payload)
+
+    def _lost(self, conn: Any) -> None:
+        if self.connection is conn:
+            self.connection, self._listening = None, set()
+        # Notifications may have been missed: let every waiter look for itself.
+        self.wake_all()
+
+    def wake_run(self, run_id: str) -> None:
+        waiter = self._runs.pop(run_id, None)
+        if waiter is not None:
+            waiter.set()
+
+    def wake_work(self) -> None:
+        waiter, self._work = self._work, asyncio.Event()
+        waiter.set()
+
+    def wake_all(self) -> None:
+        waiters, self._runs = self._runs, {}
+        for waiter in waiters.values():
+            waiter.set()
+        self.wake_work()
+
+    async def close(self) -> None:
+        """Stop listening; until the channels are set again, waiting is plain waiting."""
+        self.events_channel = self.work_channel = None
+        tasks, self._tasks = list(self._tasks.values()), {}
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        conn, self.connection, self._listening = self.connection, None, set()
+        await _close_quietly(conn)
+        self.wake_all()
+
+
+async def _close_quietly(conn: Any) -> None:
+    """Close a listening connection; if that fails (it is already broken), just drop it."""
+    if conn is None:
+        return
+    try:
+        await asyncio.wait_for(conn.close(), 10.0)
+    except Exception:
+        conn.terminate()
+    except asyncio.CancelledError:
+        conn.terminate()
+        raise
