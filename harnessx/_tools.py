@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 from harnessx._config import RetryPolicy
 from harnessx._errors import ConfigurationError, RuntimeStateError, TransientToolError
 from harnessx._results import ToolResult
-from harnessx._schema import bind_arguments, function_schema, validate_arguments
+from harnessx._schema import bind_arguments, function_schema
+from harnessx._validation import validate_arguments
 from harnessx.providers._base import ToolCall
 
 __all__ = [

@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal, NewType, NotRequired, Optional, Requ
 import pytest
 
 from harnessx._errors import ConfigurationError
-from harnessx._schema import bind_arguments, function_schema, validate_arguments
+from harnessx._schema import bind_arguments, function_schema
+from harnessx._validation import validate_arguments
 
 # ---------------------------------------------------------------------------------------------
 # Types used by the tool functions below. They live at module level because the annotations
