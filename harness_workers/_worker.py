@@ -184,8 +184,8 @@ class Worker:
             for waiter in (woken, queued):
                 waiter.cancel()
             await asyncio.gather(woken, queued, return_exceptions=True)
-            # A notification can arrive a moment before the run is claimable (its submitter
-            # still releasing the session): look again soon rather than backing off.
+            # A notification can arrive a moment before the run is claimable (a hand-off's
+            # session not yet released, say): look again soon rather than backing off.
             idle = self.config.poll_min if notified else min(idle * 2, self.config.poll_max)
 
     async def _drain_runs(self) -> None:
@@ -300,27 +300,42 @@ class Worker:
             if self._on_heartbeat is not None:
                 self._on_heartbeat()
 
+    # The control and stats loops outlive store errors (a database restart or failover that
+    # lasts longer than the store's own retries): they log and try again at their next turn,
+    # as the heartbeat and the claim loop do, rather than stop the worker.
+
     async def _control_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.control_interval)
             if not self.active:
                 continue
-            requests = await self.store.pending_controls()
-            for execution in list(self.active.values()):
-                request = requests.get(execution.session_id)
-                if request == "cancel":
-                    execution.control.request_cancel()
-                elif request == "pause":
-                    execution.control.request_pause()
-                else:
-                    continue
-                await self.store.set_control(execution.session_id, None)
+            try:
+                await self._relay_controls()
+            except HarnessError as exc:
+                logger.warning("reading pause/cancel requests failed: %s", exc)
+
+    async def _relay_controls(self) -> None:
+        requests = await self.store.pending_controls()
+        for execution in list(self.active.values()):
+            request = requests.get(execution.session_id)
+            if request == "cancel":
+                execution.control.request_cancel()
+            elif request == "pause":
+                execution.control.request_pause()
+            else:
+                continue
+            await self.store.set_control(execution.session_id, None)
 
     async def _stats_loop(self) -> None:
         known = set(self.agent_refs)
         reported: set[str] = set()
         while True:
-            stats = await self.store.queue_stats()
+            try:
+                stats = await self.store.queue_stats()
+            except HarnessError as exc:
+                logger.warning("reading queue stats failed: %s", exc)
+                await asyncio.sleep(self.config.stats_interval)
+                continue
             self.metrics.queue_depth.set(stats.depth)
             oldest = stats.oldest_queued_at
             self.metrics.queue_oldest.set(max(0.0, time.time() - oldest) if oldest is not None else 0.0)

@@ -57,6 +57,7 @@ class Supervisor:
         self._pending: dict[str, _Pending] = {}
         self._last_stuck = 0.0
         self._last_scan_ok = time.monotonic()
+        self._store_problem: str | None = None  # why the last leadership attempt failed
 
     def stop(self) -> None:
         self._stopping.set()
@@ -68,6 +69,11 @@ class Supervisor:
             return f"no successful scan for {time.monotonic() - self._last_scan_ok:.0f} s"
         return None
 
+    def readiness_problem(self) -> str | None:
+        """Why this supervisor can neither lead nor stand by, if it cannot: it keeps trying,
+        and restarting it would not bring the store back."""
+        return self.health_problem() or self._store_problem
+
     async def run(self) -> None:
         try:
             while not self._stopping.is_set():
@@ -77,7 +83,20 @@ class Supervisor:
                     self.is_leader = False
                     self.metrics.leader.set(0)
                 if not self.is_leader:
-                    self.is_leader = await self.store.try_leadership(ROLE)
+                    try:
+                        self.is_leader = await self.store.try_leadership(ROLE)
+                    except HarnessError as exc:
+                        # The store is unreachable for longer than its own retries last (a
+                        # database restart, a failover): keep trying rather than exit, or an
+                        # orchestrator's restart back-off would leave orphans unrecovered.
+                        if self._store_problem is None:
+                            logger.warning("cannot take or check leadership, trying again: %s", exc)
+                        self._store_problem = f"cannot reach the store: {exc}"
+                        await self._sleep(self.config.leader_retry)
+                        continue
+                    if self._store_problem is not None:
+                        logger.info("the store is reachable again")
+                        self._store_problem = None
                     self.metrics.leader.set(1 if self.is_leader else 0)
                     if self.is_leader:
                         logger.info("this supervisor is now the leader")

@@ -93,7 +93,7 @@ async def _serve(store: Store, config: SupervisorConfig, address: tuple[str, int
                 address[1],
                 metrics=lambda: (generate_latest(metrics.registry), CONTENT_TYPE_LATEST),
                 healthy=supervisor.health_problem,
-                ready=supervisor.health_problem,
+                ready=supervisor.readiness_problem,
             )
             await server.start()
         notifier.ready("supervisor running")

@@ -24,6 +24,7 @@ __all__ = [
     "run_record",
     "run_row_values",
     "state_after",
+    "tool_entry_columns",
     "tool_entry_from_row",
     "tool_entry_values",
 ]
@@ -106,22 +107,28 @@ def state_from(record: RunRecord, messages: list[dict[str, Any]], entries: list[
         ) from exc
 
 
-def tool_entry_values(entry: ToolEntry, run_id: str, generation: int, now: float) -> tuple[Any, ...]:
+def tool_entry_columns(entry: ToolEntry) -> tuple[Any, ...]:
+    """execution_key, iteration, idx, call, policy, status, attempt, approved, raw_result,
+    result: a tool entry's own columns, as both dialects store them."""
+    raw, result = entry.raw_result, entry.result
     return (
         entry.execution_key,
-        run_id,
         entry.iteration,
         entry.index,
         dumps(entry.call.to_dict()),
         entry.policy,
         entry.status.value,
         entry.attempt,
-        1 if entry.approved else 0,
-        dumps(entry.raw_result.to_dict()) if entry.raw_result else None,
-        dumps(entry.result.to_dict()) if entry.result else None,
-        generation,
-        now,
+        bool(entry.approved),
+        dumps(raw.to_dict()) if raw else None,
+        dumps(result.to_dict()) if result else None,
     )
+
+
+def tool_entry_values(entry: ToolEntry, run_id: str, generation: int, now: float) -> tuple[Any, ...]:
+    """A tool_calls row: its own columns with the run, the writing generation and the time."""
+    key, *columns = tool_entry_columns(entry)
+    return (key, run_id, *columns, generation, now)
 
 
 def tool_entry_from_row(row: Sequence[Any]) -> ToolEntry:

@@ -21,14 +21,15 @@ from typing import Any
 
 from harnessx._events import RunEvent
 from harnessx._state import ToolEntry
-from harnessx.store._codec import dumps
+from harnessx.store._codec import dumps, tool_entry_columns
 from harnessx.store._queries import load_queries
 
 __all__ = ["checkpoint", "checkpoint_statement", "without_steps"]
 
 Q = load_queries("postgres")
 # The parameters of each row-writing step (see postgres.sql): the moved tool calls' columns
-# and the new events' columns, one array each, or one value each when there is one row.
+# (in tool_entry_columns order) and the new events' columns, one array each, or one value
+# each when there is one row.
 _TOOL_PARAMS = range(7, 17)
 _EVENT_PARAMS = range(17, 23)
 # The run fields ($24-$31) when only events are appended.
@@ -131,25 +132,6 @@ def checkpoint(
     )
 
 
-def _tool_row(entry: ToolEntry) -> tuple[Any, ...]:
-    """execution_key, iteration, idx, call, policy, status, attempt, approved, raw_result,
-    result: the tool_calls columns the checkpoint takes ($7-$16); run id, generation and
-    time come from the statement's own parameters and clock."""
-    raw, result = entry.raw_result, entry.result
-    return (
-        entry.execution_key,
-        entry.iteration,
-        entry.index,
-        dumps(entry.call.to_dict()),
-        entry.policy,
-        entry.status.value,
-        entry.attempt,
-        bool(entry.approved),
-        dumps(raw.to_dict()) if raw else None,
-        dumps(result.to_dict()) if result else None,
-    )
-
-
 def _event_row(event: RunEvent) -> tuple[Any, ...]:
     """seq, event_id, type, step_id, attempt_id, data: the events columns ($17-$22)."""
     return (
@@ -164,8 +146,8 @@ def _event_row(event: RunEvent) -> tuple[Any, ...]:
 
 def _tool_params(tools: Sequence[ToolEntry]) -> Sequence[Any]:
     if len(tools) == 1:
-        return _tool_row(tools[0])
-    return _columns([_tool_row(entry) for entry in tools], len(_TOOL_PARAMS))
+        return tool_entry_columns(tools[0])
+    return _columns([tool_entry_columns(entry) for entry in tools], len(_TOOL_PARAMS))
 
 
 def _event_params(events: Sequence[RunEvent]) -> Sequence[Any]:

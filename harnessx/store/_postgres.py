@@ -196,8 +196,8 @@ class PostgresBackend:
         self.process_id = uuid.uuid4().hex
         self._pool: Any = None
         self._liveness: Any = None
+        # Its channels (our schema's LISTEN/NOTIFY channels) are read when the backend opens.
         self._notifications = Notifications(lambda: self._connect("listener"), DRIVER_ERRORS, self._dsn.scrub)
-        # The LISTEN/NOTIFY channels of our schema, read once when the backend opens.
         self._open_lock = asyncio.Lock()
         self._liveness_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()

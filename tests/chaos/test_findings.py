@@ -165,3 +165,61 @@ async def test_one_supervisor_leads_after_a_database_restart(cluster: ThrowawayC
             supervisor.stop()
         await asyncio.gather(*tasks)
         assert not both, "two supervisors act as leader at once"
+
+
+@pytest.mark.timeout(120)
+async def test_a_supervisor_outlives_a_database_outage_longer_than_its_retries(
+    cluster: ThrowawayCluster,
+) -> None:
+    from harnessx.store import PostgresBackend
+
+    async with PostgresBackend(cluster.dsn) as store:
+        supervisor = Supervisor(store, SupervisorConfig(scan_interval=0.1, leader_retry=0.2))
+        task = asyncio.create_task(supervisor.run())
+        await asyncio.sleep(0.5)
+        assert supervisor.is_leader
+        await asyncio.to_thread(cluster.stop, "fast")
+        # The store gives up after about 4 s of retries; the outage lasts longer.
+        await asyncio.sleep(8)
+        assert not task.done(), task.exception() if task.done() else None
+        assert supervisor.readiness_problem() is not None
+        await asyncio.to_thread(cluster.start)
+        deadline = time.monotonic() + 20
+        while not (supervisor.is_leader and supervisor.readiness_problem() is None):
+            assert not task.done(), task.exception() if task.done() else None
+            assert time.monotonic() < deadline, "the supervisor did not lead again"
+            await asyncio.sleep(0.1)
+        supervisor.stop()
+        await task
+
+
+@pytest.mark.timeout(120)
+async def test_a_worker_and_its_run_outlive_a_database_outage_longer_than_its_retries(
+    cluster: ThrowawayCluster,
+) -> None:
+    from harnessx.store import PostgresBackend
+
+    async def work() -> str:
+        """Outlast the outage."""
+        await asyncio.sleep(10)
+        return "ok"
+
+    async with (
+        PostgresBackend(cluster.dsn) as client,
+        PostgresBackend(cluster.dsn) as worker_store,
+    ):
+        config = WorkerConfig(concurrency=1, control_interval=0.1, stats_interval=0.1)
+        worker = Worker(worker_store, _registry(work), config)
+        async with _running(worker):
+            _, run_id = await _submit(client)
+            while not worker.active:
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(cluster.stop, "fast")
+            await asyncio.sleep(8)  # longer than the store's ~4 s of retries
+            await asyncio.to_thread(cluster.start)
+            deadline = time.monotonic() + 30
+            while (run := await client.get_run(run_id)) is not None and run.status == "running":
+                assert time.monotonic() < deadline, "the run did not finish after the outage"
+                await asyncio.sleep(0.1)
+            assert worker._fatal is None
+        assert run is not None and run.status == "completed"
