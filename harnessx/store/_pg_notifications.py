@@ -1,11 +1,14 @@
 """Waiting for other processes' commits on PostgreSQL: LISTEN on a connection of its own.
 
-A checkpoint that adds events sends one NOTIFY on the schema's ``events`` channel, and
-queueing a run one on its ``work`` channel (see postgres.sql). This process LISTENs on a
-channel only once something in it has waited on that channel: a pool worker waits for work
-and never hears the events of every run in the cluster; a process that follows runs driven
-elsewhere hears events and no work. A notification is only a hint to look again; whenever
-the connection is down, waiting is plain waiting and callers poll.
+A checkpoint that adds events sends one NOTIFY on the schema's ``events`` channel, but
+only while some process watches that run (a ``run_watchers`` row, which a follower renews
+while it waits); queueing a run sends one on the ``work`` channel (see postgres.sql). A
+notifying commit holds a cluster-wide lock until it is flushed, so a run nobody follows from
+elsewhere must not notify. This process LISTENs on a channel only once something in it has
+waited on that channel: a pool worker waits for work and never hears the events of every
+run in the cluster; a process that follows runs driven elsewhere hears events and no work.
+A notification is only a hint to look again; whenever the connection is down, waiting is
+plain waiting and callers poll.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 __all__ = ["Notifications"]
@@ -23,20 +26,29 @@ logger = logging.getLogger("harnessx.store.postgres")
 
 # After a failed attempt to listen, callers wait by polling this long before another try.
 _RETRY_SECONDS = 1.0
+# How long one announcement that this process follows a run lasts; it is renewed once half
+# of that has passed, by the next wait.
+WATCH_SECONDS = 60.0
+# Announcements remembered at most; past this, those that have run out are forgotten.
+_MAX_WATCHING = 1000
 
 
 class Notifications:
-    """Who in this process waits for which run or for work, and the connection that hears
-    the other processes' commits. Local commits wake waiters directly (``wake_run``,
-    ``wake_work``)."""
+    """Who in this process waits for which run or for work, the announcements that make
+    other processes notify, and the connection that hears them. Local commits wake waiters
+    directly (``wake_run``, ``wake_work``)."""
 
     def __init__(
         self,
         connect: Callable[[], Awaitable[Any]],
+        watch: Callable[[str, float], Coroutine[Any, Any, None]],
         driver_errors: tuple[type[BaseException], ...],
         scrub: Callable[[str], str],
     ) -> None:
         self._connect = connect
+        self._watch = watch  # announce (run id, seconds) in the database
+        self._watching: dict[str, float] = {}  # run id -> when its announcement runs out
+        self._announcing: dict[str, asyncio.Task[None]] = {}
         self._driver_errors = driver_errors
         self._scrub = scrub
         self.events_channel: str | None = None  # set once the schema is known
@@ -50,18 +62,26 @@ class Notifications:
         self._work = asyncio.Event()  # replaced each time it is set
 
     async def wait_for_run(self, run_id: str, max_wait: float) -> bool:
-        return await self._wait(self.events_channel, self._runs.setdefault(run_id, asyncio.Event()), max_wait)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait
+        waiter = self._runs.setdefault(run_id, asyncio.Event())
+        announced = self.events_channel is not None and await self._announce(run_id, max_wait)
+        woken = await self._wait(self.events_channel, waiter, deadline - loop.time(), look_again=announced)
+        return woken or announced
 
     async def wait_for_work(self, max_wait: float) -> bool:
         return await self._wait(self.work_channel, self._work, max_wait)
 
-    async def _wait(self, channel: str | None, waiter: asyncio.Event, max_wait: float) -> bool:
+    async def _wait(
+        self, channel: str | None, waiter: asyncio.Event, max_wait: float, *, look_again: bool = False
+    ) -> bool:
         """Whether something may have changed: ``waiter`` fired within ``max_wait`` seconds,
         or this call began to listen on ``channel`` (a commit just before that was not
         heard, so the caller should look again now rather than wait for the next one)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait
-        if channel is not None and await self._listen(channel, max_wait):
+        began_listening = channel is not None and await self._listen(channel, max(max_wait, 0.0))
+        if began_listening or look_again:
             return True
         remaining = deadline - loop.time()
         if remaining > 0:
@@ -85,6 +105,35 @@ class Notifications:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(task), budget)
         return channel in self._listening
+
+    async def _announce(self, run_id: str, budget: float) -> bool:
+        """Make sure the database knows this process follows ``run_id``; whether it did not
+        know before this call (commits until now sent no notification for it)."""
+        now = time.monotonic()
+        until = self._watching.get(run_id, 0.0)
+        if until - now > WATCH_SECONDS / 2:
+            return False
+        task = self._announcing.get(run_id)
+        if task is None or task.done():
+            task = self._announcing[run_id] = asyncio.create_task(
+                self._watch(run_id, WATCH_SECONDS), name=f"harnessx-pg-watch-{run_id}"
+            )
+        # Shielded, as in _listen: the caller waits no longer than it meant to.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(task), max(budget, 0.0))
+        if not task.done():
+            return False
+        self._announcing.pop(run_id, None)
+        if task.cancelled():
+            return False
+        failure = task.exception()
+        if failure is not None:
+            logger.info("cannot announce that run %s is followed, polling: %s", run_id, failure)
+            return False
+        if len(self._watching) >= _MAX_WATCHING:
+            self._watching = {run: end for run, end in self._watching.items() if end > now}
+        self._watching[run_id] = now + WATCH_SECONDS
+        return until <= now
 
     async def _subscribe(self, channel: str) -> None:
         fresh = None
@@ -114,6 +163,8 @@ class Notifications:
     def _lost(self, conn: Any) -> None:
         if self.connection is conn:
             self.connection, self._listening = None, set()
+            # The server may have crashed and lost its unlogged announcements: renew them.
+            self._watching.clear()
         # Notifications may have been missed: let every waiter look for itself.
         self.wake_all()
 
@@ -135,7 +186,8 @@ class Notifications:
     async def close(self) -> None:
         """Stop listening; until the channels are set again, waiting is plain waiting."""
         self.events_channel = self.work_channel = None
-        tasks, self._tasks = list(self._tasks.values()), {}
+        tasks = [*self._tasks.values(), *self._announcing.values()]
+        self._tasks, self._announcing, self._watching = {}, {}, {}
         for task in tasks:
             task.cancel()
         if tasks:

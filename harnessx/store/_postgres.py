@@ -127,6 +127,7 @@ def runtime_grants(schema: str, role: str) -> str:
     return (
         f"GRANT USAGE ON SCHEMA {s} TO {r}; "
         f"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {s} TO {r}; "
+        f"GRANT DELETE ON {s}.run_watchers TO {r}; "
         f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {r}; "
         f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r};"
     )
@@ -197,7 +198,9 @@ class PostgresBackend:
         self._pool: Any = None
         self._liveness: Any = None
         # Its channels (our schema's LISTEN/NOTIFY channels) are read when the backend opens.
-        self._notifications = Notifications(lambda: self._connect("listener"), DRIVER_ERRORS, self._dsn.scrub)
+        self._notifications = Notifications(
+            lambda: self._connect("listener"), self._watch_run, DRIVER_ERRORS, self._dsn.scrub
+        )
         self._open_lock = asyncio.Lock()
         self._liveness_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
@@ -878,6 +881,12 @@ class PostgresBackend:
         return [StuckRun(*row) for row in rows]
 
     # --------------------------------------------------------------- events
+
+    async def _watch_run(self, run_id: str, seconds: float) -> None:
+        await self._run(
+            "announcing a followed run",
+            lambda conn: conn.execute(Q["watch_run"], run_id, self.process_id, seconds),
+        )
 
     async def wait_for_events(self, run_id: str, max_wait: float) -> None:
         """Return soon after a checkpoint of ``run_id`` commits in any process (LISTEN), or

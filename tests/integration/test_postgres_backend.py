@@ -35,7 +35,16 @@ from harnessx.store._queries import load_queries
 from harnessx.testing import ThrowawayCluster, free_port, quote_ident, run_psql
 
 SCHEMA = "harness_x"
-TABLES = {"sessions", "runs", "messages", "tool_calls", "events", "workers", "harnessx_migrations"}
+TABLES = {
+    "sessions",
+    "runs",
+    "messages",
+    "tool_calls",
+    "events",
+    "workers",
+    "run_watchers",
+    "harnessx_migrations",
+}
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -194,7 +203,7 @@ async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_databa
     with pytest.raises(SchemaError) as missing:
         await PostgresBackend.connect(pg_database, auto_migrate=False)
     text = str(missing.value)
-    assert "no harnessx schema (version 0; this harnessx needs version 1)" in text
+    assert "no harnessx schema (version 0; this harnessx needs version 2)" in text
     assert redacted in text and f"harnessx migrate --dsn {redacted}" in text
 
     await (await PostgresBackend.connect(pg_database)).aclose()
@@ -202,20 +211,38 @@ async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_databa
 
     await sql(pg_database, f"INSERT INTO {SCHEMA}.harnessx_migrations VALUES (99, 'future', 'x', now())")
     for auto_migrate in (True, False):
-        with pytest.raises(SchemaError, match=r"schema version 99, newer than this harnessx knows \(1\)"):
+        with pytest.raises(SchemaError, match=r"schema version 99, newer than this harnessx knows \(2\)"):
             await PostgresBackend.connect(pg_database, auto_migrate=auto_migrate)
     await sql(pg_database, f"DELETE FROM {SCHEMA}.harnessx_migrations WHERE version = 99")
 
+    migrations = f"{SCHEMA}.harnessx_migrations"
+    (checksum,) = (await sql(pg_database, f"SELECT checksum FROM {migrations} WHERE version = 1"))[0]
     await sql(pg_database, f"UPDATE {SCHEMA}.harnessx_migrations SET checksum = 'tampered' WHERE version = 1")
     for auto_migrate in (True, False):
         with pytest.raises(SchemaError, match=r"0001_initial was altered after it was applied"):
             await PostgresBackend.connect(pg_database, auto_migrate=auto_migrate)
 
-    await sql(pg_database, f"DELETE FROM {SCHEMA}.harnessx_migrations WHERE version = 1")
+    await sql(pg_database, f"UPDATE {migrations} SET checksum = $1 WHERE version = 1", checksum)
+    await sql(pg_database, f"DELETE FROM {SCHEMA}.harnessx_migrations WHERE version = 2")
     with pytest.raises(
-        SchemaError, match=r"at schema version 0, this harnessx needs version 1: run 'harnessx"
+        SchemaError, match=r"at schema version 1, this harnessx needs version 2: run 'harnessx"
     ):
         await PostgresBackend.connect(pg_database, auto_migrate=False)
+
+
+async def test_a_version_1_database_with_a_run_in_flight_upgrades_in_place(pg_database: str) -> None:
+    async with PostgresBackend(pg_database) as backend:
+        lease = await start_run(backend, "s", "r1")
+    # As the database was before migration 2.
+    await sql(pg_database, f"DROP TABLE {SCHEMA}.run_watchers")
+    await sql(pg_database, f"DELETE FROM {SCHEMA}.harnessx_migrations WHERE version = 2")
+    async with PostgresBackend(pg_database) as backend:
+        versions = await sql(pg_database, f"SELECT version FROM {SCHEMA}.harnessx_migrations ORDER BY 1")
+        assert [row[0] for row in versions] == [1, 2]
+        lease = await backend.claim("s", lease.owner)  # the same holder takes its session again
+        await backend.append_events(lease, "r1", [event("r1", 2)])
+        await backend.wait_for_events("r1", 0.01)  # announces itself in the new table
+        assert [e.cursor for e in await backend.read_events("r1", 1)] == ["2"]
 
 
 MIGRATOR = """
@@ -247,7 +274,9 @@ async def test_three_processes_provision_an_empty_database_exactly_once(pg_datab
         assert child.returncode == 0, err.decode()
     logs = "".join(err.decode() for _, err in outputs)
     assert logs.count("applied migration 0001_initial") == 1, logs
-    rows = await sql(pg_database, f"SELECT version, count(*) FROM {SCHEMA}.harnessx_migrations GROUP BY 1")
+    rows = await sql(
+        pg_database, f"SELECT version, count(*) FROM {SCHEMA}.harnessx_migrations GROUP BY 1 ORDER BY 1"
+    )
     assert [tuple(r) for r in rows] == [(m.version, 1) for m in load_migrations("postgres")]
 
 
@@ -471,6 +500,8 @@ async def test_one_notification_per_checkpoint_not_per_event(pg_database: str) -
         listener = await asyncpg.connect(pg_database)
         try:
             await listener.add_listener(channel, lambda *args: heard.append(args[3]))
+            for run_id in ("r1", "r2"):  # someone follows both runs
+                await backend._watch_run(run_id, 60)
             await backend.append_events(lease, "r1", [event("r1", n) for n in range(2, 12)])
             state = await backend.load_state("r1")
             await backend.commit(lease, state, Delta(Phase.PREPARE_TOOLS, tools=[tool_entry("r1")]), [])
@@ -480,6 +511,39 @@ async def test_one_notification_per_checkpoint_not_per_event(pg_database: str) -
         finally:
             await listener.close()
         assert heard == ["r1", "r2"]
+
+
+async def test_only_a_run_some_process_follows_sends_notifications(pg_database: str) -> None:
+    async with backends(pg_database, 2) as (writer, follower):
+        followed = await start_run(writer, "s", "followed")
+        alone = await start_run(writer, "t", "alone")
+        lapsed = await start_run(writer, "u", "lapsed")
+        (channel,) = (await sql(pg_database, f"SELECT {SCHEMA}.harnessx_channel('events')"))[0]
+        heard: list[str] = []
+        listener = await asyncpg.connect(pg_database)
+        try:
+            await listener.add_listener(channel, lambda *args: heard.append(args[3]))
+            assert await follower.wait_for_events("followed", 5) is None  # announces, looks again
+            await follower._watch_run("lapsed", 0.05)
+            await asyncio.sleep(0.2)
+            watchers = await sql(
+                pg_database, f"SELECT run_id, process_id FROM {SCHEMA}.run_watchers ORDER BY 1"
+            )
+            assert [tuple(row) for row in watchers] == [
+                ("followed", follower.process_id),
+                ("lapsed", follower.process_id),
+            ]
+            await writer.append_events(alone, "alone", [event("alone", 2)])
+            await writer.append_events(lapsed, "lapsed", [event("lapsed", 2)])
+            await writer.append_events(followed, "followed", [event("followed", 2)])
+            await eventually(lambda: "followed" in heard)
+        finally:
+            await listener.close()
+        assert heard == ["followed"]
+        # An announcement that ran out is dropped by the next one made anywhere.
+        await writer._watch_run("other", 60)
+        watchers = await sql(pg_database, f"SELECT run_id FROM {SCHEMA}.run_watchers ORDER BY 1")
+        assert [row[0] for row in watchers] == ["followed", "other"]
 
 
 async def test_a_process_listens_only_on_the_channels_it_waits_on(pg_database: str) -> None:
@@ -809,6 +873,12 @@ async def test_missing_privileges_name_the_grant_to_run(pg_database: str, limite
         lease = await start_run(backend, "s", "r1")
         await backend.requeue(lease, "r1")
         assert (await backend.renew([lease])).held == {"s"}
+        # Following a run announces it, and clears announcements that ran out.
+        await backend._watch_run("gone", 0.01)
+        await asyncio.sleep(0.05)
+        await backend._watch_run("r1", 60)
+        watched = await sql(pg_database, f"SELECT run_id FROM {SCHEMA}.run_watchers")
+        assert [row[0] for row in watched] == ["r1"]
 
 
 # ------------------------------------------------------------------------------- pool

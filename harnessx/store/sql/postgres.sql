@@ -112,7 +112,7 @@ UPDATE sessions SET control = $1 WHERE id = $2;
 -- event's seq (0: none); $24-$31 the run's fields after the delta (all NULL when only events
 -- are appended); $32-$34 request message (NULL: the run exists), request id and queued flag
 -- of a run to create (queued: also give the lease up); $35, $36 the 'events' and 'work'
--- channels to notify (NULL: not now).
+-- channels to notify (NULL: not now; 'events' only if some process watches the run).
 -- JSON is passed as text and stored verbatim (json, not jsonb, columns).
 --
 -- _postgres._checkpoint_statement leaves out the steps (new_run, messages_added, tools_moved,
@@ -200,9 +200,28 @@ SELECT CASE
         END
     WHEN $32 IS NULL AND NOT EXISTS (SELECT FROM run) THEN
         harnessx_raise('HX002', 'run ' || $5 || ' is not a run of session ' || $1)
-    ELSE (CASE WHEN $35 IS NULL THEN true ELSE pg_notify($35, $5) IS NOT NULL END)
+    -- Notify only a run that some process follows (see the run_watchers table).
+    ELSE (CASE WHEN $35 IS NULL
+                    OR NOT EXISTS (SELECT FROM run_watchers WHERE run_id = $5 AND expires_at > now())
+               THEN true ELSE pg_notify($35, $5) IS NOT NULL END)
         AND (CASE WHEN $36 IS NULL THEN true ELSE pg_notify($36, $5) IS NOT NULL END)
 END;
+
+-- name: watch_run
+-- Process $2 follows run $1 for the next $3 seconds: the run's checkpoints notify meanwhile.
+-- Also drops up to 100 announcements that have run out (never the one being renewed, which
+-- the statement must not touch twice).
+WITH purged AS (
+    DELETE FROM run_watchers
+    WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM run_watchers
+        WHERE expires_at < now() AND (run_id, process_id) <> ($1, $2)
+        LIMIT 100
+    ))
+)
+INSERT INTO run_watchers (run_id, process_id, expires_at)
+VALUES ($1, $2, now() + make_interval(secs => $3))
+ON CONFLICT (run_id, process_id) DO UPDATE SET expires_at = excluded.expires_at;
 
 -- name: get_run
 -- One run by id.
