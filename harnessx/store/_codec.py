@@ -22,8 +22,7 @@ __all__ = [
     "event_from_row",
     "loads",
     "run_record",
-    "run_row_values",
-    "state_after",
+    "run_values",
     "tool_entry_columns",
     "tool_entry_from_row",
     "tool_entry_values",
@@ -175,31 +174,21 @@ def event_from_row(row: Sequence[Any], session_id: str = "") -> RunEvent:
         raise StorageError(f"corrupt event {seq} of run {run_id} ({exc}): restore it from a backup") from exc
 
 
-def state_after(state: RunState, delta: Delta) -> dict[str, Any]:
-    """The run's scalar fields once ``delta`` is applied (what ``update_run`` writes)."""
-    fields = {
-        "status": state.status,
-        "phase": state.phase,
-        "iteration": state.iteration,
-        "usage": state.usage,
-        "output": state.output,
-        "stop_reason": state.stop_reason,
-        "error": state.error,
-        "usage_incomplete": state.usage_incomplete,
-    }
-    fields.update(delta.run)
-    return fields
-
-
-def run_row_values(fields: dict[str, Any]) -> tuple[Any, ...]:
-    """``status, phase, iteration, usage, output, stop_reason, error, usage_incomplete``."""
+def run_values(state: RunState, delta: Delta) -> tuple[Any, ...]:
+    """The run's fields once ``delta`` is applied, as a checkpoint writes them: status,
+    phase, iteration, usage, output, stop_reason, error, usage_incomplete. (Written out
+    field by field: this runs on every checkpoint.)"""
+    changed = delta.run
+    status = changed.get("status", state.status)
+    phase = changed.get("phase", state.phase)
+    error = changed.get("error", state.error)
     return (
-        RunStatus(fields["status"]).value,
-        Phase(fields["phase"]).value,
-        int(fields["iteration"]),
-        dumps(fields["usage"].to_dict()),
-        fields["output"],
-        fields["stop_reason"],
-        dumps(fields["error"]) if fields["error"] else None,
-        1 if fields["usage_incomplete"] else 0,
+        status.value if isinstance(status, RunStatus) else RunStatus(status).value,
+        phase.value if isinstance(phase, Phase) else Phase(phase).value,
+        int(changed.get("iteration", state.iteration)),
+        dumps(changed.get("usage", state.usage).to_dict()),
+        changed.get("output", state.output),
+        changed.get("stop_reason", state.stop_reason),
+        dumps(error) if error else None,
+        bool(changed.get("usage_incomplete", state.usage_incomplete)),
     )

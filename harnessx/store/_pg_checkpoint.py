@@ -121,7 +121,7 @@ def checkpoint(
             *_tool_params(tools),
             *_event_params(events),
             last_seq,
-            *(_NO_RUN_FIELDS if run is None else (*run[:7], bool(run[7]))),
+            *(_NO_RUN_FIELDS if run is None else run),
             new_run["request_message"] if new_run else None,
             new_run["request_id"] if new_run else None,
             queued,

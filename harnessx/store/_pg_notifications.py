@@ -1,10 +1,10 @@
 """Waiting for other processes' commits on PostgreSQL: LISTEN on a connection of its own.
 
 A checkpoint that adds events sends one NOTIFY on the schema's ``events`` channel, but
-only while some process watches that run (a ``run_watchers`` row, which a follower renews
-while it waits); queueing a run sends one on the ``work`` channel (see postgres.sql). A
-notifying commit holds a cluster-wide lock until it is flushed, so a run nobody follows from
-elsewhere must not notify. This process LISTENs on a channel only once something in it has
+only while some process follows the session (``sessions.watched_until``, which a follower
+pushes forward while it waits); queueing a run sends one on the ``work`` channel (see
+postgres.sql). A notifying commit holds a cluster-wide lock until it is flushed, so a run
+nobody follows from elsewhere must not notify. This process LISTENs on a channel only once something in it has
 waited on that channel: a pool worker waits for work and never hears the events of every
 run in the cluster; a process that follows runs driven elsewhere hears events and no work.
 A notification is only a hint to look again; whenever the connection is down, waiting is
@@ -163,7 +163,8 @@ class Notifications:
     def _lost(self, conn: Any) -> None:
         if self.connection is conn:
             self.connection, self._listening = None, set()
-            # The server may have crashed and lost its unlogged announcements: renew them.
+            # Notifications may have been missed, and a restored backup may have lost the
+            # announcements: make them again.
             self._watching.clear()
         # Notifications may have been missed: let every waiter look for itself.
         self.wake_all()

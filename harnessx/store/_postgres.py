@@ -60,8 +60,7 @@ from harnessx.store._codec import (
     event_from_row,
     loads,
     run_record,
-    run_row_values,
-    state_after,
+    run_values,
     state_from,
     tool_entry_from_row,
 )
@@ -127,7 +126,6 @@ def runtime_grants(schema: str, role: str) -> str:
     return (
         f"GRANT USAGE ON SCHEMA {s} TO {r}; "
         f"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {s} TO {r}; "
-        f"GRANT DELETE ON {s}.run_watchers TO {r}; "
         f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {r}; "
         f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r};"
     )
@@ -720,7 +718,7 @@ class PostgresBackend:
             messages=delta.messages,
             tools=delta.tools,
             events=delta.events,
-            run=run_row_values(state_after(fresh, delta)),
+            run=run_values(fresh, delta),
             new_run={"request_id": request_id, "request_message": message, "queued": queued},
         )
 
@@ -731,7 +729,7 @@ class PostgresBackend:
             messages=delta.messages,
             tools=delta.tools,
             events=[*provisional, *delta.events],
-            run=run_row_values(state_after(state, delta)),
+            run=run_values(state, delta),
         )
 
     async def append_events(self, lease: Lease, run_id: str, events: list[RunEvent]) -> None:
@@ -885,7 +883,7 @@ class PostgresBackend:
     async def _watch_run(self, run_id: str, seconds: float) -> None:
         await self._run(
             "announcing a followed run",
-            lambda conn: conn.execute(Q["watch_run"], run_id, self.process_id, seconds),
+            lambda conn: conn.execute(Q["watch_run"], run_id, seconds),
         )
 
     async def wait_for_events(self, run_id: str, max_wait: float) -> None:

@@ -27,15 +27,13 @@ from typing import Any, TypeVar
 
 from harnessx._errors import ConfigurationError, LeaseLostError, SchemaError, SessionBusyError, StorageError
 from harnessx._events import RunEvent
-from harnessx._results import RunStatus
 from harnessx._state import Delta, RunState
 from harnessx.store._codec import (
     dumps,
     event_from_row,
     loads,
     run_record,
-    run_row_values,
-    state_after,
+    run_values,
     state_from,
     tool_entry_from_row,
     tool_entry_values,
@@ -395,17 +393,10 @@ class SQLiteBackend:
         for entry in delta.tools:
             conn.execute(Q["upsert_tool_call"], tool_entry_values(entry, state.run_id, lease.generation, now))
         last_seq = self._insert_events(conn, lease, events, now)
-        fields = state_after(state, delta)
+        values = run_values(state, delta)
         conn.execute(
             Q["update_run"],
-            (
-                *run_row_values(fields),
-                last_seq,
-                lease.generation,
-                now,
-                RunStatus(fields["status"]).value,
-                state.run_id,
-            ),
+            (*values, last_seq, lease.generation, now, values[0], state.run_id),
         )
 
     def _insert_events(

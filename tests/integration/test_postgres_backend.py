@@ -42,7 +42,6 @@ TABLES = {
     "tool_calls",
     "events",
     "workers",
-    "run_watchers",
     "harnessx_migrations",
 }
 
@@ -234,14 +233,14 @@ async def test_a_version_1_database_with_a_run_in_flight_upgrades_in_place(pg_da
     async with PostgresBackend(pg_database) as backend:
         lease = await start_run(backend, "s", "r1")
     # As the database was before migration 2.
-    await sql(pg_database, f"DROP TABLE {SCHEMA}.run_watchers")
+    await sql(pg_database, f"ALTER TABLE {SCHEMA}.sessions DROP COLUMN watched_until")
     await sql(pg_database, f"DELETE FROM {SCHEMA}.harnessx_migrations WHERE version = 2")
     async with PostgresBackend(pg_database) as backend:
         versions = await sql(pg_database, f"SELECT version FROM {SCHEMA}.harnessx_migrations ORDER BY 1")
         assert [row[0] for row in versions] == [1, 2]
         lease = await backend.claim("s", lease.owner)  # the same holder takes its session again
         await backend.append_events(lease, "r1", [event("r1", 2)])
-        await backend.wait_for_events("r1", 0.01)  # announces itself in the new table
+        await backend.wait_for_events("r1", 0.01)  # announces itself in the new column
         assert [e.cursor for e in await backend.read_events("r1", 1)] == ["2"]
 
 
@@ -526,13 +525,12 @@ async def test_only_a_run_some_process_follows_sends_notifications(pg_database: 
             assert await follower.wait_for_events("followed", 5) is None  # announces, looks again
             await follower._watch_run("lapsed", 0.05)
             await asyncio.sleep(0.2)
-            watchers = await sql(
-                pg_database, f"SELECT run_id, process_id FROM {SCHEMA}.run_watchers ORDER BY 1"
+            watched = await sql(
+                pg_database,
+                f"SELECT id, watched_until > now() FROM {SCHEMA}.sessions WHERE watched_until IS NOT NULL "
+                "ORDER BY 1",
             )
-            assert [tuple(row) for row in watchers] == [
-                ("followed", follower.process_id),
-                ("lapsed", follower.process_id),
-            ]
+            assert [tuple(row) for row in watched] == [("s", True), ("u", False)]
             await writer.append_events(alone, "alone", [event("alone", 2)])
             await writer.append_events(lapsed, "lapsed", [event("lapsed", 2)])
             await writer.append_events(followed, "followed", [event("followed", 2)])
@@ -540,10 +538,11 @@ async def test_only_a_run_some_process_follows_sends_notifications(pg_database: 
         finally:
             await listener.close()
         assert heard == ["followed"]
-        # An announcement that ran out is dropped by the next one made anywhere.
-        await writer._watch_run("other", 60)
-        watchers = await sql(pg_database, f"SELECT run_id FROM {SCHEMA}.run_watchers ORDER BY 1")
-        assert [row[0] for row in watchers] == ["followed", "other"]
+        # Announcements only ever push the deadline forward.
+        before = await sql(pg_database, f"SELECT watched_until FROM {SCHEMA}.sessions WHERE id = 's'")
+        await writer._watch_run("followed", 1)
+        after = await sql(pg_database, f"SELECT watched_until FROM {SCHEMA}.sessions WHERE id = 's'")
+        assert after == before
 
 
 async def test_a_process_listens_only_on_the_channels_it_waits_on(pg_database: str) -> None:
@@ -873,12 +872,10 @@ async def test_missing_privileges_name_the_grant_to_run(pg_database: str, limite
         lease = await start_run(backend, "s", "r1")
         await backend.requeue(lease, "r1")
         assert (await backend.renew([lease])).held == {"s"}
-        # Following a run announces it, and clears announcements that ran out.
-        await backend._watch_run("gone", 0.01)
-        await asyncio.sleep(0.05)
+        # Following a run announces it on its session.
         await backend._watch_run("r1", 60)
-        watched = await sql(pg_database, f"SELECT run_id FROM {SCHEMA}.run_watchers")
-        assert [row[0] for row in watched] == ["r1"]
+        watched = await sql(pg_database, f"SELECT id FROM {SCHEMA}.sessions WHERE watched_until > now()")
+        assert [row[0] for row in watched] == ["s"]
 
 
 # ------------------------------------------------------------------------------- pool

@@ -112,7 +112,7 @@ UPDATE sessions SET control = $1 WHERE id = $2;
 -- event's seq (0: none); $24-$31 the run's fields after the delta (all NULL when only events
 -- are appended); $32-$34 request message (NULL: the run exists), request id and queued flag
 -- of a run to create (queued: also give the lease up); $35, $36 the 'events' and 'work'
--- channels to notify (NULL: not now; 'events' only if some process watches the run).
+-- channels to notify (NULL: not now; 'events' only while some process follows the session).
 -- JSON is passed as text and stored verbatim (json, not jsonb, columns).
 --
 -- _postgres._checkpoint_statement leaves out the steps (new_run, messages_added, tools_moved,
@@ -139,7 +139,7 @@ fence AS (
     WHERE s.id = $1 AND s.lease_owner = $2 AND s.generation = $3
       AND s.lease_expires_at > clock_timestamp()
       AND s.last_checkpoint IS DISTINCT FROM $4
-    RETURNING s.message_count - cardinality($6) AS history_length
+    RETURNING s.message_count - cardinality($6) AS history_length, s.watched_until > now() AS watched
 ),
 new_run AS (
     INSERT INTO runs (id, session_id, request_id, request_message, status, phase, iteration, usage,
@@ -200,28 +200,16 @@ SELECT CASE
         END
     WHEN $32 IS NULL AND NOT EXISTS (SELECT FROM run) THEN
         harnessx_raise('HX002', 'run ' || $5 || ' is not a run of session ' || $1)
-    -- Notify only a run that some process follows (see the run_watchers table).
-    ELSE (CASE WHEN $35 IS NULL
-                    OR NOT EXISTS (SELECT FROM run_watchers WHERE run_id = $5 AND expires_at > now())
+    -- The events channel only while some process follows the session (see watch_run).
+    ELSE (CASE WHEN $35 IS NULL OR NOT coalesce((SELECT watched FROM fence), false)
                THEN true ELSE pg_notify($35, $5) IS NOT NULL END)
         AND (CASE WHEN $36 IS NULL THEN true ELSE pg_notify($36, $5) IS NOT NULL END)
 END;
 
 -- name: watch_run
--- Process $2 follows run $1 for the next $3 seconds: the run's checkpoints notify meanwhile.
--- Also drops up to 100 announcements that have run out (never the one being renewed, which
--- the statement must not touch twice).
-WITH purged AS (
-    DELETE FROM run_watchers
-    WHERE ctid = ANY (ARRAY(
-        SELECT ctid FROM run_watchers
-        WHERE expires_at < now() AND (run_id, process_id) <> ($1, $2)
-        LIMIT 100
-    ))
-)
-INSERT INTO run_watchers (run_id, process_id, expires_at)
-VALUES ($1, $2, now() + make_interval(secs => $3))
-ON CONFLICT (run_id, process_id) DO UPDATE SET expires_at = excluded.expires_at;
+-- Some process follows run $1 for the next $2 seconds: its session's checkpoints notify.
+UPDATE sessions s SET watched_until = greatest(s.watched_until, now() + make_interval(secs => $2))
+FROM runs r WHERE r.id = $1 AND s.id = r.session_id;
 
 -- name: get_run
 -- One run by id.
