@@ -490,15 +490,24 @@ async def test_wait_for_events_wakes_on_another_backends_commit(pg_database: str
         assert time.monotonic() - began < 2.0
 
 
+@contextlib.asynccontextmanager
+async def events_heard(dsn: str) -> AsyncIterator[list[str]]:
+    """The run ids of the 'events' notifications heard by a plain LISTEN meanwhile."""
+    (channel,) = (await sql(dsn, f"SELECT {SCHEMA}.harnessx_channel('events')"))[0]
+    heard: list[str] = []
+    listener = await asyncpg.connect(dsn)
+    try:
+        await listener.add_listener(channel, lambda *args: heard.append(args[3]))
+        yield heard
+    finally:
+        await listener.close()
+
+
 async def test_one_notification_per_checkpoint_not_per_event(pg_database: str) -> None:
     async with PostgresBackend(pg_database) as backend:
         lease = await start_run(backend, "s", "r1")
         barrier = await start_run(backend, "t", "r2")
-        (channel,) = (await sql(pg_database, f"SELECT {SCHEMA}.harnessx_channel('events')"))[0]
-        heard: list[str] = []
-        listener = await asyncpg.connect(pg_database)
-        try:
-            await listener.add_listener(channel, lambda *args: heard.append(args[3]))
+        async with events_heard(pg_database) as heard:
             for run_id in ("r1", "r2"):  # someone follows both runs
                 await backend._watch_run(run_id, 60)
             await backend.append_events(lease, "r1", [event("r1", n) for n in range(2, 12)])
@@ -507,8 +516,6 @@ async def test_one_notification_per_checkpoint_not_per_event(pg_database: str) -
             # Notifications arrive in commit order: once r2's is in, r1's are all in.
             await backend.append_events(barrier, "r2", [event("r2", 2)])
             await eventually(lambda: "r2" in heard)
-        finally:
-            await listener.close()
         assert heard == ["r1", "r2"]
 
 
@@ -517,11 +524,7 @@ async def test_only_a_run_some_process_follows_sends_notifications(pg_database: 
         followed = await start_run(writer, "s", "followed")
         alone = await start_run(writer, "t", "alone")
         lapsed = await start_run(writer, "u", "lapsed")
-        (channel,) = (await sql(pg_database, f"SELECT {SCHEMA}.harnessx_channel('events')"))[0]
-        heard: list[str] = []
-        listener = await asyncpg.connect(pg_database)
-        try:
-            await listener.add_listener(channel, lambda *args: heard.append(args[3]))
+        async with events_heard(pg_database) as heard:
             assert await follower.wait_for_events("followed", 5) is None  # announces, looks again
             await follower._watch_run("lapsed", 0.05)
             await asyncio.sleep(0.2)
@@ -535,8 +538,6 @@ async def test_only_a_run_some_process_follows_sends_notifications(pg_database: 
             await writer.append_events(lapsed, "lapsed", [event("lapsed", 2)])
             await writer.append_events(followed, "followed", [event("followed", 2)])
             await eventually(lambda: "followed" in heard)
-        finally:
-            await listener.close()
         assert heard == ["followed"]
         # Announcements only ever push the deadline forward.
         before = await sql(pg_database, f"SELECT watched_until FROM {SCHEMA}.sessions WHERE id = 's'")
