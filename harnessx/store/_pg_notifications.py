@@ -20,6 +20,8 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from harnessx.store._waiters import RunWaiters
+
 __all__ = ["Notifications"]
 
 logger = logging.getLogger("harnessx.store.postgres")
@@ -58,16 +60,15 @@ class Notifications:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()  # one connection, set up and subscribed one step at a time
         self._retry_at = 0.0
-        self._runs: dict[str, asyncio.Event] = {}
+        self._runs = RunWaiters()
         self._work = asyncio.Event()  # replaced each time it is set
 
     async def wait_for_run(self, run_id: str, max_wait: float) -> bool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait
-        waiter = self._runs.setdefault(run_id, asyncio.Event())
-        announced = self.events_channel is not None and await self._announce(run_id, max_wait)
-        woken = await self._wait(self.events_channel, waiter, deadline - loop.time(), look_again=announced)
-        return woken or announced
+        async with self._runs.waiting(run_id) as waiter:
+            announced = self.events_channel is not None and await self._announce(run_id, max_wait)
+            return await self._wait(self.events_channel, waiter, deadline - loop.time(), look_again=announced)
 
     async def wait_for_work(self, max_wait: float) -> bool:
         return await self._wait(self.work_channel, self._work, max_wait)
@@ -170,18 +171,14 @@ class Notifications:
         self.wake_all()
 
     def wake_run(self, run_id: str) -> None:
-        waiter = self._runs.pop(run_id, None)
-        if waiter is not None:
-            waiter.set()
+        self._runs.wake(run_id)
 
     def wake_work(self) -> None:
         waiter, self._work = self._work, asyncio.Event()
         waiter.set()
 
     def wake_all(self) -> None:
-        waiters, self._runs = self._runs, {}
-        for waiter in waiters.values():
-            waiter.set()
+        self._runs.wake_all()
         self.wake_work()
 
     async def close(self) -> None:

@@ -51,6 +51,7 @@ from harnessx.store._protocol import (
     WorkerInfo,
 )
 from harnessx.store._queries import load_queries
+from harnessx.store._waiters import RunWaiters
 
 __all__ = ["SQLiteBackend"]
 
@@ -98,7 +99,7 @@ class SQLiteBackend:
         self._conn: sqlite3.Connection | None = None
         self._liveness: int | None = None
         self._closed = False
-        self._waiters: dict[str, asyncio.Event] = {}
+        self._waiters = RunWaiters()
         self._leaderships: dict[str, int] = {}
 
     def __repr__(self) -> str:
@@ -480,16 +481,14 @@ class SQLiteBackend:
             self._notify(run_id)
 
     def _notify(self, run_id: str) -> None:
-        waiter = self._waiters.pop(run_id, None)
-        if waiter is not None:
-            waiter.set()
+        self._waiters.wake(run_id)
 
     async def wait_for_events(self, run_id: str, max_wait: float) -> None:
         """Return when this process commits events for ``run_id``, or after ``timeout``
         (other processes' commits are seen by polling: SQLite has no notifications)."""
-        waiter = self._waiters.setdefault(run_id, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(waiter.wait(), max_wait)
+        async with self._waiters.waiting(run_id) as waiter:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter.wait(), max_wait)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         row = await self._call(lambda conn: conn.execute(Q["get_run"], (run_id,)).fetchone())

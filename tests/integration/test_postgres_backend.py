@@ -503,6 +503,19 @@ async def events_heard(dsn: str) -> AsyncIterator[list[str]]:
         await listener.close()
 
 
+async def test_waiting_on_many_runs_keeps_nothing_once_the_waits_end(pg_database: str) -> None:
+    async with backends(pg_database, 2) as (writer, follower):
+        lease = await start_run(writer, "s", "r1")
+        await asyncio.gather(*(follower.wait_for_events(f"gone{n}", 0.05) for n in range(20)))
+        # Two waiters on one run: the first to time out leaves the event to the other.
+        second = asyncio.create_task(follower.wait_for_events("r1", 30))
+        await follower.wait_for_events("r1", 0.05)
+        await asyncio.sleep(0.1)
+        await writer.append_events(lease, "r1", [event("r1", 2)])
+        await asyncio.wait_for(second, 5)
+        assert len(follower._notifications._runs) == 0
+
+
 async def test_one_notification_per_checkpoint_not_per_event(pg_database: str) -> None:
     async with PostgresBackend(pg_database) as backend:
         lease = await start_run(backend, "s", "r1")
