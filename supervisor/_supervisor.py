@@ -57,7 +57,7 @@ class Supervisor:
         self._pending: dict[str, _Pending] = {}
         self._last_stuck = 0.0
         self._last_scan_ok = time.monotonic()
-        self._store_problem: str | None = None  # why the last leadership attempt failed
+        self._store_problem: str | None = None  # why the last leadership attempt or scan failed
 
     def stop(self) -> None:
         self._stopping.set()
@@ -107,8 +107,12 @@ class Supervisor:
                 try:
                     await self.scan()
                     self._last_scan_ok = time.monotonic()
+                    self._store_problem = None
                 except HarnessError as exc:
+                    # Not ready at once: noticing that the store's connection (and with it
+                    # the leadership lock) is gone can take another round of retries.
                     logger.warning("scan failed: %s", exc)
+                    self._store_problem = f"scans fail: {exc}"
                 await self._sleep(self.config.scan_interval)
         finally:
             if self.is_leader:
