@@ -739,11 +739,8 @@ async def test_dropped_connections_are_retried_and_liveness_is_retaken(pg_databa
         await sql(pg_database, terminate, "harnessx-liveness")
         await eventually(lambda: dropped.is_closed())
         # Taken again as soon as the connection drops, not at the next lease renewal.
-        for _ in range(200):
-            if a._liveness is not None and a._liveness is not dropped and await b.process_alive(lease.owner):
-                break
-            await asyncio.sleep(0.01)
-        assert await b.process_alive(lease.owner)
+        await eventually(lambda: a._liveness is not None and a._liveness is not dropped)
+        await eventually(lambda: b.process_alive(lease.owner))
         await a.renew([lease])  # and the heartbeat still works
 
 
