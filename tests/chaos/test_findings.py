@@ -92,7 +92,7 @@ async def test_a_run_whose_lease_expired_is_not_stranded(tmp_path: Path) -> None
             await supervisor.scan()
         # Another worker gets its chance to continue the run.
         async with _running(Worker(second_store, _registry(lambda: "ok"), WorkerConfig(concurrency=1))):
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + 20
             while (run := await client.get_run(run_id)) is not None and run.status == "running":
                 if time.monotonic() > deadline:
                     break
