@@ -8,8 +8,11 @@ For each backend it reports:
 
 - floor: SQLite, a single-row commit (``BEGIN IMMEDIATE; UPDATE …; COMMIT``) on the
   backend's own thread; PostgreSQL, a bare fenced single-row ``UPDATE`` through the pool;
-- checkpoint: one boundary commit as the runtime makes it (a tool entry moved plus one
-  event, fenced), and its ratio to the floor; floor commits and checkpoints alternate;
+- checkpoint: one boundary commit as the runtime makes it (a tool's raw result: a tool entry
+  moved plus one event, fenced), and its ratio to the floor; then the same boundary had it
+  also changed a run field (as a model call's usage does), which writes the run row too
+  (on PostgreSQL a phase change alone goes to the session row); floor commits and both
+  kinds of checkpoint take turns;
 - run: a whole run with one tool call and an answer (about eight boundaries);
 - late/early: the median checkpoint cost of turns 181-200 of a long session over that of
   turns 1-20 of a fresh one, the two sessions taking turns (each turn is a run with one
@@ -26,6 +29,7 @@ import asyncio
 import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -83,10 +87,13 @@ async def floor_postgres(backend: Any, lease: Lease) -> Callable[[], Awaitable[N
 
 def checkpoint_maker(
     store: Store, lease: Lease, state: RunState, first_seq: int
-) -> Callable[[], Callable[[], Awaitable[None]]]:
+) -> Callable[[bool], Callable[[], Awaitable[None]]]:
     """Boundaries like a tool's raw result: one tool entry moves, one event is appended.
     Each call builds the next delta and returns the commit to time: building the delta is
-    the engine's work, not the store's (CheckpointTimer times the runtime's commits alike)."""
+    the engine's work, not the store's (CheckpointTimer times the runtime's commits alike).
+    ``run_row``: the delta also sets a run field (as a model call's usage does), so the run
+    row is written too; otherwise only the phase moves, which PostgreSQL keeps on the
+    session row the fence writes anyway."""
     seq = first_seq
     entry = ToolEntry(
         execution_key=f"{state.run_id}:0:bench",
@@ -98,7 +105,7 @@ def checkpoint_maker(
         attempt=1,
     )
 
-    def next_commit() -> Callable[[], Awaitable[None]]:
+    def next_commit(run_row: bool = False) -> Callable[[], Awaitable[None]]:
         nonlocal seq, entry
         seq += 1
         entry = entry.moved(status=ToolStatus.RAW_COMPLETED, raw_result=ToolResult("bench", "ok " * 20))
@@ -109,7 +116,8 @@ def checkpoint_maker(
             state.run_id,
         )
         event.cursor = str(seq)
-        delta = Delta(Phase.RAW_RESULT, tools=[entry], events=[event])
+        changed = {"iteration": state.iteration} if run_row else {}
+        delta = Delta(Phase.RAW_RESULT, tools=[entry], events=[event], run=changed)
         return lambda: store.commit(lease, state, delta, [])
 
     return next_commit
@@ -117,23 +125,25 @@ def checkpoint_maker(
 
 async def floor_and_checkpoints(
     floor: Callable[[], Awaitable[None]],
-    next_commit: Callable[[], Callable[[], Awaitable[None]]],
+    next_commit: Callable[[bool], Callable[[], Awaitable[None]]],
     repeat: int,
-) -> tuple[list[float], list[float]]:
-    """Floor commits and checkpoints alternately, so that both see the same machine: on a
-    shared VM, timing one block after the other lets drift between the blocks into the
+) -> tuple[list[float], list[float], list[float]]:
+    """Floor commits and both kinds of checkpoint in turn, so that all see the same machine:
+    on a shared VM, timing one block after the other lets drift between the blocks into the
     ratio."""
     floor_ms: list[float] = []
     checkpoint_ms: list[float] = []
+    run_row_ms: list[float] = []
     for _ in range(repeat):
         start = time.perf_counter()
         await floor()
         floor_ms.append((time.perf_counter() - start) * 1000)
-        commit = next_commit()
-        start = time.perf_counter()
-        await commit()
-        checkpoint_ms.append((time.perf_counter() - start) * 1000)
-    return floor_ms, checkpoint_ms
+        for run_row, samples in ((False, checkpoint_ms), (True, run_row_ms)):
+            commit = next_commit(run_row)
+            start = time.perf_counter()
+            await commit()
+            samples.append((time.perf_counter() - start) * 1000)
+    return floor_ms, checkpoint_ms, run_row_ms
 
 
 def bench_agent() -> Agent:
@@ -182,14 +192,17 @@ async def measure(
     runtime = AgentRuntime(bench_agent(), backend=store)
     session_id = await runtime.start()
     await runtime.run("warm up")
-    run = await store.latest_run(session_id)
-    assert run is not None
-    state = await store.load_state(run.id)
     await runtime.stop()
 
+    # The timed boundaries belong to a running run, as every tool's raw result does.
     lease = await store.claim(session_id, "bench")
-    floor_ms, checkpoint_ms = await floor_and_checkpoints(
-        await floor(lease), checkpoint_maker(store, lease, state, run.event_count), args.repeat
+    request = {"role": "user", "content": "Write the EMEA report."}
+    start = Delta(Phase.PREPARE_MODEL_CALL, messages=[request])
+    run_id = uuid.uuid4().hex
+    await store.create_run(lease, run_id, None, request["content"], start)
+    state = await store.load_state(run_id)
+    floor_ms, checkpoint_ms, run_row_ms = await floor_and_checkpoints(
+        await floor(lease), checkpoint_maker(store, lease, state, 0), args.repeat
     )
     await store.release(lease)
 
@@ -224,6 +237,7 @@ async def measure(
         "backend": label,
         "floor": median(floor_ms),
         "checkpoint": median(checkpoint_ms),
+        "run_row": median(run_row_ms),
         "run": median(run_ms),
         "early": median(early),
         "late": median(late),
@@ -235,13 +249,14 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print()
     print(
         "| backend | floor (ms) | checkpoint (ms) | checkpoint / floor | checkpoint - floor (ms) "
-        "| run with 1 tool call (ms) | late/early turn |"
+        "| writing the run row too (ms) | run with 1 tool call (ms) | late/early turn |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(
             f"| {row['backend']} | {row['floor']:.3f} | {row['checkpoint']:.3f} | "
             f"{row['checkpoint'] / row['floor']:.2f}x | {row['checkpoint'] - row['floor']:.3f} | "
+            f"{row['run_row']:.3f} ({row['run_row'] / row['floor']:.2f}x) | "
             f"{row['run']:.2f} | {row['late'] / row['early']:.2f} "
             f"({row['early']:.3f} -> {row['late']:.3f} ms) |"
         )

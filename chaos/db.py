@@ -22,9 +22,11 @@ __all__ = ["Database", "Target", "open_database", "to_epoch"]
 
 # name -> (SQLite, PostgreSQL); the same arguments in the same order for both.
 QUERIES: dict[str, tuple[str, str]] = {
+    # On PostgreSQL a running run's progress may be ahead of its row (schema 3): read it as
+    # harnessx does, through runs_now.
     "runs": (
         "SELECT id, session_id, status, event_count, generation FROM runs",
-        "SELECT id, session_id, status, event_count, generation FROM runs",
+        "SELECT id, session_id, status, event_count, generation FROM runs_now",
     ),
     "sessions": ("SELECT id, generation FROM sessions", "SELECT id, generation FROM sessions"),
     "events": (

@@ -6,7 +6,10 @@ at some cost each, and arrays cost more than plain values on both sides of the w
 
 - a step that has nothing to write (no new run, message, tool call or event) is left out;
 - a step that writes exactly one row, the common case (one tool call moves, one event is
-  appended), takes its columns as plain values instead of one-element arrays to unnest.
+  appended), takes its columns as plain values instead of one-element arrays to unnest;
+- a checkpoint that changes nothing of a running run but its phase and event count writes
+  them to the session row alone (schema 3): its run step reads instead of updating, as even
+  an UPDATE that matches no row costs the server nearly as much as one that does.
 
 Statements are built once per shape and cached; asyncpg prepares each once per connection.
 """
@@ -15,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import re
-import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +26,7 @@ from harnessx._state import ToolEntry
 from harnessx.store._codec import dumps, tool_entry_columns
 from harnessx.store._queries import load_queries
 
-__all__ = ["checkpoint", "checkpoint_statement", "without_steps"]
+__all__ = ["PROGRESS_NOT_HELD", "checkpoint", "checkpoint_statement", "without_steps"]
 
 Q = load_queries("postgres")
 # The parameters of each row-writing step (see postgres.sql): the moved tool calls' columns
@@ -34,27 +36,39 @@ _TOOL_PARAMS = range(7, 17)
 _EVENT_PARAMS = range(17, 23)
 # The run fields ($24-$31) when only events are appended.
 _NO_RUN_FIELDS = (None,) * 8
+# The run step of a progress-only checkpoint: the run row is not written, so the main query's
+# check that the step found the run becomes a check that the session row holds its progress.
+_PROGRESS_RUN = "run AS (\n    SELECT $5 AS id FROM fence f WHERE f.current\n)"
+# The SQLSTATE of a progress-only checkpoint the session row cannot take: send it again whole.
+PROGRESS_NOT_HELD = "HX003"
 
 
 @functools.cache
-def checkpoint_statement(new_run: bool, messages: bool, tools: int, events: int) -> str:
+def checkpoint_statement(
+    new_run: bool, messages: bool, tools: int, events: int, progress_only: bool = False
+) -> str:
     """The checkpoint query for one shape. ``tools`` and ``events`` count rows: 0 (the step
     is left out), 1 (plain values) or 2 (arrays: two or more rows)."""
+    if new_run and progress_only:
+        raise ValueError("a new run's checkpoint writes its run row")
     unused = {
         *(() if new_run else ("new_run",)),
         *(() if messages else ("messages_added",)),
         *(() if tools else ("tools_moved",)),
         *(() if events else ("events_added",)),
     }
-    statement = without_steps(Q["checkpoint"], unused)
+    replaced = {"run": _PROGRESS_RUN} if progress_only else {}
+    statement = without_steps(Q["checkpoint"], unused, replaced)
     single = [*(_TOOL_PARAMS if tools == 1 else ()), *(_EVENT_PARAMS if events == 1 else ())]
     return _single_valued(statement, single)
 
 
-def without_steps(statement: str, names: set[str]) -> str:
-    """``statement`` without the ``WITH`` items ``names``, which nothing in it may read. Each
-    item starts with a line ``<name> AS (`` (the first one after ``WITH``) and ends with a
-    line ``),`` (the last one ``)``), both unindented."""
+def without_steps(statement: str, names: set[str], replaced: dict[str, str] | None = None) -> str:
+    """``statement`` without the ``WITH`` items ``names``, which nothing in it may read, and
+    with the items named in ``replaced`` replaced by the given text. Each item starts with a
+    line ``<name> AS (`` (the first one after ``WITH``) and ends with a line ``),`` (the
+    last one ``)``), both unindented."""
+    replaced = replaced or {}
     head, sep, rest = statement.partition("WITH ")
     if head or not sep:
         raise ValueError("the statement does not start with WITH")
@@ -73,10 +87,13 @@ def without_steps(statement: str, names: set[str]) -> str:
                 item.append(line)
         elif items and not line.startswith("--"):
             main.append(line)
-    kept = [item for item in items if item[0].split()[0] not in names]
-    if item is not None or len(items) - len(kept) != len(names):
-        raise ValueError(f"cannot find the WITH items {sorted(names)} in the statement")
-    return "WITH " + ",\n".join("\n".join(item) for item in kept) + "\n" + "\n".join(main)
+    found = {item[0].split()[0] for item in items}
+    if item is not None or not names <= found or not replaced.keys() <= found:
+        raise ValueError(f"cannot find the WITH items {sorted({*names, *replaced})} in the statement")
+    kept = [
+        replaced.get(name, "\n".join(item)) for item in items if (name := item[0].split()[0]) not in names
+    ]
+    return "WITH " + ",\n".join(kept) + "\n" + "\n".join(main)
 
 
 def _single_valued(statement: str, params: Sequence[int]) -> str:
@@ -103,9 +120,15 @@ def checkpoint(
     new_run: dict[str, Any] | None,
     events_channel: str | None,
     work_channel: str | None,
+    checkpoint_id: str,
+    progress_only: bool = False,
 ) -> tuple[str, tuple[Any, ...]]:
-    """The statement for this checkpoint's shape, and its parameters in order."""
-    shape = (new_run is not None, bool(messages), min(len(tools), 2), min(len(events), 2))
+    """The statement for this checkpoint's shape, and its parameters in order.
+    ``checkpoint_id`` is unique to the checkpoint, whichever statements carry it.
+    ``progress_only``: of the run, only the phase and the event count change (see
+    migration 0003); never for a new run."""
+    progress_only = progress_only and new_run is None
+    shape = (new_run is not None, bool(messages), min(len(tools), 2), min(len(events), 2), progress_only)
     statement = checkpoint_statement(*shape)
     queued = bool(new_run and new_run["queued"])
     last_seq = max((int(event.cursor or 0) for event in events), default=0)
@@ -115,7 +138,7 @@ def checkpoint(
             lease.session_id,
             lease.owner,
             lease.generation,
-            secrets.token_hex(16),  # the checkpoint's id
+            checkpoint_id,
             run_id,
             [dumps(message) for message in messages],
             *_tool_params(tools),
@@ -128,6 +151,7 @@ def checkpoint(
             # One wake-up per checkpoint that adds events or a run, and one for queued work.
             events_channel if events or new_run else None,
             work_channel if queued else None,
+            progress_only,
         ),
     )
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import shlex
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -54,6 +55,7 @@ from harnessx._errors import (
     StorageError,
 )
 from harnessx._events import RunEvent
+from harnessx._results import RunStatus
 from harnessx._state import Delta, RunState, ToolEntry
 from harnessx.store._codec import (
     dumps,
@@ -65,7 +67,7 @@ from harnessx.store._codec import (
     tool_entry_from_row,
 )
 from harnessx.store._migrations import check_applied, load_migrations, pending
-from harnessx.store._pg_checkpoint import checkpoint
+from harnessx.store._pg_checkpoint import PROGRESS_NOT_HELD, checkpoint
 from harnessx.store._pg_driver import (
     BROKEN_CONNECTION,
     CONNECT_TIMEOUT,
@@ -676,23 +678,45 @@ class PostgresBackend:
         events: Sequence[RunEvent] = (),
         run: tuple[Any, ...] | None = None,
         new_run: dict[str, Any] | None = None,
+        progress_only: bool = False,
     ) -> None:
         """One checkpoint statement (see ``_pg_checkpoint``). Its id makes a retry after a
         lost connection harmless: the statement applies a checkpoint id at most once."""
-        statement, args = checkpoint(
-            lease,
-            run_id,
-            messages=messages,
-            tools=tools,
-            events=events,
-            run=run,
-            new_run=new_run,
-            events_channel=self._notifications.events_channel,
-            work_channel=self._notifications.work_channel,
-        )
+        # One id for both statements below: a retry after a lost reply finds it applied,
+        # whichever of them committed.
+        checkpoint_id = secrets.token_hex(16)
+
+        def statement(progress_only: bool) -> tuple[str, tuple[Any, ...]]:
+            return checkpoint(
+                lease,
+                run_id,
+                messages=messages,
+                tools=tools,
+                events=events,
+                run=run,
+                new_run=new_run,
+                events_channel=self._notifications.events_channel,
+                work_channel=self._notifications.work_channel,
+                checkpoint_id=checkpoint_id,
+                progress_only=progress_only,
+            )
+
+        first = statement(progress_only)
+
+        async def write(conn: Any) -> Any:
+            try:
+                return await conn.fetchval(first[0], *first[1])
+            except asyncpg.PostgresError as exc:
+                if exc.sqlstate != PROGRESS_NOT_HELD:
+                    raise
+            # The session row holds another run's progress, or none (a run in flight when
+            # schema 3 was applied): nothing was written; send it whole.
+            whole = statement(False)
+            return await conn.fetchval(whole[0], *whole[1])
+
         await self._run(
             "committing a checkpoint",
-            lambda conn: conn.fetchval(statement, *args),
+            write,
             lease=lease,
             request_id=new_run.get("request_id") if new_run else None,
         )
@@ -730,11 +754,15 @@ class PostgresBackend:
             tools=delta.tools,
             events=[*provisional, *delta.events],
             run=run_values(state, delta),
+            # A run that stops running always has its row written: only a running run's
+            # progress may be ahead of its row (see migration 0003).
+            progress_only=delta.run.keys() <= {"phase"} and state.status == RunStatus.RUNNING,
         )
 
     async def append_events(self, lease: Lease, run_id: str, events: list[RunEvent]) -> None:
         if events:
-            await self._checkpoint(lease, run_id, events=events)
+            # Only a running run streams provisional events.
+            await self._checkpoint(lease, run_id, events=events, progress_only=True)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         row = await self._run("reading a run", lambda conn: conn.fetchrow(Q["get_run"], run_id))

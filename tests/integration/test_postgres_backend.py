@@ -185,7 +185,8 @@ async def test_every_named_query_is_valid_sql(pg_database: str) -> None:
         # (a step's arrays become their element types when it writes one row).
         whole = await conn.prepare(load_queries("postgres")["checkpoint"])
         full = [param.name for param in whole.get_parameters()]
-        for shape in itertools.product((False, True), (False, True), (0, 1, 2), (0, 1, 2)):
+        shapes = itertools.product((False, True), (False, True), (0, 1, 2), (0, 1, 2), (False, True))
+        for shape in (shape for shape in shapes if not (shape[0] and shape[4])):
             try:
                 statement = await conn.prepare(checkpoint_statement(*shape))
             except asyncpg.PostgresError as exc:  # pragma: no cover - the message is the point
@@ -202,7 +203,7 @@ async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_databa
     with pytest.raises(SchemaError) as missing:
         await PostgresBackend.connect(pg_database, auto_migrate=False)
     text = str(missing.value)
-    assert "no harnessx schema (version 0; this harnessx needs version 2)" in text
+    assert "no harnessx schema (version 0; this harnessx needs version 3)" in text
     assert redacted in text and f"harnessx migrate --dsn {redacted}" in text
 
     await (await PostgresBackend.connect(pg_database)).aclose()
@@ -210,7 +211,7 @@ async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_databa
 
     await sql(pg_database, f"INSERT INTO {SCHEMA}.harnessx_migrations VALUES (99, 'future', 'x', now())")
     for auto_migrate in (True, False):
-        with pytest.raises(SchemaError, match=r"schema version 99, newer than this harnessx knows \(2\)"):
+        with pytest.raises(SchemaError, match=r"schema version 99, newer than this harnessx knows \(3\)"):
             await PostgresBackend.connect(pg_database, auto_migrate=auto_migrate)
     await sql(pg_database, f"DELETE FROM {SCHEMA}.harnessx_migrations WHERE version = 99")
 
@@ -222,26 +223,51 @@ async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_databa
             await PostgresBackend.connect(pg_database, auto_migrate=auto_migrate)
 
     await sql(pg_database, f"UPDATE {migrations} SET checksum = $1 WHERE version = 1", checksum)
-    await sql(pg_database, f"DELETE FROM {SCHEMA}.harnessx_migrations WHERE version = 2")
+    await sql(pg_database, f"DELETE FROM {SCHEMA}.harnessx_migrations WHERE version >= 2")
     with pytest.raises(
-        SchemaError, match=r"at schema version 1, this harnessx needs version 2: run 'harnessx"
+        SchemaError, match=r"at schema version 1, this harnessx needs version 3: run 'harnessx"
     ):
         await PostgresBackend.connect(pg_database, auto_migrate=False)
 
 
-async def test_a_version_1_database_with_a_run_in_flight_upgrades_in_place(pg_database: str) -> None:
+# What each migration after the first added, undone in reverse order: the database as an
+# older harnessx left it.
+UNDO_MIGRATION = {
+    3: "DROP TRIGGER sessions_release_progress ON sessions; "
+    "DROP TRIGGER sessions_settle_progress ON sessions; "
+    "DROP FUNCTION harnessx_release_progress(); DROP FUNCTION harnessx_settle_progress(); "
+    "DROP VIEW runs_now; ALTER TABLE sessions DROP COLUMN current_run, DROP COLUMN current_phase, "
+    "DROP COLUMN current_event_count, DROP COLUMN current_updated_at",
+    2: "ALTER TABLE sessions DROP COLUMN watched_until",
+}
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_an_older_database_with_a_run_in_flight_upgrades_in_place(
+    pg_database: str, version: int
+) -> None:
     async with PostgresBackend(pg_database) as backend:
         lease = await start_run(backend, "s", "r1")
-    # As the database was before migration 2.
-    await sql(pg_database, f"ALTER TABLE {SCHEMA}.sessions DROP COLUMN watched_until")
-    await sql(pg_database, f"DELETE FROM {SCHEMA}.harnessx_migrations WHERE version = 2")
+        state = await backend.load_state("r1")
+        # Written to the run's row, as every checkpoint before version 3 was.
+        await backend.commit(lease, state, Delta(Phase.MODEL_CALL, run={"iteration": 1}), [])
+    for undone in sorted(UNDO_MIGRATION, reverse=True):
+        if undone > version:
+            await script(pg_database, f"SET search_path TO {SCHEMA}; {UNDO_MIGRATION[undone]}")
+            await sql(pg_database, f"DELETE FROM {SCHEMA}.harnessx_migrations WHERE version = $1", undone)
     async with PostgresBackend(pg_database) as backend:
         versions = await sql(pg_database, f"SELECT version FROM {SCHEMA}.harnessx_migrations ORDER BY 1")
-        assert [row[0] for row in versions] == [1, 2]
+        assert [row[0] for row in versions] == [m.version for m in load_migrations("postgres")]
+        record = await backend.get_run("r1")
+        assert record is not None and (record.phase, record.event_count) == ("model_call", 1)
         lease = await backend.claim("s", lease.owner)  # the same holder takes its session again
         await backend.append_events(lease, "r1", [event("r1", 2)])
+        state = await backend.load_state("r1")
+        await backend.commit(lease, state, Delta(Phase.RAW_RESULT, events=[event("r1", 3)]), [])
+        record = await backend.get_run("r1")
+        assert record is not None and (record.phase, record.event_count) == ("raw_result", 3)
         await backend.wait_for_events("r1", 0.01)  # announces itself in the new column
-        assert [e.cursor for e in await backend.read_events("r1", 1)] == ["2"]
+        assert [e.cursor for e in await backend.read_events("r1", 1)] == ["2", "3"]
 
 
 MIGRATOR = """
@@ -476,6 +502,126 @@ async def test_events_are_dense_ordered_and_content_round_trips_verbatim(pg_data
         assert [e.cursor for e in await backend.read_events("r1", 8)] == []
 
 
+async def test_progress_alone_goes_to_the_session_row_and_every_reader_sees_it(pg_database: str) -> None:
+    """Schema 3: a checkpoint that moves only a running run's phase and event count leaves
+    the run row alone; every reader overlays the session's copy; a status change writes it
+    all to the run row."""
+
+    async def row(run_id: str) -> tuple[str, int, float]:
+        (found,) = await sql(
+            pg_database,
+            f"SELECT phase, event_count, extract(epoch FROM updated_at) FROM {SCHEMA}.runs WHERE id = $1",
+            run_id,
+        )
+        return found[0], found[1], found[2]
+
+    async with backends(pg_database, 2) as (writer, reader):
+        lease = await start_run(writer, "s", "r1")
+        state = await writer.load_state("r1")
+        await writer.commit(lease, state, Delta(Phase.MODEL_CALL, run={"iteration": 1}), [])
+        written = await row("r1")
+        assert written[:2] == ("model_call", 1)
+
+        await writer.append_events(lease, "r1", [event("r1", 2), event("r1", 3)])
+        state = await writer.load_state("r1")
+        moved = Delta(Phase.RAW_RESULT, tools=[tool_entry("r1")], events=[event("r1", 4)])
+        await writer.commit(lease, state, moved, [])
+        assert await row("r1") == written  # the run row was not rewritten
+
+        # Every reader, in another process's backend, sees the progress.
+        for record in (await reader.get_run("r1"), await reader.latest_run("s")):
+            assert record is not None and (record.phase, record.event_count) == ("raw_result", 4)
+        assert (await reader.load_state("r1")).phase is Phase.RAW_RESULT
+        (summary,) = [s for s in await reader.recent_sessions(10) if s.session_id == "s"]
+        assert summary.updated_at is not None and summary.updated_at > written[2]
+        await sql(pg_database, f"UPDATE {SCHEMA}.runs SET updated_at = now() - interval '2 hours'")
+        assert await reader.stuck_runs(3600) == []  # the session's copy is recent
+
+        # Handing the lease over copies the progress to the run row (for a process of an
+        # older harnessx that reads runs directly) and the session row lets go of it.
+        await writer.release(lease)
+        assert (await row("r1"))[:2] == ("raw_result", 4)
+        held = await sql(pg_database, f"SELECT current_run, current_phase FROM {SCHEMA}.sessions")
+        assert tuple(held[0]) == (None, None)
+        # Another process takes over and numbers its events on from the count.
+        lease = await reader.claim("s", "h2")
+        record = await reader.latest_run("s")
+        assert record is not None
+        resumed = Delta(Phase.COMPLETED_RESULT, events=[event("r1", record.event_count + 1)])
+        await reader.commit(lease, await reader.load_state("r1"), resumed, [])
+        finish = Delta(Phase.FINISH, run={"status": RunStatus.COMPLETED, "output": "done"})
+        await reader.commit(lease, await reader.load_state("r1"), finish, [event("r1", 6)])
+        phase, count_, _ = await row("r1")
+        assert (phase, count_) == ("finish", 6)  # a run that stops has its row written whole
+        record = await reader.get_run("r1")
+        assert record is not None and (record.status, record.phase, record.event_count) == (
+            "completed",
+            "finish",
+            6,
+        )
+
+        # The next run starts its own progress; the finished one keeps its row's values.
+        started = Delta(Phase.PREPARE_MODEL_CALL, events=[event("r2", 1)])
+        await reader.create_run(lease, "r2", None, "again", started)
+        state = await reader.load_state("r2")
+        await reader.commit(lease, state, Delta(Phase.MODEL_CALL, events=[event("r2", 2)]), [])
+        first, second = await reader.get_run("r1"), await reader.get_run("r2")
+        assert first is not None and (first.phase, first.event_count) == ("finish", 6)
+        assert second is not None and (second.phase, second.event_count) == ("model_call", 2)
+
+
+async def test_a_lease_changing_hands_settles_progress_on_the_run_row(pg_database: str) -> None:
+    """Every way a lease changes hands (claimed after expiry, dropped by the supervisor)
+    copies the progress to the run row and clears it from the session row, so a process
+    of an older harnessx that reads and writes the run row alone is never out of step."""
+
+    async def run_row(run_id: str) -> tuple[str, int]:
+        rows = await sql(pg_database, f"SELECT phase, event_count FROM {SCHEMA}.runs WHERE id = $1", run_id)
+        return rows[0][0], rows[0][1]
+
+    async with backends(pg_database, 2) as (a, b):
+        for session_id, run_id in (("taken", "r1"), ("dropped", "r2")):
+            lease = await start_run(a, session_id, run_id)
+            state = await a.load_state(run_id)
+            await a.commit(lease, state, Delta(Phase.DISPATCH, events=[event(run_id, 2)]), [])
+            assert await run_row(run_id) == ("prepare_model_call", 1)  # progress alone so far
+            await expire(pg_database, session_id)
+            if session_id == "taken":
+                await b.claim(session_id, "rescuer")
+            else:
+                (orphan,) = [o for o in await b.find_orphans() if o.session_id == session_id]
+                assert await b.recover_orphan(orphan, requeue=True) == run_id
+            assert await run_row(run_id) == ("dispatch", 2)
+
+        # An older harnessx now writes the run row only; nothing stale overlays what it wrote.
+        await sql(
+            pg_database, f"UPDATE {SCHEMA}.runs SET phase = 'raw_result', event_count = 3 WHERE id = 'r1'"
+        )
+        record = await a.get_run("r1")
+        assert record is not None and (record.phase, record.event_count) == ("raw_result", 3)
+
+
+async def test_progress_the_session_row_does_not_hold_is_sent_again_whole(pg_database: str) -> None:
+    async def run_row() -> tuple[str, int]:
+        rows = await sql(pg_database, f"SELECT phase, event_count FROM {SCHEMA}.runs WHERE id = 'r1'")
+        return rows[0][0], rows[0][1]
+
+    async with PostgresBackend(pg_database) as backend:
+        lease = await start_run(backend, "s", "r1")
+        # As after an upgrade to schema 3: the session row holds no run's progress yet.
+        await sql(pg_database, f"UPDATE {SCHEMA}.sessions SET current_run = NULL")
+        state = await backend.load_state("r1")
+        await backend.commit(lease, state, Delta(Phase.MODEL_CALL, events=[event("r1", 2)]), [])
+        assert await run_row() == ("model_call", 2)  # refused as progress alone, sent whole
+        held = await sql(pg_database, f"SELECT current_run FROM {SCHEMA}.sessions WHERE id = 's'")
+        assert held[0][0] == "r1"  # and the session row took the run's progress over
+        await backend.append_events(lease, "r1", [event("r1", 3)])
+        assert await run_row() == ("model_call", 2)  # from now on, progress alone
+        record = await backend.get_run("r1")
+        assert record is not None and record.event_count == 3
+        assert [e.cursor for e in await backend.read_events("r1", 0)] == ["1", "2", "3"]
+
+
 async def test_wait_for_events_wakes_on_another_backends_commit(pg_database: str) -> None:
     async with backends(pg_database, 2) as (writer, follower):
         lease = await start_run(writer, "s", "r1")
@@ -679,6 +825,25 @@ async def test_a_checkpoint_whose_reply_was_lost_is_retried_without_duplicates(
         rows = await sql(pg_database, f"SELECT message_count FROM {SCHEMA}.sessions")
         assert rows[0][0] == 2
         assert (await backend.load_state("r1")).iteration == 1
+
+
+async def test_progress_sent_again_whole_whose_reply_was_lost_is_applied_once(
+    pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with PostgresBackend(pg_database) as backend:
+        lease = await start_run(backend, "s", "r1")
+        await sql(pg_database, f"UPDATE {SCHEMA}.sessions SET current_run = NULL")
+        state = await backend.load_state("r1")
+        lossy = _LossyPool(backend._pool, "last_checkpoint")
+        monkeypatch.setattr(backend, "_pool", lossy)
+        # Refused as progress alone, committed whole, reply lost; the retry sends progress
+        # alone again, which the session row would now take: the shared id stops it.
+        await backend.commit(lease, state, Delta(Phase.MODEL_CALL, events=[event("r1", 2)]), [])
+        monkeypatch.undo()
+        assert lossy.calls == 2
+        assert await count(pg_database, "events") == 2
+        record = await backend.get_run("r1")
+        assert record is not None and (record.phase, record.event_count) == ("model_call", 2)
 
 
 async def test_a_queued_run_whose_reply_was_lost_is_not_refused_after_a_worker_took_it(

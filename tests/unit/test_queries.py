@@ -90,11 +90,13 @@ def test_postgres_queries_never_name_the_schema() -> None:
 CHECKPOINT_STEPS = ("new_run", "run", "messages_added", "tools_moved", "events_added")
 OPTIONAL_STEPS = ("new_run", "messages_added", "tools_moved", "events_added")
 SHAPES = [
-    (new_run, messages, tools, events)
+    (new_run, messages, tools, events, progress_only)
     for new_run in (False, True)
     for messages in (False, True)
     for tools in (0, 1, 2)
     for events in (0, 1, 2)
+    for progress_only in (False, True)
+    if not (new_run and progress_only)
 ]
 TOOL_PARAMS, EVENT_PARAMS = range(7, 17), range(17, 23)
 
@@ -103,13 +105,13 @@ def with_items(statement: str) -> list[str]:
     return re.findall(r"^(?:WITH )?([a-z_]+) AS \($", statement, re.MULTILINE)
 
 
-@pytest.mark.parametrize(("new_run", "messages", "tools", "events"), SHAPES)
+@pytest.mark.parametrize(("new_run", "messages", "tools", "events", "progress_only"), SHAPES)
 def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(
-    new_run: bool, messages: bool, tools: int, events: int
+    new_run: bool, messages: bool, tools: int, events: int, progress_only: bool
 ) -> None:
     full = load_queries("postgres")["checkpoint"]
     assert with_items(full) == ["parameters", "fence", *CHECKPOINT_STEPS]
-    statement = checkpoint_statement(new_run, messages, tools, events)
+    statement = checkpoint_statement(new_run, messages, tools, events, progress_only)
     wanted = {
         "new_run": new_run,
         "run": True,  # the main query reads it: a commit whose run step wrote nothing fails
@@ -118,13 +120,16 @@ def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(
         "events_added": bool(events),
     }
     assert with_items(statement) == ["parameters", "fence", *(s for s in CHECKPOINT_STEPS if wanted[s])]
+    # Progress alone: the run step only reads (the run row is not written).
+    run_step = statement[statement.index("\nrun AS (") :].split("\n)", 1)[0]
+    assert ("UPDATE runs" not in run_step) is progress_only
     # The main query is kept whole, and reads none of the steps that may be left out.
     main = full[full.index("\nSELECT CASE") :]
     assert statement.endswith(main)
     assert not any(re.search(rf"\bFROM {step}\b", main) for step in OPTIONAL_STEPS)
     # A step with one row takes plain values; with several, arrays to unnest.
     single = {*(TOOL_PARAMS if tools == 1 else ()), *(EVENT_PARAMS if events == 1 else ())}
-    for number in range(1, 37):
+    for number in range(1, 38):
         declared = re.search(rf"\${number}::([a-z]+(?:\[\])?)", statement)
         assert declared is not None, number
         is_array = declared.group(1).endswith("[]")
@@ -139,8 +144,12 @@ def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(
 def test_leaving_out_a_step_the_statement_lacks_is_an_error() -> None:
     with pytest.raises(ValueError, match="cannot find the WITH items"):
         without_steps(load_queries("postgres")["checkpoint"], {"no_such_step"})
+    with pytest.raises(ValueError, match="cannot find the WITH items"):
+        without_steps(load_queries("postgres")["checkpoint"], set(), {"no_such_step": "x"})
     with pytest.raises(ValueError, match="does not start with WITH"):
         without_steps("SELECT 1", set())
+    with pytest.raises(ValueError, match="writes its run row"):
+        checkpoint_statement(True, False, 0, 0, True)
 
 
 def test_a_parameter_made_single_valued_must_be_declared_once_as_an_array() -> None:

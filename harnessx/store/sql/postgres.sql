@@ -112,10 +112,15 @@ UPDATE sessions SET control = $1 WHERE id = $2;
 -- event's seq (0: none); $24-$31 the run's fields after the delta (all NULL when only events
 -- are appended); $32-$34 request message (NULL: the run exists), request id and queued flag
 -- of a run to create (queued: also give the lease up); $35, $36 the 'events' and 'work'
--- channels to notify (NULL: not now; 'events' only while some process follows the session).
+-- channels to notify (NULL: not now; 'events' only while some process follows the session);
+-- $37 progress only: nothing of the run but its phase and event count changes, so they go
+-- to the session row alone (see migration 0003). That statement's run step only checks that
+-- the session row holds this run's progress; if it does not, HX003 undoes everything and the
+-- client sends the checkpoint again with $37 false, which writes the run row and takes the
+-- session row's progress over for this run.
 -- JSON is passed as text and stored verbatim (json, not jsonb, columns).
 --
--- _postgres._checkpoint_statement leaves out the steps (new_run, messages_added, tools_moved,
+-- _pg_checkpoint.checkpoint_statement leaves out the steps (new_run, messages_added, tools_moved,
 -- events_added) a checkpoint has nothing for, as the server sets up every step it is given.
 -- Nothing reads them (the main query reads only the fence and run), and 'parameters', which
 -- nothing reads either (the planner drops it), keeps every parameter typed without them. So
@@ -127,7 +132,7 @@ WITH parameters AS (
            $14::boolean[], $15::json[], $16::json[],
            $17::bigint[], $18::text[], $19::text[], $20::text[], $21::text[], $22::json[], $23::bigint,
            $24::text, $25::text, $26::bigint, $27::jsonb, $28::text, $29::text, $30::json, $31::boolean,
-           $32::text, $33::text, $34::boolean, $35::text, $36::text
+           $32::text, $33::text, $34::boolean, $35::text, $36::text, $37::boolean
 ),
 fence AS (
     UPDATE sessions s
@@ -135,11 +140,21 @@ fence AS (
         -- Queueing a run gives the session up in the same commit, so that a worker woken by
         -- the notification can claim it at once.
         lease_owner = CASE WHEN $34 THEN NULL ELSE s.lease_owner END,
-        lease_expires_at = CASE WHEN $34 THEN NULL ELSE s.lease_expires_at END
+        lease_expires_at = CASE WHEN $34 THEN NULL ELSE s.lease_expires_at END,
+        -- The run's progress (SET sees the row as it was, RETURNING as it is now). Only a
+        -- checkpoint that writes the run row too (not $37) makes it this run's; one that
+        -- writes progress alone to another run's is undone (HX003, below).
+        current_run = CASE WHEN $37 THEN s.current_run ELSE $5 END,
+        current_phase = CASE WHEN s.current_run = $5 THEN coalesce($25, s.current_phase) ELSE $25 END,
+        current_event_count = CASE WHEN s.current_run = $5 THEN greatest(s.current_event_count, $23)
+                                   ELSE $23 END,
+        current_updated_at = now()
     WHERE s.id = $1 AND s.lease_owner = $2 AND s.generation = $3
       AND s.lease_expires_at > clock_timestamp()
       AND s.last_checkpoint IS DISTINCT FROM $4
-    RETURNING s.message_count - cardinality($6) AS history_length, s.watched_until > now() AS watched
+    RETURNING s.message_count - cardinality($6) AS history_length, s.watched_until > now() AS watched,
+              s.current_run IS NOT DISTINCT FROM $5 AS current, s.current_phase AS phase,
+              s.current_event_count AS event_count
 ),
 new_run AS (
     INSERT INTO runs (id, session_id, request_id, request_message, status, phase, iteration, usage,
@@ -152,12 +167,12 @@ new_run AS (
 ),
 run AS (
     UPDATE runs r
-    SET status = coalesce($24, r.status), phase = coalesce($25, r.phase),
+    SET status = coalesce($24, r.status), phase = coalesce(f.phase, r.phase),
         iteration = coalesce($26, r.iteration), usage = coalesce($27, r.usage),
         output = coalesce($28, r.output), stop_reason = coalesce($29, r.stop_reason),
         error = CASE WHEN $24 IS NULL THEN r.error ELSE $30 END,
         usage_incomplete = coalesce($31, r.usage_incomplete),
-        event_count = greatest(r.event_count, $23), updated_at = now(),
+        event_count = greatest(r.event_count, f.event_count), updated_at = now(),
         generation = CASE WHEN $24 IS NULL THEN r.generation ELSE $3 END,
         -- A run that stops running leaves the pool's queue (as on SQLite).
         queued_at = CASE WHEN $24 IS NULL OR $24 = 'running' THEN r.queued_at END
@@ -199,7 +214,9 @@ SELECT CASE
                                           || ') no longer holds')
         END
     WHEN $32 IS NULL AND NOT EXISTS (SELECT FROM run) THEN
-        harnessx_raise('HX002', 'run ' || $5 || ' is not a run of session ' || $1)
+        CASE WHEN $37 THEN harnessx_raise('HX003', 'session ' || $1 || ' holds no progress of run ' || $5)
+             ELSE harnessx_raise('HX002', 'run ' || $5 || ' is not a run of session ' || $1)
+        END
     -- The events channel only while some process follows the session (see watch_run).
     ELSE (CASE WHEN $35 IS NULL OR NOT coalesce((SELECT watched FROM fence), false)
                THEN true ELSE pg_notify($35, $5) IS NOT NULL END)
@@ -215,13 +232,13 @@ FROM runs r WHERE r.id = $1 AND s.id = r.session_id;
 -- One run by id.
 SELECT id, session_id, request_id, request_message, status, phase, event_count, iteration, usage::text,
        output, stop_reason, error::text, usage_incomplete, history_length
-FROM runs WHERE id = $1;
+FROM runs_now WHERE id = $1;
 
 -- name: find_run
 -- The run a request id created in a session.
 SELECT id, session_id, request_id, request_message, status, phase, event_count, iteration, usage::text,
        output, stop_reason, error::text, usage_incomplete, history_length
-FROM runs WHERE session_id = $1 AND request_id = $2;
+FROM runs_now WHERE session_id = $1 AND request_id = $2;
 
 -- name: recent_sessions
 -- The newest sessions with their latest run, for `harnessx status`.
@@ -229,7 +246,7 @@ SELECT s.id, s.agent_ref, extract(epoch FROM s.created_at)::float8, r.id, r.stat
        extract(epoch FROM r.updated_at)::float8
 FROM sessions s
 LEFT JOIN LATERAL (
-    SELECT id, status, updated_at FROM runs
+    SELECT id, status, updated_at FROM runs_now
     WHERE session_id = s.id ORDER BY created_at DESC, created_seq DESC LIMIT 1
 ) r ON true
 ORDER BY s.created_at DESC LIMIT $1;
@@ -238,7 +255,7 @@ ORDER BY s.created_at DESC LIMIT $1;
 -- The session's newest run.
 SELECT id, session_id, request_id, request_message, status, phase, event_count, iteration, usage::text,
        output, stop_reason, error::text, usage_incomplete, history_length
-FROM runs WHERE session_id = $1 ORDER BY created_at DESC, created_seq DESC LIMIT 1;
+FROM runs_now WHERE session_id = $1 ORDER BY created_at DESC, created_seq DESC LIMIT 1;
 
 -- name: session_messages
 -- A session's whole conversation, in order (read only when a run is loaded).
@@ -382,7 +399,7 @@ GROUP BY s.agent_ref;
 
 -- name: stuck_runs
 -- Unfinished runs not updated for $1 seconds (database clock), oldest first.
-SELECT id, session_id, status, extract(epoch FROM updated_at)::float8 FROM runs
+SELECT id, session_id, status, extract(epoch FROM updated_at)::float8 FROM runs_now
 WHERE status IN ('running', 'paused', 'awaiting_input')
   AND updated_at < clock_timestamp() - make_interval(secs => $1)
 ORDER BY updated_at LIMIT $2;
