@@ -232,6 +232,8 @@ def main(
                     f"{len(result.violations)} violation(s), {result.seconds:.0f} s",
                     err=True,
                 )
+                if result.error:
+                    click.echo(f"   the scenario failed: {result.error}", err=True)
     report.seconds = time.monotonic() - began
     click.echo(report.table())
     as_json, as_md = report.write(report_dir)

@@ -646,12 +646,14 @@ class PostgresBackend:
 
     async def renew(self, leases: list[Lease]) -> Renewal:
         await self._keep_liveness()
-        prefix = f"{self.process_id}/"
-        # '/' + 1 == '0' in the "C" collation: the range covers every owner with our prefix.
-        upper = f"{self.process_id}0"
+        ids, owners, generations = (
+            [lease.session_id for lease in leases],
+            [lease.owner for lease in leases],
+            [lease.generation for lease in leases],
+        )
         rows = await self._run(
             "renewing leases",
-            lambda conn: conn.fetch(Q["renew_leases"], self.lease_seconds, prefix, upper),
+            lambda conn: conn.fetch(Q["renew_leases"], self.lease_seconds, ids, owners, generations),
         )
         still = {(sid, owner, int(gen)) for sid, owner, gen, _ in rows}
         held = {

@@ -322,14 +322,10 @@ class SQLiteBackend:
         return await self._call(self._write, body)
 
     async def renew(self, leases: list[Lease]) -> Renewal:
-        prefix = f"{self.process_id}/"
-        # '/' + 1 == '0': the range covers every owner string with this process's prefix.
-        upper = f"{self.process_id}0"
+        named = dumps([[lease.session_id, lease.owner, lease.generation] for lease in leases])
 
         def body(conn: sqlite3.Connection) -> list[Any]:
-            return conn.execute(
-                Q["renew_leases"], (time.time() + self.lease_seconds, prefix, upper)
-            ).fetchall()
+            return conn.execute(Q["renew_leases"], (time.time() + self.lease_seconds, named)).fetchall()
 
         rows = await self._call(self._write, body)
         still = {(sid, owner, int(gen)) for sid, owner, gen, _ in rows}

@@ -28,6 +28,7 @@ from harnessx import (
     ScriptedProvider,
     ScriptedRequest,
     SQLiteBackend,
+    StorageError,
     ToolCall,
 )
 from harnessx.store._protocol import Store
@@ -98,6 +99,62 @@ async def test_a_run_whose_lease_expired_is_not_stranded(tmp_path: Path) -> None
                     break
                 await asyncio.sleep(0.1)
         assert run is not None and run.status == "completed", (run, await client.get_session(run.session_id))
+
+
+async def test_a_run_whose_lease_could_not_be_given_back_is_not_stranded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 5: a worker whose drive failed and whose release failed too (the database
+    restarting) left the lease to expire, but its heartbeat renewed every lease the process
+    owned, so while it drove any other run the stranded one never expired."""
+    calls = 0
+
+    async def work() -> str:
+        """Keep the worker's heartbeat going on the first run; return at once on the others."""
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await asyncio.sleep(12)
+        return "ok"
+
+    path = tmp_path / "db.sqlite3"
+    async with (
+        SQLiteBackend(path, lease_seconds=1) as client,
+        SQLiteBackend(path, lease_seconds=1) as worker_store,
+        SQLiteBackend(path, lease_seconds=1) as supervisor_store,
+    ):
+        worker = Worker(worker_store, _registry(work), WorkerConfig(concurrency=2, drain_timeout=0.5))
+        supervisor = Supervisor(supervisor_store, SupervisorConfig(scan_interval=0.1))
+        supervising = asyncio.create_task(supervisor.run())
+        try:
+            async with _running(worker):
+                await _submit(client)
+                while calls == 0:
+                    await asyncio.sleep(0.05)
+                # The next run's first load fails, and so does giving its lease back.
+                failures = {"load_state": 1, "release": 1}
+
+                def fail_once(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+                    async def failing(*args: Any) -> Any:
+                        if failures[name]:
+                            failures[name] -= 1
+                            raise StorageError(f"{name} failed (injected)")
+                        return await real(*args)
+
+                    return failing
+
+                for name in failures:
+                    monkeypatch.setattr(worker_store, name, fail_once(name, getattr(worker_store, name)))
+                _, stranded = await _submit(client)
+                deadline = time.monotonic() + 8  # the first run's tool call lasts 12 s
+                while (run := await client.get_run(stranded)) is not None and run.status == "running":
+                    assert time.monotonic() < deadline, "stranded behind a lease its worker kept renewing"
+                    await asyncio.sleep(0.1)
+                assert failures == {"load_state": 0, "release": 0}
+                assert run is not None and run.status == "completed"
+        finally:
+            supervisor.stop()
+            await supervising
 
 
 @pytest.fixture

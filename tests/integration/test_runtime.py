@@ -306,6 +306,25 @@ async def test_scripted_function_sees_tool_results(target: BackendTarget) -> Non
     assert "region" in result.output and "string" in result.output  # malformed args reach the model
 
 
+async def test_renewal_extends_only_the_leases_it_names(target: BackendTarget) -> None:
+    """A lease the process let go of but could not give back (its release failed while the
+    database was down) must expire, so that the supervisor hands the run on: renewing every
+    lease the process owns kept such a run stuck for ever (chaos finding 5)."""
+    async with target.open() as store:
+        for session_id in ("kept", "abandoned"):
+            await store.create_session(session_id, "sales:v1", {})
+        kept = await store.claim("kept", "worker")
+        abandoned = await store.claim("abandoned", "worker")
+        before = await store.get_session("abandoned")
+        renewal = await store.renew([kept])
+        assert renewal.held == {"kept"} and renewal.lost == set()
+        after = await store.get_session("abandoned")
+        assert before is not None and after is not None
+        assert after.lease_expires_at == before.lease_expires_at  # not extended
+        assert (await store.renew([kept, abandoned])).held == {"kept", "abandoned"}
+        assert (await store.renew([])).held == set()
+
+
 async def test_queueing_a_run_gives_the_lease_up_in_the_same_commit(target: BackendTarget) -> None:
     async with target.open() as app, target.open() as worker:
         await app.create_session("s", "sales:v1", {})

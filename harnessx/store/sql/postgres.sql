@@ -74,11 +74,14 @@ FROM sessions WHERE id = $1;
 SELECT new_generation, busy_seconds FROM harnessx_claim($1, $2, $3);
 
 -- name: renew_leases
--- Extend every lease this process holds, in one statement; returns what is still held.
-UPDATE sessions
+-- Extend the leases $2 (session ids), $3 (owners), $4 (generations) in one statement; returns
+-- those still held. Only the leases named: a lease this process let go of but could not give
+-- back (its release failed) must expire, so that the supervisor can hand its run on.
+UPDATE sessions s
 SET lease_expires_at = clock_timestamp() + make_interval(secs => $1)
-WHERE lease_owner COLLATE "C" >= $2 AND lease_owner COLLATE "C" < $3
-RETURNING id, lease_owner, generation, control;
+FROM unnest($2::text[], $3::text[], $4::bigint[]) AS held (id, owner, generation)
+WHERE s.id = held.id AND s.lease_owner = held.owner AND s.generation = held.generation
+RETURNING s.id, s.lease_owner, s.generation, s.control;
 
 -- name: release_lease
 -- Give a session back, only if this exact lease still holds it.

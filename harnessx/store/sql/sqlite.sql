@@ -21,10 +21,16 @@ WHERE id = ?
 RETURNING generation;
 
 -- name: renew_leases
--- Extend every lease this process holds, in one statement; returns what is still held.
+-- Extend the leases given as a JSON array of [session id, owner, generation] in one
+-- statement; returns those still held. Only the leases named: a lease this process let go of
+-- but could not give back (its release failed) must expire, so that the supervisor can hand
+-- its run on.
 UPDATE sessions
 SET lease_expires_at = ?
-WHERE lease_owner >= ? AND lease_owner < ?
+WHERE (id, lease_owner, generation) IN (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]')
+    FROM json_each(?)
+)
 RETURNING id, lease_owner, generation, control;
 
 -- name: release_lease
