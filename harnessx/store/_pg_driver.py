@@ -83,6 +83,22 @@ async def on_pooled(pool: Any, op: Callable[[Any], Awaitable[T]]) -> T:
         except BROKEN_CONNECTION:
             _retire(conn)
             raise
+        except asyncpg.InterfaceError as exc:
+            # A connection that died inside a transaction block fails again as the block
+            # is left ("the underlying connection is closed"), and that error hides the
+            # broken-connection one: say what happened, so that the caller tries again.
+            if not _is_closed(conn):
+                raise
+            raise _exc.ConnectionDoesNotExistError(
+                f"the connection closed under the operation ({exc})"
+            ) from exc
+
+
+def _is_closed(conn: Any) -> bool:
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:  # the pool has already detached it from its connection
+        return True
 
 
 def _retire(conn: Any) -> None:

@@ -909,6 +909,25 @@ async def test_dropped_connections_are_retried_and_liveness_is_retaken(pg_databa
         await a.renew([lease])  # and the heartbeat still works
 
 
+async def test_a_connection_lost_inside_a_transaction_is_retried(pg_database: str) -> None:
+    """Leaving a transaction block on a connection that died in it raises asyncpg's
+    InterfaceError, not a connection error: it used to end a worker's load_state during a
+    server restart instead of being retried (chaos, restart-postgres)."""
+    async with PostgresBackend(pg_database) as backend:
+        attempts = 0
+
+        async def read(conn: Any) -> int:
+            nonlocal attempts
+            attempts += 1
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                if attempts == 1:
+                    await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+                return int(await conn.fetchval("SELECT 7"))
+
+        assert await backend._run("reading in a transaction", read) == 7
+        assert attempts == 2
+
+
 async def test_a_closed_or_unopened_backend_says_so(pg_database: str) -> None:
     backend = PostgresBackend(pg_database)
     with pytest.raises(StorageError, match="not open"):
