@@ -6,7 +6,10 @@ Same protocol and semantics as ``SQLiteBackend``; what differs is where the work
   one execution of the ``checkpoint`` query, a data-modifying ``WITH`` whose every write
   joins its fence (the UPDATE of the session row): it checks the lease and writes every
   row in one transaction and one round trip. When the lease no longer holds it writes
-  nothing and fails with SQLSTATE ``HX001`` (here ``LeaseLostError``).
+  nothing and fails with SQLSTATE ``HX001`` (here ``LeaseLostError``). A running run's
+  phase and event count alone go to the session row (schema 3); the first such
+  checkpoint after the lease changed hands is refused (``HX003``, nothing written) and
+  sent again whole, which writes the run row too.
 - **Leases by the database clock**, so hosts with skewed clocks agree on expiry. The pool
   claims queued runs with one ``FOR UPDATE SKIP LOCKED`` statement.
 - **Liveness by advisory lock.** Each instance holds a session-level advisory lock keyed
