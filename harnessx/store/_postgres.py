@@ -123,6 +123,7 @@ _MAX_IDENTIFIER_BYTES = 63  # PostgreSQL silently truncates longer names
 # After a server restart every pooled connection may be dead; each failed attempt retires
 # one, so allow a few more attempts than that takes (about 4 s of back-off in all).
 _RETRY_ATTEMPTS = 8
+_PROGRESS_HINTS = 10_000  # sessions whose progress this process remembers holding
 
 
 def runtime_grants(schema: str, role: str) -> str:
@@ -208,6 +209,11 @@ class PostgresBackend:
         self._liveness_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         self._leaderships: dict[str, Any] = {}  # role -> the connection holding its lock
+        # session -> (owner, generation, run): the lease under which this process last wrote
+        # that run's progress to the session row. The row lets go of it whenever the lease
+        # changes hands, so under any other lease a progress-only checkpoint is sent whole
+        # at once rather than refused first (HX003). Only a hint: absent means "send whole".
+        self._progress: dict[str, tuple[str, int, str]] = {}
         self._closed = False
 
     def __repr__(self) -> str:
@@ -666,6 +672,7 @@ class PostgresBackend:
         return Renewal(held=held, lost={lease.session_id for lease in leases} - held, controls=controls)
 
     async def release(self, lease: Lease) -> None:
+        self._progress.pop(lease.session_id, None)
         await self._run(
             "releasing a lease",
             lambda conn: conn.execute(Q["release_lease"], lease.session_id, lease.owner, lease.generation),
@@ -687,6 +694,8 @@ class PostgresBackend:
     ) -> None:
         """One checkpoint statement (see ``_pg_checkpoint``). Its id makes a retry after a
         lost connection harmless: the statement applies a checkpoint id at most once."""
+        held = (lease.owner, lease.generation, run_id)
+        progress_only = progress_only and self._progress.get(lease.session_id) == held
         # One id for both statements below: a retry after a lost reply finds it applied,
         # whichever of them committed.
         checkpoint_id = secrets.token_hex(16)
@@ -719,12 +728,17 @@ class PostgresBackend:
             whole = statement(False)
             return await conn.fetchval(whole[0], *whole[1])
 
+        self._progress.pop(lease.session_id, None)  # unknown until the statement commits
         await self._run(
             "committing a checkpoint",
             write,
             lease=lease,
             request_id=new_run.get("request_id") if new_run else None,
         )
+        if not (new_run and new_run["queued"]):  # a queued run's checkpoint gave the lease up
+            if len(self._progress) >= _PROGRESS_HINTS:
+                self._progress.clear()  # leases lost without a release leave theirs behind
+            self._progress[lease.session_id] = held
         if events or new_run:
             self._notifications.wake_run(run_id)  # local followers at once; others hear the NOTIFY
         if new_run and new_run["queued"]:

@@ -846,6 +846,34 @@ async def test_progress_sent_again_whole_whose_reply_was_lost_is_applied_once(
         assert record is not None and (record.phase, record.event_count) == ("model_call", 2)
 
 
+async def test_progress_under_a_new_lease_is_sent_whole_at_once(
+    pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session row lets go of a run's progress whenever the lease changes hands, and the
+    backend knows it: the first progress-only checkpoint under a new lease costs one
+    statement, not a refused one and then the whole one."""
+    sent: list[str] = []
+    async with backends(pg_database, 2) as (a, b):
+        lease = await start_run(a, "s", "r1")
+        await a.release(lease)
+        lease = await b.claim("s", "taker")
+        real_fetchval = _ReplyLost.fetchval
+
+        async def counted(self: _ReplyLost, query: str, *args: Any) -> Any:
+            sent.append("progress" if "f.current" in query.split("SELECT CASE")[0] else "whole")
+            return await self._conn.fetchval(query, *args)
+
+        monkeypatch.setattr(_ReplyLost, "fetchval", counted)
+        monkeypatch.setattr(b, "_pool", _LossyPool(b._pool, "never sent"))
+        state = await b.load_state("r1")
+        for seq, phase in ((2, Phase.DISPATCH), (3, Phase.RAW_RESULT)):
+            await b.commit(lease, state, Delta(phase, events=[event("r1", seq)]), [])
+        monkeypatch.setattr(_ReplyLost, "fetchval", real_fetchval)
+        assert sent == ["whole", "progress"]
+        record = await a.get_run("r1")
+        assert record is not None and (record.phase, record.event_count) == ("raw_result", 3)
+
+
 async def test_a_queued_run_whose_reply_was_lost_is_not_refused_after_a_worker_took_it(
     pg_database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
