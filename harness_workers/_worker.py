@@ -25,8 +25,8 @@ from harnessx._errors import ConfigurationError, HarnessError, LeaseLostError
 from harnessx._executor import Execution, RunExecutor
 from harnessx._hooks import HookContext, HookEvent
 from harnessx._leases import LeaseKeeper
+from harnessx._logging import bind_log_context
 from harnessx._registry import AgentRef, AgentRegistry
-from harnessx._service import bind_log_context
 from harnessx.store._protocol import Lease, Store, WorkerInfo
 
 __all__ = ["Worker", "WorkerConfig"]

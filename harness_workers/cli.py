@@ -11,6 +11,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from harness_workers._metrics import WorkerMetrics
 from harness_workers._worker import Worker, WorkerConfig
 from harnessx._errors import HarnessError
+from harnessx._health import HealthServer, parse_address
+from harnessx._logging import configure_logging
 from harnessx._processes import (
     install_signal_handlers,
     load_object,
@@ -21,7 +23,7 @@ from harnessx._processes import (
     store_options,
 )
 from harnessx._registry import AgentRegistry
-from harnessx._service import HealthServer, SystemdNotifier, configure_logging, parse_address
+from harnessx._systemd import SystemdNotifier
 from harnessx.store._protocol import Store
 
 __all__ = ["main"]

@@ -8,6 +8,8 @@ import click
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from harnessx._errors import HarnessError
+from harnessx._health import HealthServer, parse_address
+from harnessx._logging import configure_logging
 from harnessx._processes import (
     install_signal_handlers,
     log_options,
@@ -16,7 +18,7 @@ from harnessx._processes import (
     run_event_loop,
     store_options,
 )
-from harnessx._service import HealthServer, SystemdNotifier, configure_logging, parse_address
+from harnessx._systemd import SystemdNotifier
 from harnessx.store._protocol import Store
 from supervisor._metrics import SupervisorMetrics
 from supervisor._supervisor import Supervisor, SupervisorConfig
