@@ -55,10 +55,12 @@ def _events(workdir: Path) -> list[dict[str, Any]]:
 
 async def run_pool_demo(workdir: Path, runs: int, tool_seconds: float, echo: Echo) -> bool:
     database = workdir / "pool.sqlite3"
-    env = {**os.environ, "HARNESSX_DEMO_DIR": str(workdir), "HARNESSX_DEMO_TOOL_SECONDS": str(tool_seconds)}
+    # The walkthrough's own SQLite file, whatever store the caller's environment names.
+    env = {k: v for k, v in os.environ.items() if k not in ("HARNESSX_DSN", "HARNESSX_SQLITE")}
+    env |= {"HARNESSX_DEMO_DIR": str(workdir), "HARNESSX_DEMO_TOOL_SECONDS": str(tool_seconds)}
     store_args = ["--sqlite", str(database)]
     await asyncio.to_thread(
-        subprocess.run, [_bin("harnessx"), "migrate", *store_args], check=True, capture_output=True
+        subprocess.run, [_bin("harnessx"), "migrate", *store_args], check=True, capture_output=True, env=env
     )
     logs = workdir / "logs"
     logs.mkdir(exist_ok=True)

@@ -4,14 +4,16 @@ configuration objects by import path, opening a store, and signal handling."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import logging
 import os
 import signal
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
+from click.core import ParameterSource
 
 from harnessx._errors import ConfigurationError
 from harnessx.store._protocol import Store
@@ -33,23 +35,50 @@ logger = logging.getLogger("harnessx.process")
 
 
 def store_options(fn: F) -> F:
-    """``--dsn`` / ``--sqlite`` / ``--schema``, shared by every command that opens a store."""
-    fn = click.option(
+    """``--dsn`` / ``--sqlite`` / ``--schema``, shared by every command that opens a store.
+
+    A flag on the command line beats a variable in the environment: ``--sqlite PATH`` with
+    ``HARNESSX_DSN`` set opens the SQLite file. ``--dsn`` and ``--sqlite`` together are refused.
+    """
+
+    @functools.wraps(fn)
+    def chosen(*args: Any, **kwargs: Any) -> Any:
+        kwargs["dsn"] = _chosen_dsn(click.get_current_context(), kwargs.get("dsn"))
+        return fn(*args, **kwargs)
+
+    command: Any = chosen
+    command = click.option(
         "--schema",
         envvar="HARNESSX_SCHEMA",
         default="harness_x",
         help="PostgreSQL schema [env HARNESSX_SCHEMA].",
-    )(fn)
-    fn = click.option(
+    )(command)
+    command = click.option(
         "--sqlite",
         "sqlite_path",
         envvar="HARNESSX_SQLITE",
         default=".agent_sessions/runtime.sqlite3",
         help="SQLite database when no DSN is given [env HARNESSX_SQLITE].",
-    )(fn)
-    return click.option(
-        "--dsn", envvar="HARNESSX_DSN", help="PostgreSQL DSN [env HARNESSX_DSN]; without it, SQLite."
-    )(fn)
+    )(command)
+    command = click.option(
+        "--dsn",
+        envvar="HARNESSX_DSN",
+        help="PostgreSQL DSN [env HARNESSX_DSN, which keeps its password out of the process list]; "
+        "without it, SQLite.",
+    )(command)
+    return cast(F, command)
+
+
+def _chosen_dsn(ctx: click.Context, dsn: str | None) -> str | None:
+    """The DSN to use, or None for SQLite: a flag given on the command line wins."""
+    on_command_line = {
+        name: ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE for name in ("dsn", "sqlite_path")
+    }
+    if on_command_line["dsn"] and on_command_line["sqlite_path"]:
+        raise click.UsageError("give --dsn (PostgreSQL) or --sqlite (SQLite), not both")
+    if on_command_line["sqlite_path"]:
+        return None
+    return dsn or None
 
 
 def metrics_option(*, default: str) -> Callable[[F], F]:

@@ -10,7 +10,6 @@ import asyncio
 import importlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Awaitable
@@ -18,9 +17,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from harnessx._agent import Agent
 from harnessx._demo import DEMO_AGENT, DEMO_PROMPT, invocation_count, kill_after, registry
+from harnessx._demo_dir import prepare_demo_dir
 from harnessx._errors import HarnessError
 from harnessx._hooks import HookEvent
 from harnessx._observe import follow_events
@@ -63,11 +64,24 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--backend", type=click.Choice(["sqlite", "postgres"]), default="sqlite", show_default=True)
-@click.option("--dsn", envvar="HARNESSX_DSN", help="PostgreSQL DSN, with --backend postgres.")
+@click.option(
+    "--backend",
+    type=click.Choice(["sqlite", "postgres"]),
+    help="Store for the walkthrough [default: sqlite; postgres when --dsn is given].",
+)
+@click.option(
+    "--dsn",
+    envvar="HARNESSX_DSN",
+    help="PostgreSQL DSN [env HARNESSX_DSN]; on the command line it implies --backend postgres.",
+)
 @click.option("--schema", default="harnessx_demo", show_default=True, help="PostgreSQL schema for the demo.")
 @click.option(
-    "--dir", "workdir", default=".agent_sessions/demo", show_default=True, type=click.Path(file_okay=False)
+    "--dir",
+    "workdir",
+    default=".agent_sessions/demo",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="A new or empty folder (or one an earlier demo made); only the demo's own files are ever deleted.",
 )
 @click.option(
     "--pool", is_flag=True, help="The worker-pool walkthrough: a supervisor and two workers on SQLite."
@@ -78,30 +92,49 @@ def main() -> None:
 @click.option(
     "--tool-seconds", default=1.0, show_default=True, help="How long each tool call takes (--pool)."
 )
+@click.pass_context
 def demo(
-    backend: str, dsn: str | None, schema: str, workdir: str, pool: bool, runs: int, tool_seconds: float
+    ctx: click.Context,
+    backend: str | None,
+    dsn: str | None,
+    schema: str,
+    workdir: str,
+    pool: bool,
+    runs: int,
+    tool_seconds: float,
 ) -> None:
     """Crash a run right after its tool's result commits, then resume it in a fresh process.
 
     With --pool: submit runs to two workers, SIGKILL one mid-tool, and watch every run finish."""
+    dsn_given = ctx.get_parameter_source("dsn") is ParameterSource.COMMANDLINE
+    if backend is None:
+        backend = "postgres" if dsn_given else "sqlite"
+    elif backend == "sqlite" and dsn_given:
+        raise click.UsageError("--dsn is for --backend postgres; leave it out to run the demo on SQLite")
     if pool:
-        _pool_demo(Path(workdir), runs, tool_seconds)
+        if backend == "postgres":
+            raise click.UsageError("the pool walkthrough runs on SQLite: leave out --dsn and --backend")
+        _pool_demo(_demo_dir(workdir), runs, tool_seconds)
         return
     if backend == "postgres" and not dsn:
         raise click.UsageError("--backend postgres needs --dsn (or HARNESSX_DSN)")
-    folder = Path(workdir)
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    store_args = ["--dsn", dsn, "--schema", schema] if dsn and backend == "postgres" else []
-    store_args += ["--sqlite", str(folder / "runtime.sqlite3")]
+    folder = _demo_dir(workdir)
+    # The children find their store in the environment: a DSN on their command lines would
+    # show its password to anyone who can list processes.
+    env = {k: v for k, v in os.environ.items() if k not in ("HARNESSX_DSN", "HARNESSX_SQLITE")}
+    env["HARNESSX_DEMO_DIR"] = str(folder)
+    if backend == "postgres":
+        assert dsn is not None
+        env |= {"HARNESSX_DSN": dsn, "HARNESSX_SCHEMA": schema}
+        where = "PostgreSQL"
+    else:
+        env["HARNESSX_SQLITE"] = str(folder / "runtime.sqlite3")
+        where = f"SQLite ({folder / 'runtime.sqlite3'})"
     session_file = folder / "session.json"
-    env = {**os.environ, "HARNESSX_DEMO_DIR": str(folder)}
-    where = "PostgreSQL" if store_args[0] == "--dsn" else f"SQLite ({folder / 'runtime.sqlite3'})"
 
     click.echo(f"1. A sales agent starts a durable run on {where}.")
     click.echo("   Its process will be killed with SIGKILL right after the tool's raw result commits.")
-    first = _step(["_demo-drive", "--session-file", str(session_file), *store_args], env)
+    first = _step(["_demo-drive", "--session-file", str(session_file)], env)
     if first.returncode != -9:
         raise click.ClickException(
             f"the driving process was expected to die by SIGKILL; it exited {first.returncode}"
@@ -111,7 +144,7 @@ def demo(
     click.echo(f"   Session id saved to {session_file}: {session_id}")
 
     click.echo("2. A fresh process resumes the saved session.")
-    second = _step(["_demo-resume", "--session-file", str(session_file), *store_args], env)
+    second = _step(["_demo-resume", "--session-file", str(session_file)], env)
     if second.returncode != 0:
         raise click.ClickException(f"resuming failed (exit {second.returncode})")
     result = RunResult.from_dict(json.loads(second.stdout.strip().splitlines()[-1]))
@@ -128,12 +161,18 @@ def demo(
         )
 
 
+def _demo_dir(workdir: str) -> Path:
+    try:
+        return prepare_demo_dir(Path(workdir))
+    except OSError as exc:
+        raise click.ClickException(f"cannot prepare the demo folder {workdir}: {exc}") from exc
+    except HarnessError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
 def _pool_demo(folder: Path, runs: int, tool_seconds: float) -> None:
     from harnessx._pool_demo import run_pool_demo
 
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
     click.echo(f"Pool walkthrough in {folder} (logs in {folder / 'logs'}).")
     if not asyncio.run(run_pool_demo(folder, runs, tool_seconds, click.echo)):
         raise click.ClickException("the pool walkthrough did not hold; see the table above")

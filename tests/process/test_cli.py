@@ -3,19 +3,38 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.process
 
+BIN = Path(sys.executable).parent
+
 
 def harnessx(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "harnessx", *args], cwd=cwd, capture_output=True, text=True, timeout=120
     )
+
+
+def run_env(command: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / command[0]), *command[1:]], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def wait_for_line(log: Path, text: str, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """Until ``text`` shows in the log; fails at once if the process exits first."""
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text(errors="replace"):
+        assert process.poll() is None, f"exited {process.returncode}: {log.read_text()}"
+        assert time.monotonic() < deadline, f"no {text!r} within {timeout} s: {log.read_text()}"
+        time.sleep(0.05)
 
 
 def test_demo_on_sqlite_kills_resumes_and_runs_the_tool_once(tmp_path: Path) -> None:
@@ -68,6 +87,113 @@ def test_pool_demo_kills_a_worker_and_every_report_is_written_once(tmp_path: Pat
 
 
 def test_demo_on_postgres(pg_database: str, tmp_path: Path) -> None:
-    done = harnessx("demo", "--backend", "postgres", "--dsn", pg_database, cwd=tmp_path)
+    # A DSN on the command line implies --backend postgres.
+    done = harnessx("demo", "--dsn", pg_database, cwd=tmp_path)
     assert done.returncode == 0, done.stderr + done.stdout
     assert "on PostgreSQL" in done.stdout and "Tool invocations: 1" in done.stdout
+    contradictory = harnessx("demo", "--backend", "sqlite", "--dsn", pg_database, cwd=tmp_path)
+    assert contradictory.returncode == 2 and "--backend postgres" in contradictory.stderr
+
+
+def command_lines() -> dict[int, str]:
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:  # gone already
+                continue
+    return found
+
+
+def test_demo_children_get_the_dsn_from_the_environment(pg_database: str, tmp_path: Path) -> None:
+    seen: dict[int, str] = {}
+    env = {**os.environ, "HARNESSX_DSN": pg_database}
+    log = tmp_path / "demo.log"
+    with open(log, "wb") as out:
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "harnessx", "demo", "--backend", "postgres"],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    while demo.poll() is None:  # every process's command line while the walkthrough runs
+        seen |= {pid: line for pid, line in command_lines().items() if "_demo-" in line}
+        time.sleep(0.005)
+    assert demo.returncode == 0, log.read_text()
+    assert {"_demo-drive", "_demo-resume"} <= {w for line in seen.values() for w in line.split()}, seen
+    database = pg_database.rsplit("/", 1)[1]
+    assert not [line for line in seen.values() if database in line], seen
+
+
+# ------------------------------------------------------------ nothing deleted
+
+
+def test_demo_refuses_the_current_directory_and_folders_it_did_not_create(tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("mine")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine too")
+    for args in (["--dir", "."], ["--dir", tmp_path.parent.as_posix()], ["--dir", "mine"]):
+        for mode in ([], ["--pool"]):
+            refused = harnessx("demo", *args, *mode, cwd=tmp_path)
+            assert refused.returncode == 2, refused.stdout + refused.stderr
+            assert "Traceback" not in refused.stderr and "pass a new" in refused.stderr
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt", "mine"]
+
+
+def test_demo_run_again_clears_only_its_own_files(tmp_path: Path) -> None:
+    first = harnessx("demo", "--dir", "demo", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr + first.stdout
+    folder = tmp_path / "demo"
+    (folder / "user.txt").write_text("mine")
+    (folder / "reports" / "summary.md").write_text("mine")
+    again = harnessx("demo", "--dir", "demo", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr + again.stdout
+    # A fresh walkthrough (its old database and counter were cleared: one invocation, one session)...
+    assert "Tool invocations: 1" in again.stdout
+    listing = harnessx("status", "--sqlite", "demo/runtime.sqlite3", cwd=tmp_path)
+    assert len(listing.stdout.splitlines()) == 1, listing.stdout
+    # ... and the user's files are still there.
+    assert (folder / "user.txt").read_text() == "mine"
+    assert (folder / "reports" / "summary.md").read_text() == "mine"
+    # An empty folder the user made is adopted.
+    (tmp_path / "empty").mkdir()
+    assert harnessx("demo", "--dir", "empty", cwd=tmp_path).returncode == 0
+
+
+# ------------------------------------------------ flags beat the environment
+
+
+UNREACHABLE_DSN = "postgresql://nobody:hunter2@127.0.0.1:1/none"
+
+
+def test_an_explicit_sqlite_flag_wins_over_harnessx_dsn(tmp_path: Path) -> None:
+    env = {**os.environ, "HARNESSX_DSN": UNREACHABLE_DSN}
+    done = run_env(["harnessx", "migrate", "--sqlite", "pool.sqlite3"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "pool.sqlite3").exists()
+    both = run_env(["harnessx", "status", "--sqlite", "pool.sqlite3", "--dsn", UNREACHABLE_DSN], env, tmp_path)
+    assert both.returncode == 2 and "not both" in both.stderr
+    for command, ready in (
+        (["harness-worker", "--agents", "harnessx._demo:pool_registry"], "registered"),
+        (["harness-supervisor"], "now the leader"),
+    ):
+        log = tmp_path / f"{command[0]}.log"
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                [str(BIN / command[0]), *command[1:], "--sqlite", "pool.sqlite3", "--metrics-addr", "off"],
+                cwd=tmp_path,
+                env={**env, "HARNESSX_LOG_FORMAT": "text"},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            wait_for_line(log, ready, process)
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+        assert "hunter2" not in log.read_text()
