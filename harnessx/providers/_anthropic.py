@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -21,10 +24,30 @@ from harnessx.providers._http import (
     error_message_from_body,
     parse_tool_arguments,
 )
+from harnessx.providers._vendor_fields import JSONValue, checked_extra_body, merge_extra_body
 
-__all__ = ["AnthropicProvider"]
+__all__ = ["ANTHROPIC_API_VERSION", "AnthropicProvider"]
+
+logger = logging.getLogger("harnessx.providers")
 
 ANTHROPIC_DEFAULT_BASE_URL = "https://api.anthropic.com"
+_ANTHROPIC_HOST = "api.anthropic.com"
+
+# The current API version (the one the vendor's SDKs send). From this version on the Messages
+# API refuses temperature, top_p and top_k with a 400, whatever their value.
+ANTHROPIC_API_VERSION = "2026-10-21"
+_NO_SAMPLING_FROM = "2026-10-21"
+
+# Fields the provider derives from the agent; extra_body may not replace them.
+_RESERVED_FIELDS = {
+    "model": "AgentConfig.model (or AnthropicProvider(model=...))",
+    "messages": "the conversation",
+    "system": "AgentConfig.system_prompt",
+    "tools": "the agent's tools",
+    "max_tokens": "AgentConfig.max_tokens (or AnthropicProvider(default_max_tokens=...))",
+    "temperature": "AgentConfig.temperature (sent with anthropic_version='2023-06-01' only)",
+    "stream": "the call: streamed runs stream",
+}
 
 _STOP_REASONS = {
     "end_turn": StopReason.END_TURN,
@@ -37,6 +60,11 @@ _STOP_REASONS = {
     "model_context_window_exceeded": StopReason.MAX_TOKENS,
 }
 
+# Request fields /v1/messages/count_tokens takes besides model, messages, system and tools.
+_COUNTED_FIELDS = frozenset(
+    {"cache_control", "output_config", "speed", "thinking", "tool_choice", "user_profile_id", "workspace_id"}
+)
+
 # Stream error events that are the streaming form of a 529 / 500 / 429.
 _TRANSIENT_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 
@@ -44,9 +72,23 @@ _TRANSIENT_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_lim
 class AnthropicProvider(HTTPProvider):
     """Claude models through the Messages API.
 
-    The key comes from ``api_key=`` or ``ANTHROPIC_API_KEY`` and is required; the base URL
-    from ``base_url=`` or ``ANTHROPIC_BASE_URL``. ``max_tokens`` is mandatory in this API,
-    so ``default_max_tokens`` is sent when the caller gives none.
+    The key comes from ``api_key=`` or ``ANTHROPIC_API_KEY`` and is required for Anthropic's
+    own host; a compatible server without a key (llama.cpp's ``llama-server``) gets none. The
+    base URL comes from ``base_url=`` or ``ANTHROPIC_BASE_URL``. ``max_tokens`` is mandatory
+    in this API, so ``default_max_tokens`` is sent when the caller gives none.
+
+    ``anthropic_version`` defaults to the current API version, which has no sampling
+    parameters: a configured ``temperature`` is then not sent (a warning says so once);
+    ``anthropic_version="2023-06-01"`` sends it. ``extra_body`` holds other request fields
+    (``thinking``, ``tool_choice``, ``top_k`` on the older version, ``metadata``, ...).
+
+    Usage: ``input_tokens`` counts every prompt token, the cached ones included (the API's
+    own ``input_tokens`` leaves out those it reports as cache reads and writes), the same as
+    ``OpenAIProvider``.
+
+    The reply's content blocks are kept in order on ``ProviderResponse.content``, thinking
+    blocks with their signatures and redacted thinking included: with extended thinking and
+    tools the API wants them back unchanged in the assistant turn.
     """
 
     provider_name = "Anthropic"
@@ -60,12 +102,13 @@ class AnthropicProvider(HTTPProvider):
         *,
         api_key: str | None = None,
         base_url: str | None = None,
-        anthropic_version: str = "2023-06-01",
+        anthropic_version: str = ANTHROPIC_API_VERSION,
         retry: RetryPolicy | None = None,
         timeout: float = 120.0,
         http_client: httpx.AsyncClient | None = None,
         extra_headers: Mapping[str, str] | None = None,
         default_max_tokens: int = 4096,
+        extra_body: Mapping[str, JSONValue] | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -80,15 +123,29 @@ class AnthropicProvider(HTTPProvider):
             raise ConfigurationError(f"default_max_tokens must be positive, got {default_max_tokens}")
         self.anthropic_version = anthropic_version
         self.default_max_tokens = default_max_tokens
+        self.extra_body = checked_extra_body("AnthropicProvider", extra_body, _RESERVED_FIELDS)
+        self._warned_temperature = False
+
+    @property
+    def requires_api_key(self) -> bool:
+        """Only Anthropic's own endpoint insists on a key; a local compatible server has none."""
+        return urlsplit(self.base_url).hostname == _ANTHROPIC_HOST
+
+    @property
+    def accepts_sampling(self) -> bool:
+        """Whether the API version still takes ``temperature`` (versions before 2026-10-21)."""
+        return self.anthropic_version < _NO_SAMPLING_FROM
 
     def _headers(self) -> dict[str, str]:
-        if not self._api_key:
-            raise self._missing_key_error()
-        return {
-            "accept": "application/json",
-            "x-api-key": self._api_key,
-            "anthropic-version": self.anthropic_version,
-        }
+        headers = {"accept": "application/json", "anthropic-version": self.anthropic_version}
+        if self._api_key:
+            # x-api-key is accepted by every API version and by compatible servers and proxies.
+            headers["x-api-key"] = self._api_key
+        elif self.requires_api_key:
+            raise self._missing_key_error(
+                " (or point base_url / ANTHROPIC_BASE_URL at a server that needs none)"
+            )
+        return headers
 
     # ------------------------------------------------------------------ calls
 
@@ -131,6 +188,9 @@ class AnthropicProvider(HTTPProvider):
     ) -> int:
         """Exact input-token count from ``POST /v1/messages/count_tokens``."""
         payload = self._base_payload(model, messages, system, tools)
+        # The fields that change the count; the endpoint refuses the others (metadata, ...).
+        counted = {key: value for key, value in self.extra_body.items() if key in _COUNTED_FIELDS}
+        merge_extra_body(payload, counted, has_tools=bool(tools))
         data = await self._post_json("/v1/messages/count_tokens", payload)
         count = data.get("input_tokens")
         if not isinstance(count, int):
@@ -161,9 +221,23 @@ class AnthropicProvider(HTTPProvider):
     ) -> dict[str, Any]:
         payload = self._base_payload(model, messages, system, tools)
         payload["max_tokens"] = max_tokens if max_tokens is not None else self.default_max_tokens
-        if temperature is not None:
+        if temperature is not None and self._sends_temperature(temperature):
             payload["temperature"] = temperature
+        merge_extra_body(payload, self.extra_body, has_tools=bool(tools))
         return payload
+
+    def _sends_temperature(self, temperature: float) -> bool:
+        if self.accepts_sampling:
+            return True
+        if not self._warned_temperature:  # once per provider, not on every call
+            self._warned_temperature = True
+            logger.warning(
+                "AnthropicProvider: API version %s has no temperature; temperature=%s is not sent "
+                "(AnthropicProvider(anthropic_version='2023-06-01') sends it)",
+                self.anthropic_version,
+                temperature,
+            )
+        return False
 
 
 # --------------------------------------------------------------------------- request
@@ -251,11 +325,15 @@ def _usage(data: object) -> TokenUsage | None:
     usage = as_dict(data)
     if not usage:
         return None
+    cache_read = as_int(usage.get("cache_read_input_tokens"))
+    cache_write = as_int(usage.get("cache_creation_input_tokens"))
     return TokenUsage(
-        input_tokens=as_int(usage.get("input_tokens")),
+        # The API counts cache reads and writes apart from input_tokens; TokenUsage counts every
+        # prompt token in input_tokens, as OpenAI's prompt_tokens does.
+        input_tokens=as_int(usage.get("input_tokens")) + cache_read + cache_write,
         output_tokens=as_int(usage.get("output_tokens")),
-        cache_read_tokens=as_int(usage.get("cache_read_input_tokens")),
-        cache_write_tokens=as_int(usage.get("cache_creation_input_tokens")),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
     )
 
 
@@ -269,24 +347,25 @@ def _parse_message(data: dict[str, Any]) -> ProviderResponse:
     if not isinstance(content, list):
         detail = error_message_from_body(data) or "no content in the reply"
         raise ProviderError(f"Anthropic returned no message: {detail}")
-    text: list[str] = []
-    thinking: list[str] = []
-    tool_calls: list[ToolCall] = []
-    for block in map(as_dict, content):
-        kind = block.get("type")
-        if kind == "text":
-            text.append(as_text(block.get("text")))
-        elif kind == "thinking":
-            thinking.append(as_text(block.get("thinking")))
-        elif kind == "tool_use":
-            tool_calls.append(_tool_call(block, block.get("input")))
+    blocks = [as_dict(block) for block in content]
+    return _response(
+        blocks, [_tool_call(b, b.get("input")) for b in blocks if b.get("type") == "tool_use"], data
+    )
+
+
+def _response(
+    blocks: list[dict[str, Any]], tool_calls: list[ToolCall], message: dict[str, Any]
+) -> ProviderResponse:
+    text = [as_text(block.get("text")) for block in blocks if block.get("type") == "text"]
+    thinking = [as_text(block.get("thinking")) for block in blocks if block.get("type") == "thinking"]
     return ProviderResponse(
         text="".join(text),
         tool_calls=tool_calls,
         thinking="".join(thinking) or None,
-        stop_reason=_stop_reason(data.get("stop_reason")),
-        usage=_usage(data.get("usage")),
-        raw=data,
+        stop_reason=_stop_reason(message.get("stop_reason")),
+        usage=_usage(message.get("usage")),
+        raw=message,
+        content=blocks,
     )
 
 
@@ -295,32 +374,40 @@ def _parse_message(data: dict[str, Any]) -> ProviderResponse:
 
 @dataclass
 class _Block:
-    """One content block as it streams in."""
+    """One content block as it streams in: its start, then what its deltas add."""
 
-    type: str
-    start: dict[str, Any]
-    parts: list[str] = field(default_factory=list)
+    block: dict[str, Any]
+    json_parts: list[str] = field(default_factory=list)
+
+    @property
+    def type(self) -> str:
+        return str(self.block.get("type", ""))
 
 
 @dataclass
 class _StreamState:
+    """Assembles the stream the way the vendor's SDK does: the result is the ``message`` a
+    non-streamed call returns (``ProviderResponse.raw``), each block whole."""
+
+    message: dict[str, Any] = field(default_factory=dict)
     blocks: dict[int, _Block] = field(default_factory=dict)
     usage: dict[str, Any] = field(default_factory=dict)
-    stop_reason: object = None
     finished: bool = False
 
     def feed(self, event: str, data: dict[str, Any]) -> list[StreamChunk]:
         kind = data.get("type") or event
         if kind == "message_start":
-            self.usage.update(_present(as_dict(as_dict(data.get("message")).get("usage"))))
+            self.message = copy.deepcopy(as_dict(data.get("message")))
+            self.usage.update(_present(as_dict(self.message.get("usage"))))
         elif kind == "content_block_start":
             return self._start_block(as_int(data.get("index")), as_dict(data.get("content_block")))
         elif kind == "content_block_delta":
             return self._delta(as_int(data.get("index")), as_dict(data.get("delta")))
         elif kind == "message_delta":
             delta = as_dict(data.get("delta"))
-            if "stop_reason" in delta:
-                self.stop_reason = delta["stop_reason"]
+            for key in ("stop_reason", "stop_sequence"):
+                if key in delta:
+                    self.message[key] = delta[key]
             # message_delta usage is cumulative, so it replaces what message_start said.
             self.usage.update(_present(as_dict(data.get("usage"))))
         elif kind == "message_stop":
@@ -335,14 +422,15 @@ class _StreamState:
         # ping, content_block_stop and event types added later need no action.
         return []
 
-    def _start_block(self, index: int, block: dict[str, Any]) -> list[StreamChunk]:
-        kind = str(block.get("type", ""))
-        self.blocks[index] = _Block(kind, block)
-        if kind == "text" and block.get("text"):
-            self.blocks[index].parts.append(str(block["text"]))
-            return [StreamChunk("text_delta", block["text"])]
-        if kind == "tool_use":
-            return [StreamChunk("progress", _progress(block, ""))]
+    def _start_block(self, index: int, start: dict[str, Any]) -> list[StreamChunk]:
+        block = _Block(copy.deepcopy(start))
+        self.blocks[index] = block
+        if block.type == "text" and start.get("text"):
+            return [StreamChunk("text_delta", start["text"])]
+        if block.type == "thinking" and start.get("thinking"):
+            return [StreamChunk("thinking_delta", start["thinking"])]
+        if block.type == "tool_use":
+            return [StreamChunk("progress", _progress(start, ""))]
         return []
 
     def _delta(self, index: int, delta: dict[str, Any]) -> list[StreamChunk]:
@@ -352,39 +440,47 @@ class _StreamState:
         kind = delta.get("type")
         if kind == "text_delta":
             piece = as_text(delta.get("text"))
-            block.parts.append(piece)
+            block.block["text"] = as_text(block.block.get("text")) + piece
             return [StreamChunk("text_delta", piece)] if piece else []
         if kind == "thinking_delta":
             piece = as_text(delta.get("thinking"))
-            block.parts.append(piece)
+            block.block["thinking"] = as_text(block.block.get("thinking")) + piece
             return [StreamChunk("thinking_delta", piece)] if piece else []
+        if kind == "signature_delta":
+            # The signature proves the thinking is the model's; the API checks it when the
+            # block comes back, so it is kept exactly as sent.
+            block.block["signature"] = as_text(block.block.get("signature")) + as_text(delta.get("signature"))
+            return []
         if kind == "input_json_delta":
             piece = as_text(delta.get("partial_json"))
-            block.parts.append(piece)
-            return [StreamChunk("progress", _progress(block.start, piece))]
-        return []  # signature_delta, citations_delta: nothing the engine uses
+            block.json_parts.append(piece)
+            return [StreamChunk("progress", _progress(block.block, piece))]
+        if kind == "citations_delta":
+            citations = block.block.get("citations")
+            block.block["citations"] = [
+                *(citations if isinstance(citations, list) else []),
+                delta.get("citation"),
+            ]
+            return []
+        return []  # delta types added later: nothing the engine uses
 
     def response(self) -> ProviderResponse:
-        text: list[str] = []
-        thinking: list[str] = []
+        blocks: list[dict[str, Any]] = []
         tool_calls: list[ToolCall] = []
         for _, block in sorted(self.blocks.items()):
-            joined = "".join(block.parts)
-            if block.type == "text":
-                text.append(joined)
-            elif block.type == "thinking":
-                thinking.append(joined)
-            elif block.type == "tool_use":
-                # No input_json_delta at all means the start block's input is the whole input.
-                raw_input = joined if block.parts else block.start.get("input")
-                tool_calls.append(_tool_call(block.start, raw_input))
-        return ProviderResponse(
-            text="".join(text),
-            tool_calls=tool_calls,
-            thinking="".join(thinking) or None,
-            stop_reason=_stop_reason(self.stop_reason),
-            usage=_usage(self.usage),
-        )
+            if block.json_parts:
+                # Blocks that stream their input (tool_use, server_tool_use, mcp_tool_use)
+                # start with an empty one; the joined deltas are the whole input.
+                raw_input: object = "".join(block.json_parts)
+                parsed, _ = parse_tool_arguments(raw_input)
+                block.block["input"] = parsed
+            else:
+                raw_input = block.block.get("input")
+            if block.type == "tool_use":
+                tool_calls.append(_tool_call(block.block, raw_input))
+            blocks.append(block.block)
+        message = {**self.message, "content": blocks, "usage": dict(self.usage)}
+        return _response(blocks, tool_calls, message)
 
 
 def _present(usage: dict[str, Any]) -> dict[str, Any]:

@@ -132,7 +132,15 @@ class ToolCall:
 
 @dataclass
 class ProviderResponse:
-    """One complete model reply."""
+    """One complete model reply.
+
+    ``raw`` is the reply as the provider's API returned it (for a streamed reply, assembled
+    into the object a non-streamed call returns). ``content``, when the provider has one, is
+    the reply's content blocks in order as the API sent them (``{"type": "text" | "thinking"
+    | "redacted_thinking" | "tool_use" | ..., ...}``): blocks an API wants back unchanged,
+    such as Anthropic's signed thinking, live there. ``text``, ``tool_calls`` and
+    ``thinking`` are what the engine reads.
+    """
 
     text: str = ""
     tool_calls: list[ToolCall] | None = None
@@ -140,6 +148,7 @@ class ProviderResponse:
     stop_reason: StopReason | str = StopReason.END_TURN
     usage: TokenUsage | None = None
     raw: Any = None
+    content: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         self.stop_reason = StopReason.coerce(self.stop_reason)

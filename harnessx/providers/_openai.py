@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
@@ -25,8 +27,13 @@ from harnessx.providers._http import (
     estimate_tokens,
     parse_tool_arguments,
 )
+from harnessx.providers._vendor_fields import JSONValue, checked_extra_body, merge_extra_body
 
-__all__ = ["OpenAIProvider"]
+__all__ = ["MaxTokensParam", "OpenAIProvider", "is_reasoning_model"]
+
+logger = logging.getLogger("harnessx.providers")
+
+MaxTokensParam = Literal["max_completion_tokens", "max_tokens"]
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _OPENAI_HOST = "api.openai.com"
@@ -37,6 +44,23 @@ _FINISH_REASONS = {
     "function_call": StopReason.TOOL_USE,
     "length": StopReason.MAX_TOKENS,
     "content_filter": StopReason.SAFETY,
+}
+
+# OpenAI's reasoning models: the o-series and GPT-5 onwards, except the "-chat" variants (the
+# non-reasoning model behind ChatGPT). A gateway's "vendor/" prefix is ignored.
+_REASONING_MODEL = re.compile(r"^(?:o\d+|gpt-(?:[5-9]|[1-9]\d+))(?:$|[-.])")
+
+# Fields the provider derives from the agent; extra_body may not replace them.
+_RESERVED_FIELDS = {
+    "model": "AgentConfig.model (or OpenAIProvider(model=...))",
+    "messages": "the conversation",
+    "tools": "the agent's tools",
+    "max_tokens": "AgentConfig.max_tokens (OpenAIProvider(max_tokens_param=...) names the field)",
+    "max_completion_tokens": "AgentConfig.max_tokens (OpenAIProvider(max_tokens_param=...) names the field)",
+    "temperature": "AgentConfig.temperature",
+    "stream": "the call: streamed runs stream",
+    "stream_options": "the call: a streamed request asks for usage",
+    "n": "nothing: the engine reads one choice",
 }
 
 # Error types an OpenAI-compatible server may put in a mid-stream error event that mean
@@ -53,6 +77,14 @@ class OpenAIProvider(HTTPProvider):
 
     Usage: ``input_tokens`` is OpenAI's ``prompt_tokens``, which already *includes* the
     cached tokens also reported as ``cache_read_tokens``.
+
+    ``max_tokens_param`` names the field the token limit goes in: ``max_completion_tokens``
+    (the default; OpenAI deprecates ``max_tokens`` and its reasoning models refuse it) or
+    ``max_tokens`` for a compatible server that only knows the older name.
+    ``reasoning_model`` says whether the model refuses ``temperature`` (OpenAI's reasoning
+    models do); ``None`` decides by the model name (o1, o3, o4-mini, gpt-5, ...).
+    ``extra_body`` holds any other request fields to send (``tool_choice``,
+    ``parallel_tool_calls``, ``seed``, ``reasoning_effort``, ...); see ``_vendor_fields``.
     """
 
     provider_name = "OpenAI"
@@ -71,7 +103,15 @@ class OpenAIProvider(HTTPProvider):
         timeout: float = 120.0,
         http_client: httpx.AsyncClient | None = None,
         extra_headers: Mapping[str, str] | None = None,
+        max_tokens_param: MaxTokensParam = "max_completion_tokens",
+        reasoning_model: bool | None = None,
+        extra_body: Mapping[str, JSONValue] | None = None,
     ) -> None:
+        if max_tokens_param not in ("max_completion_tokens", "max_tokens"):
+            raise ConfigurationError(
+                f"OpenAIProvider(max_tokens_param={max_tokens_param!r}): use 'max_completion_tokens' "
+                "(OpenAI) or 'max_tokens' (a server that only knows the older field)"
+            )
         super().__init__(
             model,
             api_key=api_key,
@@ -82,6 +122,10 @@ class OpenAIProvider(HTTPProvider):
             extra_headers=extra_headers,
         )
         self.organization = organization
+        self.max_tokens_param: MaxTokensParam = max_tokens_param
+        self.reasoning_model = reasoning_model
+        self.extra_body = checked_extra_body("OpenAIProvider", extra_body, _RESERVED_FIELDS)
+        self._warned_temperature: set[str] = set()
 
     @property
     def requires_api_key(self) -> bool:
@@ -153,17 +197,36 @@ class OpenAIProvider(HTTPProvider):
         max_tokens: int | None,
         temperature: float | None,
     ) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "model": self._resolve_model(model),
-            "messages": to_wire_messages(messages, system),
-        }
+        chosen = self._resolve_model(model)
+        payload: dict[str, Any] = {"model": chosen, "messages": to_wire_messages(messages, system)}
         if tools:  # OpenAI rejects an empty "tools" array
             payload["tools"] = to_wire_tools(tools)
         if max_tokens is not None:
-            payload["max_tokens"] = max_tokens
-        if temperature is not None:
+            payload[self.max_tokens_param] = max_tokens
+        if temperature is not None and self._accepts_temperature(chosen, temperature):
             payload["temperature"] = temperature
+        merge_extra_body(payload, self.extra_body, has_tools=bool(tools))
         return payload
+
+    def _accepts_temperature(self, model: str, temperature: float) -> bool:
+        reasoning = is_reasoning_model(model) if self.reasoning_model is None else self.reasoning_model
+        if not reasoning:
+            return True
+        if model not in self._warned_temperature:  # once per model, not on every call
+            self._warned_temperature.add(model)
+            logger.warning(
+                "OpenAIProvider: %s is a reasoning model, which refuses temperature; "
+                "temperature=%s is not sent (OpenAIProvider(reasoning_model=False) sends it)",
+                model,
+                temperature,
+            )
+        return False
+
+
+def is_reasoning_model(model: str) -> bool:
+    """Whether ``model`` names one of OpenAI's reasoning models (which refuse ``temperature``)."""
+    name = model.rsplit("/", 1)[-1].lower()
+    return "-chat" not in name and _REASONING_MODEL.match(name) is not None
 
 
 # --------------------------------------------------------------------------- request
@@ -232,7 +295,10 @@ def to_wire_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- response
 
 
-def _stop_reason(finish_reason: object, has_tool_calls: bool) -> StopReason:
+def _stop_reason(finish_reason: object, has_tool_calls: bool, refused: bool = False) -> StopReason:
+    # A declined request says so in "refusal", whatever finish_reason came with it ("stop").
+    if refused:
+        return StopReason.REFUSAL
     if not finish_reason:
         reason = StopReason.END_TURN
     else:
@@ -285,14 +351,21 @@ def _parse_completion(data: dict[str, Any]) -> ProviderResponse:
     choice = as_dict(choices[0])
     message = as_dict(choice.get("message"))
     tool_calls = [_wire_tool_call(as_dict(call)) for call in message.get("tool_calls") or []]
+    refusal = _refusal_text(message)
     return ProviderResponse(
-        text=as_text(message.get("content")),
+        # The refusal is the model's answer (it says why); it must not read as an empty one.
+        text=as_text(message.get("content")) + refusal,
         tool_calls=tool_calls,
         thinking=_reasoning_text(message),
-        stop_reason=_stop_reason(choice.get("finish_reason"), bool(tool_calls)),
+        stop_reason=_stop_reason(choice.get("finish_reason"), bool(tool_calls), bool(refusal)),
         usage=_usage(data.get("usage")),
         raw=data,
     )
+
+
+def _refusal_text(message: dict[str, Any]) -> str:
+    refusal = message.get("refusal")
+    return refusal if isinstance(refusal, str) else ""
 
 
 # --------------------------------------------------------------------------- streaming
@@ -310,10 +383,13 @@ class _StreamState:
     """Everything a stream has said so far; becomes the final ``ProviderResponse``."""
 
     text: list[str] = field(default_factory=list)
+    refusal: list[str] = field(default_factory=list)
     thinking: list[str] = field(default_factory=list)
     calls: dict[int, _PartialToolCall] = field(default_factory=dict)
     finish_reason: str | None = None
     usage: TokenUsage | None = None
+    raw_usage: dict[str, Any] | None = None
+    header: dict[str, Any] = field(default_factory=dict)
     done: bool = False
 
     def feed(self, event: dict[str, Any]) -> list[StreamChunk]:
@@ -322,7 +398,10 @@ class _StreamState:
             message = error_message_from_body(event) or str(error)
             kind = str(as_dict(error).get("type") or as_dict(error).get("code") or "")
             raise ProviderError(f"OpenAI stream error: {message}", retryable=kind in _TRANSIENT_STREAM_ERRORS)
+        if not self.header:
+            self.header = {key: event[key] for key in ("id", "created", "model") if key in event}
         if event.get("usage"):
+            self.raw_usage = as_dict(event["usage"])
             self.usage = _usage(event["usage"])
         chunks: list[StreamChunk] = []
         for choice in map(as_dict, event.get("choices") or []):
@@ -339,6 +418,11 @@ class _StreamState:
         if isinstance(content, str) and content:
             self.text.append(content)
             chunks.append(StreamChunk("text_delta", content))
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            # Shown as it streams, like any answer; the final stop reason says it was a refusal.
+            self.refusal.append(refusal)
+            chunks.append(StreamChunk("text_delta", refusal))
         reasoning = _reasoning_text(delta)
         if reasoning:
             self.thinking.append(reasoning)
@@ -369,13 +453,40 @@ class _StreamState:
         tool_calls = [
             _tool_call(call.id, call.name, "".join(call.arguments)) for _, call in sorted(self.calls.items())
         ]
+        refusal = "".join(self.refusal)
         return ProviderResponse(
-            text="".join(self.text),
+            text="".join(self.text) + refusal,
             tool_calls=tool_calls,
             thinking="".join(self.thinking) or None,
-            stop_reason=_stop_reason(self.finish_reason, bool(tool_calls)),
+            stop_reason=_stop_reason(self.finish_reason, bool(tool_calls), bool(refusal)),
             usage=self.usage,
+            raw=self.completion(tool_calls),
         )
+
+    def completion(self, tool_calls: list[ToolCall]) -> dict[str, Any]:
+        """The stream as the one ``chat.completion`` object a non-streamed call returns."""
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(self.text) or None,
+            "refusal": "".join(self.refusal) or None,
+        }
+        if self.thinking:
+            message["reasoning_content"] = "".join(self.thinking)
+        if tool_calls:
+            message["tool_calls"] = [
+                {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}}
+                for call, arguments in zip(
+                    tool_calls, ("".join(c.arguments) for _, c in sorted(self.calls.items())), strict=True
+                )
+            ]
+        completion: dict[str, Any] = {
+            **self.header,
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+        }
+        if self.raw_usage is not None:
+            completion["usage"] = self.raw_usage
+        return completion
 
 
 async def _parse_stream(events: AsyncIterator[SSEEvent]) -> AsyncGenerator[StreamChunk, None]:

@@ -105,7 +105,7 @@ async def test_plain_text_reply(server: ScriptedServer, anthropic: MakeAnthropic
     request = server.requests[0]
     assert (request.method, request.path) == ("POST", "/v1/messages")
     assert request.headers["x-api-key"] == KEY
-    assert request.headers["anthropic-version"] == "2023-06-01"
+    assert request.headers["anthropic-version"] == "2026-10-21"  # the current API version
     assert "authorization" not in request.headers
     assert request.json == {
         "model": "claude-test",
@@ -119,12 +119,27 @@ async def test_explicit_max_tokens_temperature_and_version(
     server: ScriptedServer, anthropic: MakeAnthropic
 ) -> None:
     server.reply_json(message(text("ok")))
-    provider = anthropic(anthropic_version="2099-01-01", default_max_tokens=10)
+    provider = anthropic(anthropic_version="2023-06-01", default_max_tokens=10)
     await provider.create(**ASK, tools=[], max_tokens=77, temperature=0.0)
     sent = server.requests[0]
     assert sent.json["max_tokens"] == 77 and sent.json["temperature"] == 0.0
     assert "system" not in sent.json and "tools" not in sent.json
-    assert sent.headers["anthropic-version"] == "2099-01-01"
+    assert sent.headers["anthropic-version"] == "2023-06-01"
+
+
+@pytest.mark.parametrize("version", [None, "2026-10-21", "2099-01-01"])
+async def test_no_temperature_from_api_version_2026_10_21(
+    server: ScriptedServer, anthropic: MakeAnthropic, caplog: pytest.LogCaptureFixture, version: str | None
+) -> None:
+    # The Messages API answers 400 to temperature (any value) from version 2026-10-21 on.
+    provider = anthropic() if version is None else anthropic(anthropic_version=version)
+    for _ in range(2):
+        server.reply_json(message(text("ok")))
+        await provider.create(**ASK, tools=[], max_tokens=None, temperature=0.2)
+    assert all("temperature" not in sent.json for sent in server.requests)
+    warnings = [r.getMessage() for r in caplog.records if "temperature" in r.getMessage()]
+    assert len(warnings) == 1  # said once, not on every call
+    assert "anthropic_version='2023-06-01'" in warnings[0]
 
 
 async def test_tool_use_reply_and_tool_results_on_the_wire(
@@ -264,8 +279,9 @@ async def test_usage_includes_cache_tokens(server: ScriptedServer, anthropic: Ma
     }
     server.reply_json(message(text("x"), usage=usage))
     response = await anthropic().create(**ASK, tools=[], max_tokens=None)
+    # input_tokens counts every prompt token, cached ones included (as OpenAI's prompt_tokens)
     assert response.usage == TokenUsage(
-        input_tokens=3, output_tokens=50, cache_read_tokens=1000, cache_write_tokens=200
+        input_tokens=1203, output_tokens=50, cache_read_tokens=1000, cache_write_tokens=200
     )
 
 
@@ -285,8 +301,10 @@ async def test_count_tokens_uses_the_endpoint(server: ScriptedServer, anthropic:
 # --------------------------------------------------------------------------- keys and errors
 
 
-async def test_missing_key_fails_at_call_time(server: ScriptedServer) -> None:
-    provider = AnthropicProvider("claude-test", base_url=server.url)  # constructing is fine
+async def test_missing_key_fails_at_call_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    provider = AnthropicProvider("claude-test")  # constructing is fine; nothing is sent
     try:
         with pytest.raises(ConfigurationError, match="ANTHROPIC_API_KEY"):
             await provider.create(**ASK, tools=[], max_tokens=None)
@@ -296,7 +314,21 @@ async def test_missing_key_fails_at_call_time(server: ScriptedServer) -> None:
             await collect(provider.stream(**ASK, tools=[], max_tokens=None))
     finally:
         await provider.aclose()
-    assert server.requests == []
+
+
+async def test_a_compatible_server_needs_no_key(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # llama.cpp's llama-server speaks /v1/messages and has no keys.
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    server.reply_json(message(text("local")))
+    provider = AnthropicProvider("smollm2", base_url=server.url)
+    try:
+        response = await provider.create(**ASK, tools=[], max_tokens=None)
+    finally:
+        await provider.aclose()
+    assert response.text == "local"
+    assert "x-api-key" not in server.requests[0].headers
 
 
 async def test_key_and_base_url_from_the_environment(
@@ -368,7 +400,7 @@ async def test_streaming_text(server: ScriptedServer, anthropic: MakeAnthropic) 
     assert final.data.text == "Hello"
     assert final.data.stop_reason == StopReason.END_TURN
     # input from message_start, output from message_delta
-    assert final.data.usage == TokenUsage(input_tokens=20, output_tokens=9, cache_read_tokens=5)
+    assert final.data.usage == TokenUsage(input_tokens=25, output_tokens=9, cache_read_tokens=5)
     assert server.requests[0].json["stream"] is True
 
 

@@ -78,7 +78,7 @@ async def test_plain_text_reply(server: ScriptedServer, openai: MakeOpenAI) -> N
     assert request.json == {
         "model": "gpt-test",
         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
-        "max_tokens": 100,
+        "max_completion_tokens": 100,  # max_tokens is deprecated, and refused by reasoning models
     }
 
 
@@ -93,7 +93,7 @@ async def test_optional_fields_are_sent_only_when_set(server: ScriptedServer, op
         temperature=0.3,
     )
     sent = server.requests[0].json
-    assert "max_tokens" not in sent and "tools" not in sent
+    assert "max_completion_tokens" not in sent and "max_tokens" not in sent and "tools" not in sent
     assert sent["temperature"] == 0.3
     assert sent["messages"] == [{"role": "user", "content": "Hi"}]  # no empty system message
 
@@ -368,7 +368,7 @@ async def test_streaming_text(server: ScriptedServer, openai: MakeOpenAI) -> Non
     sent = server.requests[0].json
     assert sent["stream"] is True
     assert sent["stream_options"] == {"include_usage": True}
-    assert sent["max_tokens"] == 50
+    assert sent["max_completion_tokens"] == 50
 
 
 async def test_streamed_tool_calls_are_assembled_from_fragments(
