@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 from harnessx._committer import RunFeed
 from harnessx._events import RunEvent, RunEventType
 from harnessx._runlog import parse_cursor
 from harnessx.store._protocol import Store
 
-__all__ = ["follow_events"]
+__all__ = ["follow_events", "stored_events"]
 
 LocalFeed = Callable[[], RunFeed | None]
 
@@ -30,6 +31,7 @@ async def follow_events(
     """
     position = parse_cursor(after)
     result_at = -1
+    session_id = await _session_of(store, run_id)
     while True:
         feed = local_feed()
         if feed is not None and feed.covers(position + 1):
@@ -38,7 +40,7 @@ async def follow_events(
             events = await store.read_events(run_id, position)
         for event in events:
             position = int(event.cursor or position)
-            yield event
+            yield _with_session(event, session_id)
             if event.type is RunEventType.RUN_RESULT:
                 result_at = position
         if result_at == position and await _execution_over(store, run_id, position, feed):
@@ -49,6 +51,26 @@ async def follow_events(
             await feed.wait(poll_interval * 10)
         else:
             await store.wait_for_events(run_id, poll_interval)
+
+
+async def stored_events(store: Store, run_id: str, after: str) -> AsyncIterator[RunEvent]:
+    """The events of ``run_id`` stored behind cursor ``after``, page by page, then stop."""
+    position = parse_cursor(after)
+    session_id = await _session_of(store, run_id)
+    while page := await store.read_events(run_id, position):
+        for event in page:
+            position = int(event.cursor or position)
+            yield _with_session(event, session_id)
+
+
+async def _session_of(store: Store, run_id: str) -> str:
+    record = await store.get_run(run_id)
+    return record.session_id if record is not None else ""
+
+
+def _with_session(event: RunEvent, session_id: str) -> RunEvent:
+    # Stored rows do not repeat their run's session; events a process emits live carry it.
+    return event if event.session_id or not session_id else replace(event, session_id=session_id)
 
 
 async def _execution_over(store: Store, run_id: str, seq: int, feed: RunFeed | None) -> bool:

@@ -24,12 +24,14 @@ from harnessx._demo import DEMO_AGENT, DEMO_PROMPT, invocation_count, kill_after
 from harnessx._demo_dir import prepare_demo_dir
 from harnessx._errors import HarnessError
 from harnessx._hooks import HookEvent
-from harnessx._observe import follow_events
+from harnessx._observe import follow_events, stored_events
 from harnessx._processes import store_options
 from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import RunResult
+from harnessx._runlog import parse_cursor
 from harnessx._runtime import AgentRuntime
-from harnessx.store._protocol import Store
+from harnessx.store._migrations import MigrationReport
+from harnessx.store._protocol import SessionSummary, Store
 from harnessx.store._sqlite import SQLiteBackend
 
 __all__ = ["main"]
@@ -43,15 +45,21 @@ def _run(work: Awaitable[T]) -> T:
         return asyncio.run(work)  # type: ignore[arg-type]
     except HarnessError as exc:
         raise click.ClickException(str(exc)) from exc
+    except OSError as exc:  # a folder it may not read, a read-only file system...
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
 
 
-def open_backend(sqlite_path: str, dsn: str | None, schema: str, *, auto_migrate: bool = True) -> Store:
+def open_backend(
+    sqlite_path: str, dsn: str | None, schema: str, *, auto_migrate: bool = True, read_only: bool = False
+) -> Store:
+    """The store a command names (not yet opened). ``read_only``: for inspecting, it creates
+    nothing (a missing SQLite file is an error) and reads even from a read-only file system."""
     if dsn:
         from harnessx.store import PostgresBackend
 
-        backend: Store = PostgresBackend(dsn, schema=schema, auto_migrate=auto_migrate)
+        backend: Store = PostgresBackend(dsn, schema=schema, auto_migrate=auto_migrate and not read_only)
         return backend
-    return SQLiteBackend(sqlite_path, auto_migrate=auto_migrate)
+    return SQLiteBackend(sqlite_path, auto_migrate=auto_migrate, read_only=read_only)
 
 
 @click.group()
@@ -224,6 +232,9 @@ def demo_resume(session_file: str, sqlite_path: str, dsn: str | None, schema: st
 # ---------------------------------------------------------------- inspection
 
 
+_NOTHING_TO_RESUME = ("completed", "cancelled")
+
+
 @main.command()
 @click.argument("session_id", required=False)
 @click.option("--limit", default=20, show_default=True, help="Sessions to list without SESSION_ID.")
@@ -232,21 +243,24 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
     """List recent sessions, or show one session's latest run."""
 
     async def show() -> None:
-        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
+        async with open_backend(sqlite_path, dsn, schema, read_only=True) as backend:
             if session_id is None:
                 rows = await backend.recent_sessions(limit)
                 if not rows:
                     click.echo("no sessions")
                 for row in rows:
-                    click.echo(f"{row.session_id}  {row.run_status or 'idle':<15} {row.agent_ref or '-'}")
+                    click.echo(f"{row.session_id}  {_shown_status(row):<15} {row.agent_ref or '-'}")
                 return
             session = await backend.get_session(session_id)
-            if session is None:
+            summary = await backend.session_summary(session_id)
+            if session is None or summary is None:
                 raise click.ClickException(f"no session {session_id!r}")
             record = await backend.latest_run(session_id)
-            click.echo(
-                f"session {session_id}  agent {session.agent_ref or '-'}  generation {session.generation}"
-            )
+            agent = session.agent_ref or "-"
+            header = f"session {session_id}  agent {agent}  generation {session.generation}"
+            if summary.queued:
+                header += "  latest run queued: no pool worker has claimed it yet"
+            click.echo(header)
             if record is None:
                 click.echo("no runs")
                 return
@@ -256,27 +270,36 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
     _run(show())
 
 
+def _shown_status(row: SessionSummary) -> str:
+    # A queued pool run is stored as 'running' (it is unfinished) but nothing drives it yet.
+    if row.queued:
+        return "queued"
+    return row.run_status or "idle"
+
+
+def _cursor(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        parse_cursor(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+    return value
+
+
 @main.command()
 @click.argument("run_id")
-@click.option("--after", default="0", show_default=True, help="Cursor to continue behind.")
+@click.option("--after", default="0", show_default=True, callback=_cursor, help="Cursor to continue behind.")
 @click.option("--follow", is_flag=True, help="Keep following live events until the execution ends.")
 @store_options
 def events(run_id: str, after: str, follow: bool, sqlite_path: str, dsn: str | None, schema: str) -> None:
     """Print a run's stored events as JSON lines."""
 
     async def dump() -> None:
-        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
+        async with open_backend(sqlite_path, dsn, schema, read_only=True) as backend:
             if await backend.get_run(run_id) is None:
                 raise click.ClickException(f"no run {run_id!r}")
-            if follow:
-                async for event in follow_events(backend, run_id, after, poll_interval=0.2):
-                    click.echo(json.dumps(event.to_dict()))
-                return
-            position = int(after)
-            while page := await backend.read_events(run_id, position):
-                for event in page:
-                    click.echo(json.dumps(event.to_dict()))
-                position = int(page[-1].cursor or position)
+            found = follow_events(backend, run_id, after, poll_interval=0.2) if follow else None
+            async for event in found or stored_events(backend, run_id, after):
+                click.echo(json.dumps(event.to_dict()))
 
     _run(dump())
 
@@ -294,10 +317,14 @@ def resume(session_id: str, agent_path: str | None, sqlite_path: str, dsn: str |
     """Resume a session's latest run and print its result as JSON."""
 
     async def go() -> RunResult | None:
-        async with open_backend(sqlite_path, dsn, schema) as backend:
+        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
             session = await backend.get_session(session_id)
             if session is None:
                 raise click.ClickException(f"no session {session_id!r}")
+            # Decided before looking for the agent: a finished run needs none.
+            latest = await backend.latest_run(session_id)
+            if latest is None or latest.status in _NOTHING_TO_RESUME:
+                return None
             runtime = _runtime_for(agent_path, session.agent_ref, backend)
             try:
                 handle = await runtime.resume(session_id)
@@ -318,12 +345,11 @@ def resume(session_id: str, agent_path: str | None, sqlite_path: str, dsn: str |
 def migrate(sqlite_path: str, dsn: str | None, schema: str) -> None:
     """Create or upgrade the harnessx schema."""
 
-    async def go() -> None:
-        async with open_backend(sqlite_path, dsn, schema, auto_migrate=True) as backend:
-            await backend.migrate()
+    async def go() -> MigrationReport:
+        # Not opened first: opening verifies the schema, which is what this command fixes.
+        return await open_backend(sqlite_path, dsn, schema).migrate()
 
-    _run(go())
-    click.echo("schema is up to date")
+    click.echo(_run(go()).describe())
 
 
 def _runtime_for(agent_path: str | None, agent_ref: str | None, backend: Store) -> AgentRuntime:

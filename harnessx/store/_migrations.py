@@ -15,7 +15,7 @@ from importlib import resources
 
 from harnessx._errors import SchemaError
 
-__all__ = ["Migration", "check_applied", "load_migrations", "pending"]
+__all__ = ["Migration", "MigrationReport", "check_applied", "load_migrations", "pending", "report"]
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -29,6 +29,29 @@ class Migration:
     @property
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    """What ``migrate()`` did: the schema version before and after, and what it applied."""
+
+    where: str
+    before: int
+    after: int
+    applied: tuple[Migration, ...] = ()
+
+    def describe(self) -> str:
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in self.applied)
+        if not self.applied:
+            return f"{self.where} is already at schema version {self.after}: nothing to apply"
+        if self.before == 0:
+            return f"created the harnessx schema (version {self.after}) in {self.where}: applied {names}"
+        return f"upgraded {self.where} from schema version {self.before} to {self.after}: applied {names}"
+
+
+def report(where: str, applied: dict[int, str], done: list[Migration]) -> MigrationReport:
+    before = max(applied, default=0)
+    return MigrationReport(where, before, max([before, *(m.version for m in done)]), tuple(done))
 
 
 @cache

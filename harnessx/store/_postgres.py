@@ -69,7 +69,7 @@ from harnessx.store._codec import (
     state_from,
     tool_entry_from_row,
 )
-from harnessx.store._migrations import check_applied, load_migrations, pending
+from harnessx.store._migrations import MigrationReport, check_applied, load_migrations, pending, report
 from harnessx.store._pg_checkpoint import PROGRESS_NOT_HELD, checkpoint
 from harnessx.store._pg_driver import (
     BROKEN_CONNECTION,
@@ -288,16 +288,15 @@ class PostgresBackend:
         for resource in (liveness, pool):
             await close_quietly(resource)
 
-    async def migrate(self) -> None:
+    async def migrate(self) -> MigrationReport:
         """Apply the migrations this database lacks (also run by ``initialize`` by default).
         Works on a backend that was never opened, e.g. from the ``harnessx migrate`` command."""
         if self._pool is not None:
-            await self._run("migrating the schema", self._migrate_on)
-            return
+            return await self._run("migrating the schema", self._migrate_on)
         conn = await self._with_retries("connecting", lambda: self._connect("migrate"))
         try:
             with self._translated("migrating the schema"):
-                await self._migrate_on(conn)
+                return await self._migrate_on(conn)
         finally:
             await close_quietly(conn)
 
@@ -326,13 +325,13 @@ class PostgresBackend:
             return None
         return {int(v): str(c) for v, c in await conn.fetch(Q["applied_migrations"])}
 
-    async def _migrate_on(self, conn: Any) -> None:
+    async def _migrate_on(self, conn: Any) -> MigrationReport:
         # Fast path without locks or DDL, so an up-to-date schema needs no CREATE privilege.
         applied = await self._read_applied(conn)
         if applied is not None:
             check_applied("postgres", applied, self._where, self._migrate_command)
             if not pending("postgres", applied):
-                return
+                return report(self._where, applied, [])
         async with conn.transaction():
             # Concurrent starters queue here; each re-reads what the previous one applied.
             await conn.execute(Q["lock_migrations"], f"harnessx:migrate:{self.schema}")
@@ -342,12 +341,14 @@ class PostgresBackend:
             await conn.execute(Q["create_migrations_table"])
             applied = await self._read_applied(conn) or {}
             check_applied("postgres", applied, self._where, self._migrate_command)
-            for migration in pending("postgres", applied):
+            done = pending("postgres", applied)
+            for migration in done:
                 await conn.execute(migration.sql)
                 await conn.execute(
                     Q["record_migration"], migration.version, migration.name, migration.checksum
                 )
                 logger.info("applied migration %04d_%s to %s", migration.version, migration.name, self._where)
+        return report(self._where, applied, done)
 
     async def _check_may_migrate(self, conn: Any) -> None:
         """Name the privilege to grant before DDL fails with a bare 'permission denied'."""
@@ -823,6 +824,12 @@ class PostgresBackend:
     async def recent_sessions(self, limit: int) -> list[SessionSummary]:
         rows = await self._run("listing sessions", lambda conn: conn.fetch(Q["recent_sessions"], limit))
         return [SessionSummary(*row) for row in rows]
+
+    async def session_summary(self, session_id: str) -> SessionSummary | None:
+        row = await self._run(
+            "reading a session", lambda conn: conn.fetchrow(Q["session_summary"], session_id)
+        )
+        return None if row is None else SessionSummary(*row)
 
     # ----------------------------------------------------------------- pool
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from harnessx._events import RunEvent
 from harnessx._state import Delta, RunState
+from harnessx.store._migrations import MigrationReport
 
 __all__ = [
     "Lease",
@@ -72,6 +73,7 @@ class SessionSummary:
     run_id: str | None
     run_status: str | None
     updated_at: float | None
+    queued: bool = False  # the latest run waits in the pool's queue, claimed by no worker yet
 
 
 @dataclass
@@ -147,7 +149,9 @@ class Store(Protocol):
 
     async def aclose(self) -> None: ...
 
-    async def migrate(self) -> None: ...
+    async def migrate(self) -> MigrationReport:
+        """Apply what the database lacks, also on a store that was never opened."""
+        ...
 
     # sessions and leases
     async def create_session(
@@ -192,6 +196,8 @@ class Store(Protocol):
     async def load_state(self, run_id: str) -> RunState: ...
 
     async def recent_sessions(self, limit: int) -> list[SessionSummary]: ...
+
+    async def session_summary(self, session_id: str) -> SessionSummary | None: ...
 
     async def commit(
         self, lease: Lease, state: RunState, delta: Delta, provisional: list[RunEvent]

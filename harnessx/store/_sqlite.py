@@ -38,7 +38,7 @@ from harnessx.store._codec import (
     tool_entry_from_row,
     tool_entry_values,
 )
-from harnessx.store._migrations import check_applied, pending
+from harnessx.store._migrations import MigrationReport, check_applied, pending, report
 from harnessx.store._protocol import (
     Lease,
     Orphan,
@@ -80,6 +80,7 @@ class SQLiteBackend:
         lease_seconds: float = 30.0,
         busy_timeout: float = 30.0,
         synchronous: str = "FULL",
+        read_only: bool = False,
     ) -> None:
         if str(path) == ":memory:":
             raise ConfigurationError(
@@ -94,6 +95,11 @@ class SQLiteBackend:
         self.lease_seconds = lease_seconds
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous.upper()
+        # Read-only: for inspecting (`harnessx status`/`events`): opens an existing database
+        # without creating, migrating or locking anything, even on a read-only file system.
+        self.read_only = read_only
+        if read_only:
+            self.auto_migrate = False
         self.process_id = uuid.uuid4().hex
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
@@ -131,7 +137,14 @@ class SQLiteBackend:
             return
         if self._closed:
             raise StorageError("this SQLiteBackend is closed; create a new one")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.auto_migrate:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        elif not self.path.exists():
+            # Only migrating creates a database: a mistyped path is an error, not a new file.
+            raise SchemaError(
+                f"no SQLite database at {self.path}: check the path, or create one with "
+                f"'{self._migrate_command}'"
+            )
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harnessx-sqlite")
         try:
             await self._call(self._open)
@@ -142,7 +155,8 @@ class SQLiteBackend:
         except BaseException:
             await self._shutdown()
             raise
-        self._hold_liveness_lock()
+        if not self.read_only:
+            self._hold_liveness_lock()
 
     async def aclose(self) -> None:
         if self._closed:
@@ -166,22 +180,46 @@ class SQLiteBackend:
         self._executor.shutdown(wait=True)
         self._executor = None
 
-    async def migrate(self) -> None:
-        """Apply the migrations this database lacks (also run by ``initialize`` by default)."""
-        await self._call(self._migrate)
+    async def migrate(self) -> MigrationReport:
+        """Apply the migrations this database lacks (also run by ``initialize`` by default).
+        Works on a backend that was never opened, e.g. from the ``harnessx migrate`` command:
+        it creates the file and its folder if needed."""
+        if self._executor is not None:
+            return await self._call(self._migrate)
+        if self._closed or self.read_only:
+            raise StorageError("this SQLiteBackend is closed or read-only: it cannot migrate")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harnessx-sqlite")
+        try:
+            await self._call(self._open)
+            return await self._call(self._migrate)
+        finally:
+            await self._shutdown()
 
     def _open(self) -> None:
         try:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL").fetchone()
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            if self.read_only:
+                conn = self._connect_read_only()
+            else:
+                conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+                conn.execute("PRAGMA journal_mode=WAL").fetchone()
+                conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.DatabaseError as exc:
+            may = "read it" if self.read_only else "write to it and to its folder"
             raise StorageError(
                 f"cannot open SQLite database {self.path} ({exc}): check that the path is a harnessx "
-                "database and that this user may write to it and to its folder"
+                f"database and that this user may {may}"
             ) from exc
         self._conn = conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """``mode=ro``; on a read-only file system also ``immutable``, since SQLite cannot
+        create the WAL index there and nothing can change the file under us anyway."""
+        uri = f"{self.path.resolve().as_uri()}?mode=ro"
+        if os.statvfs(self.path).f_flag & os.ST_RDONLY:
+            uri += "&immutable=1"
+        return sqlite3.connect(uri, uri=True, timeout=self.busy_timeout, isolation_level=None)
 
     def _applied(self, conn: sqlite3.Connection) -> dict[int, str] | None:
         exists = conn.execute(
@@ -191,13 +229,14 @@ class SQLiteBackend:
             return None
         return {int(v): str(c) for v, c in conn.execute("SELECT version, checksum FROM harnessx_migrations")}
 
-    def _migrate(self, conn: sqlite3.Connection) -> None:
+    def _migrate(self, conn: sqlite3.Connection) -> MigrationReport:
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute(_MIGRATIONS_TABLE)
             applied = self._applied(conn) or {}
             check_applied("sqlite", applied, str(self.path), self._migrate_command)
-            for migration in pending("sqlite", applied):
+            done = pending("sqlite", applied)
+            for migration in done:
                 for statement in _statements(migration.sql):
                     conn.execute(statement)
                 conn.execute(
@@ -208,6 +247,7 @@ class SQLiteBackend:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        return report(str(self.path), applied, done)
 
     def _verify(self, conn: sqlite3.Connection) -> None:
         applied = self._applied(conn)
@@ -650,13 +690,22 @@ class SQLiteBackend:
 
     async def recent_sessions(self, limit: int) -> list[SessionSummary]:
         rows = await self._call(lambda conn: conn.execute(Q["recent_sessions"], (limit,)).fetchall())
-        return [SessionSummary(*row) for row in rows]
+        return [_summary(row) for row in rows]
+
+    async def session_summary(self, session_id: str) -> SessionSummary | None:
+        row = await self._call(lambda conn: conn.execute(Q["session_summary"], (session_id,)).fetchone())
+        return None if row is None else _summary(row)
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
         rows = await self._call(
             lambda conn: conn.execute(Q["read_events"], (run_id, after, limit)).fetchall()
         )
         return [event_from_row(row) for row in rows]
+
+
+def _summary(row: Any) -> SessionSummary:
+    session_id, agent_ref, created_at, run_id, run_status, updated_at, queued = row
+    return SessionSummary(session_id, agent_ref, created_at, run_id, run_status, updated_at, bool(queued))
 
 
 def _statements(script: str) -> list[str]:

@@ -38,6 +38,7 @@ async def test_fresh_database_is_migrated_in_wal_with_full_sync(tmp_path: Path) 
 
 async def test_schema_checks_say_what_to_do(tmp_path: Path) -> None:
     path = tmp_path / "db.sqlite3"
+    raw(path, "CREATE TABLE unrelated (x)")
     with pytest.raises(SchemaError, match=r"no harnessx schema: run 'harnessx migrate --sqlite"):
         await SQLiteBackend.connect(path, auto_migrate=False)
 
@@ -104,3 +105,27 @@ async def test_a_corrupt_row_is_reported_and_nothing_else_is_lost(tmp_path: Path
         await runtime.stop()
     # The rest of the session is untouched.
     assert raw(path, "SELECT status FROM runs WHERE id = ?", waiting.run_id) == [("awaiting_input",)]
+
+
+async def test_only_migrating_creates_a_database(tmp_path: Path) -> None:
+    missing = tmp_path / "typo" / "db.sqlite3"
+    for options in ({"auto_migrate": False}, {"read_only": True}):
+        with pytest.raises(SchemaError, match=r"no SQLite database at .*: check the path, or create one with"):
+            await SQLiteBackend.connect(missing, **options)
+    assert list(tmp_path.iterdir()) == []
+    report = await SQLiteBackend(missing).migrate()  # never opened: creates the file, says so
+    assert report.before == 0 and report.after == len(load_migrations("sqlite"))
+    assert report.describe().startswith(f"created the harnessx schema (version {report.after}) in {missing}")
+    assert (await SQLiteBackend(missing).migrate()).applied == ()
+
+
+async def test_a_read_only_backend_reads_and_refuses_writes(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    async with SQLiteBackend(path) as backend:
+        await backend.create_session("s1", None, {})
+    async with SQLiteBackend(path, read_only=True) as reader:
+        assert (await reader.get_session("s1")) is not None
+        assert [row.session_id for row in await reader.recent_sessions(5)] == ["s1"]
+        with pytest.raises(StorageError, match="readonly"):
+            await reader.create_session("s2", None, {})
+        assert list((tmp_path / "db.sqlite3.owners").iterdir()) == []  # it takes no liveness lock

@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from durable_support import BackendTarget
+
+from harnessx import Agent, AgentRef, AgentRegistry, AgentRuntime, ScriptedProvider
 
 pytestmark = pytest.mark.process
 
@@ -57,6 +60,7 @@ def test_demo_on_sqlite_kills_resumes_and_runs_the_tool_once(tmp_path: Path) -> 
     events = harnessx("events", result["run_id"], "--sqlite", db, cwd=tmp_path)
     lines = [json.loads(line) for line in events.stdout.splitlines()]
     assert [line["cursor"] for line in lines] == [str(i) for i in range(1, len(lines) + 1)]
+    assert {line["session_id"] for line in lines} == {session_id}
     assert lines[-1]["type"] == "run_result"
     tail = harnessx("events", result["run_id"], "--after", lines[-3]["cursor"], "--sqlite", db, cwd=tmp_path)
     assert [json.loads(line)["cursor"] for line in tail.stdout.splitlines()] == [
@@ -70,8 +74,9 @@ def test_demo_on_sqlite_kills_resumes_and_runs_the_tool_once(tmp_path: Path) -> 
 
 def test_cli_errors_are_clear(tmp_path: Path) -> None:
     missing = harnessx("status", "nope", "--sqlite", "x.sqlite3", cwd=tmp_path)
-    assert missing.returncode != 0 and "harnessx migrate" in missing.stderr
-    assert harnessx("migrate", "--sqlite", "x.sqlite3", cwd=tmp_path).returncode == 0
+    assert missing.returncode != 0 and "harnessx migrate --sqlite x.sqlite3" in missing.stderr
+    created = harnessx("migrate", "--sqlite", "x.sqlite3", cwd=tmp_path)
+    assert created.returncode == 0 and "created the harnessx schema" in created.stdout
     unknown = harnessx("status", "nope", "--sqlite", "x.sqlite3", cwd=tmp_path)
     assert unknown.returncode != 0 and "no session 'nope'" in unknown.stderr
     no_dsn = harnessx("demo", "--backend", "postgres", cwd=tmp_path)
@@ -197,3 +202,93 @@ def test_an_explicit_sqlite_flag_wins_over_harnessx_dsn(tmp_path: Path) -> None:
             process.terminate()
             process.wait(timeout=60)
         assert "hunter2" not in log.read_text()
+
+
+# ------------------------------------------------- inspecting creates nothing
+
+
+def test_read_only_commands_create_nothing(tmp_path: Path) -> None:
+    for args in (["status"], ["status", "some-session"], ["events", "some-run"], ["resume", "some-session"]):
+        typo = harnessx(*args, "--sqlite", "tpyo/deeper/runtime.sqlite3", cwd=tmp_path)
+        assert typo.returncode == 1, typo.stderr
+        assert "no SQLite database at tpyo/deeper/runtime.sqlite3" in typo.stderr
+        assert "harnessx migrate --sqlite tpyo/deeper/runtime.sqlite3" in typo.stderr
+    assert list(tmp_path.iterdir()) == []
+    # On a real database, inspecting takes no liveness lock (SQLite may keep its WAL files).
+    assert harnessx("migrate", "--sqlite", "db/runtime.sqlite3", cwd=tmp_path).returncode == 0
+    assert harnessx("status", "--sqlite", "db/runtime.sqlite3", cwd=tmp_path).stdout == "no sessions\n"
+    assert not (tmp_path / "db/runtime.sqlite3.owners").exists()
+
+
+def test_status_and_events_read_a_read_only_file_system(tmp_path: Path) -> None:
+    if os.geteuid() != 0 or not Path("/usr/bin/unshare").exists():
+        pytest.skip("mounting a read-only file system needs root and unshare(1)")
+    done = harnessx("demo", "--dir", "demo", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    (readonly / "runtime.sqlite3").write_bytes((tmp_path / "demo/runtime.sqlite3").read_bytes())
+    session_id = json.loads((tmp_path / "demo/session.json").read_text())["session_id"]
+    hx = f"{sys.executable} -m harnessx"
+    script = (
+        f"mount --bind {readonly} {readonly} && mount -o remount,ro,bind {readonly} {readonly} && "
+        f"! touch {readonly}/probe 2>/dev/null && {hx} status --sqlite {readonly}/runtime.sqlite3 && "
+        f"{hx} status {session_id} --sqlite {readonly}/runtime.sqlite3"
+    )
+    inside = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    assert inside.returncode == 0, inside.stderr
+    assert f"{session_id}  completed" in inside.stdout
+    assert json.loads(inside.stdout.split("\n", 2)[2])["status"] == "completed"
+
+
+def test_events_refuses_a_bad_cursor(tmp_path: Path) -> None:
+    assert harnessx("migrate", "--sqlite", "db.sqlite3", cwd=tmp_path).returncode == 0
+    for cursor, advice in (("abc", "pass a cursor from an event"), ("-3", "cursors are not negative")):
+        bad = harnessx("events", "some-run", "--after", cursor, "--sqlite", "db.sqlite3", cwd=tmp_path)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr
+        assert "Invalid value for '--after'" in bad.stderr and advice in bad.stderr
+
+
+def store_args(target: BackendTarget) -> list[str]:
+    return ["--sqlite" if target.kind == "sqlite" else "--dsn", target.location]
+
+
+def test_migrate_says_what_it_did(target: BackendTarget, tmp_path: Path) -> None:
+    first = harnessx("migrate", *store_args(target), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "created the harnessx schema (version" in first.stdout and "0001_initial" in first.stdout
+    again = harnessx("migrate", *store_args(target), cwd=tmp_path)
+    assert "is already at schema version" in again.stdout and "nothing to apply" in again.stdout
+
+
+def elsewhere_registry() -> AgentRegistry:
+    """An agent registered only in this process, as a pool's agents are only in its workers."""
+    registry = AgentRegistry()
+    registry.register("elsewhere", lambda: Agent(provider=ScriptedProvider(["done"])), version="v1")
+    return registry
+
+
+async def test_status_shows_a_queued_run_as_queued(target: BackendTarget, tmp_path: Path) -> None:
+    async with target.open() as store:
+        waiting = AgentRuntime(AgentRef("elsewhere", "v1"), backend=store, execution="pool")
+        queued_session = await waiting.start()
+        await waiting.submit("for a worker")
+        await waiting.stop()
+    listing = harnessx("status", *store_args(target), cwd=tmp_path)
+    assert f"{queued_session}  queued " in listing.stdout, listing.stdout
+    detail = harnessx("status", queued_session, *store_args(target), cwd=tmp_path)
+    assert "latest run queued: no pool worker has claimed it yet" in detail.stdout.splitlines()[0]
+    assert json.loads(detail.stdout.split("\n", 1)[1])["status"] == "running"
+
+
+async def test_resume_of_a_finished_run_needs_no_agent(target: BackendTarget, tmp_path: Path) -> None:
+    async with target.open() as store:
+        finished = AgentRuntime(AgentRef("elsewhere", "v1"), backend=store, registry=elsewhere_registry())
+        done_session = await finished.start()
+        assert (await finished.run("hi")).ok
+        await finished.stop()
+    listing = harnessx("status", *store_args(target), cwd=tmp_path)
+    assert f"{done_session}  completed " in listing.stdout
+    again = harnessx("resume", done_session, *store_args(target), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "nothing to resume" in again.stderr and "not registered" not in again.stderr

@@ -246,13 +246,24 @@ FROM runs_now WHERE session_id = $1 AND request_id = $2;
 -- name: recent_sessions
 -- The newest sessions with their latest run, for `harnessx status`.
 SELECT s.id, s.agent_ref, extract(epoch FROM s.created_at)::float8, r.id, r.status,
-       extract(epoch FROM r.updated_at)::float8
+       extract(epoch FROM r.updated_at)::float8, coalesce(r.queued_at IS NOT NULL, false)
 FROM sessions s
 LEFT JOIN LATERAL (
-    SELECT id, status, updated_at FROM runs_now
+    SELECT id, status, updated_at, queued_at FROM runs_now
     WHERE session_id = s.id ORDER BY created_at DESC, created_seq DESC LIMIT 1
 ) r ON true
 ORDER BY s.created_at DESC LIMIT $1;
+
+-- name: session_summary
+-- One session with its latest run, for `harnessx status SESSION_ID`.
+SELECT s.id, s.agent_ref, extract(epoch FROM s.created_at)::float8, r.id, r.status,
+       extract(epoch FROM r.updated_at)::float8, coalesce(r.queued_at IS NOT NULL, false)
+FROM sessions s
+LEFT JOIN LATERAL (
+    SELECT id, status, updated_at, queued_at FROM runs_now
+    WHERE session_id = s.id ORDER BY created_at DESC, created_seq DESC LIMIT 1
+) r ON true
+WHERE s.id = $1;
 
 -- name: latest_run
 -- The session's newest run.

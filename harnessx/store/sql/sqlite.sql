@@ -106,12 +106,21 @@ FROM runs WHERE session_id = ? ORDER BY created_at DESC, rowid DESC LIMIT 1;
 
 -- name: recent_sessions
 -- The newest sessions with their latest run, for `harnessx status`.
-SELECT s.id, s.agent_ref, s.created_at, r.id, r.status, r.updated_at
+SELECT s.id, s.agent_ref, s.created_at, r.id, r.status, r.updated_at, r.queued_at IS NOT NULL
 FROM sessions s
 LEFT JOIN runs r ON r.id = (
     SELECT id FROM runs WHERE session_id = s.id ORDER BY created_at DESC, rowid DESC LIMIT 1
 )
 ORDER BY s.created_at DESC LIMIT ?;
+
+-- name: session_summary
+-- One session with its latest run, for `harnessx status SESSION_ID`.
+SELECT s.id, s.agent_ref, s.created_at, r.id, r.status, r.updated_at, r.queued_at IS NOT NULL
+FROM sessions s
+LEFT JOIN runs r ON r.id = (
+    SELECT id FROM runs WHERE session_id = s.id ORDER BY created_at DESC, rowid DESC LIMIT 1
+)
+WHERE s.id = ?;
 
 -- name: session_messages
 -- A session's whole conversation, in order (read only when a run is loaded).
