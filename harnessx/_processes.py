@@ -4,12 +4,13 @@ configuration objects by import path, opening a store, and signal handling."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
 import click
@@ -27,11 +28,15 @@ __all__ = [
     "open_store",
     "run_event_loop",
     "store_options",
+    "waiting_notice",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 logger = logging.getLogger("harnessx.process")
+
+CONNECT_TIMEOUT = 10.0  # PostgresBackend's default too
+_CONNECT_TIMEOUT = "harnessx.connect_timeout"
 
 
 def store_options(fn: F) -> F:
@@ -43,10 +48,22 @@ def store_options(fn: F) -> F:
 
     @functools.wraps(fn)
     def chosen(*args: Any, **kwargs: Any) -> Any:
-        kwargs["dsn"] = _chosen_dsn(click.get_current_context(), kwargs.get("dsn"))
+        ctx = click.get_current_context()
+        kwargs["dsn"] = _chosen_dsn(ctx, kwargs.get("dsn"))
+        # Read by open_store, so that no command needs a parameter it only passes on.
+        ctx.meta[_CONNECT_TIMEOUT] = kwargs.pop("connect_timeout")
         return fn(*args, **kwargs)
 
     command: Any = chosen
+    command = click.option(
+        "--connect-timeout",
+        envvar="HARNESSX_CONNECT_TIMEOUT",
+        default=CONNECT_TIMEOUT,
+        show_default=True,
+        type=click.FloatRange(min=0, min_open=True),
+        help="Seconds to wait for PostgreSQL to accept a connection, all attempts together "
+        "[env HARNESSX_CONNECT_TIMEOUT].",
+    )(command)
     command = click.option(
         "--schema",
         envvar="HARNESSX_SCHEMA",
@@ -121,17 +138,53 @@ def load_object(path: str, what: str) -> Any:
 
 
 def open_store(
-    *, dsn: str | None, sqlite_path: str, schema: str, lease_seconds: float, auto_migrate: bool
+    *,
+    dsn: str | None,
+    sqlite_path: str,
+    schema: str,
+    lease_seconds: float = 30.0,
+    auto_migrate: bool,
+    read_only: bool = False,
 ) -> Store:
-    """A PostgreSQL store when ``dsn`` is given, else SQLite at ``sqlite_path`` (not yet opened)."""
+    """A PostgreSQL store when ``dsn`` is given, else SQLite at ``sqlite_path`` (not yet opened).
+
+    ``read_only``: for inspecting; it creates nothing (a missing SQLite file is an error) and
+    reads even from a read-only file system. The connect timeout is the command's
+    ``--connect-timeout``."""
     if dsn:
         from harnessx.store import PostgresBackend
 
+        ctx = click.get_current_context(silent=True)
         backend: Store = PostgresBackend(
-            dsn, schema=schema, lease_seconds=lease_seconds, auto_migrate=auto_migrate
+            dsn,
+            schema=schema,
+            lease_seconds=lease_seconds,
+            auto_migrate=auto_migrate and not read_only,
+            connect_timeout=ctx.meta.get(_CONNECT_TIMEOUT, CONNECT_TIMEOUT) if ctx else CONNECT_TIMEOUT,
         )
         return backend
-    return SQLiteBackend(sqlite_path, lease_seconds=lease_seconds, auto_migrate=auto_migrate)
+    return SQLiteBackend(
+        sqlite_path, lease_seconds=lease_seconds, auto_migrate=auto_migrate, read_only=read_only
+    )
+
+
+@contextlib.contextmanager
+def waiting_notice(store: Store, echo: Callable[[str], None], after: float = 1.0) -> Iterator[None]:
+    """Say what the command is waiting for when opening ``store`` takes longer than ``after``."""
+
+    def say() -> None:
+        timeout = getattr(store, "connect_timeout", None)
+        if timeout is not None:
+            where = getattr(store, "redacted_dsn", "PostgreSQL")
+            echo(f"waiting for PostgreSQL at {where} to answer (for up to {timeout:g} s: --connect-timeout)")
+        else:
+            echo(f"waiting for {store!r} (another process holds a lock on it?)")
+
+    handle = asyncio.get_running_loop().call_later(after, say)
+    try:
+        yield
+    finally:
+        handle.cancel()
 
 
 def install_signal_handlers(on_first: Callable[[], None]) -> None:

@@ -7,12 +7,13 @@ Every command is a thin layer over the library; backends are chosen with ``--sql
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,14 +26,13 @@ from harnessx._demo_dir import prepare_demo_dir
 from harnessx._errors import HarnessError
 from harnessx._hooks import HookEvent
 from harnessx._observe import follow_events, stored_events
-from harnessx._processes import store_options
+from harnessx._processes import open_store, store_options, waiting_notice
 from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import RunResult
 from harnessx._runlog import parse_cursor
 from harnessx._runtime import AgentRuntime
 from harnessx.store._migrations import MigrationReport
 from harnessx.store._protocol import SessionSummary, Store
-from harnessx.store._sqlite import SQLiteBackend
 
 __all__ = ["main"]
 
@@ -51,15 +51,27 @@ def _run(work: Awaitable[T]) -> T:
 
 def open_backend(
     sqlite_path: str, dsn: str | None, schema: str, *, auto_migrate: bool = True, read_only: bool = False
-) -> Store:
-    """The store a command names (not yet opened). ``read_only``: for inspecting, it creates
-    nothing (a missing SQLite file is an error) and reads even from a read-only file system."""
-    if dsn:
-        from harnessx.store import PostgresBackend
+) -> contextlib.AbstractAsyncContextManager[Store]:
+    """The store a command names, opened; a slow PostgreSQL server is reported as it waits."""
+    return _opened(
+        open_store(
+            dsn=dsn, sqlite_path=sqlite_path, schema=schema, auto_migrate=auto_migrate, read_only=read_only
+        )
+    )
 
-        backend: Store = PostgresBackend(dsn, schema=schema, auto_migrate=auto_migrate and not read_only)
-        return backend
-    return SQLiteBackend(sqlite_path, auto_migrate=auto_migrate, read_only=read_only)
+
+@contextlib.asynccontextmanager
+async def _opened(store: Store) -> AsyncIterator[Store]:
+    with waiting_notice(store, _to_stderr):
+        await store.initialize()
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+def _to_stderr(text: str) -> None:
+    click.echo(text, err=True)
 
 
 @click.group()
@@ -347,7 +359,9 @@ def migrate(sqlite_path: str, dsn: str | None, schema: str) -> None:
 
     async def go() -> MigrationReport:
         # Not opened first: opening verifies the schema, which is what this command fixes.
-        return await open_backend(sqlite_path, dsn, schema).migrate()
+        store = open_store(dsn=dsn, sqlite_path=sqlite_path, schema=schema, auto_migrate=True)
+        with waiting_notice(store, _to_stderr):
+            return await store.migrate()
 
     click.echo(_run(go()).describe())
 

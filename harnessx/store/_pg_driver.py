@@ -34,7 +34,7 @@ logger = logging.getLogger("harnessx.store.postgres")
 
 T = TypeVar("T")
 
-CONNECT_TIMEOUT = 10.0
+CONNECT_TIMEOUT = 10.0  # seconds; PostgresBackend(connect_timeout=...), --connect-timeout
 
 _exc = asyncpg.exceptions
 # The connection itself is gone or unusable: retire it, and try again on another.

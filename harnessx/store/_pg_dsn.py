@@ -9,7 +9,7 @@ from urllib.parse import unquote
 
 from harnessx._errors import ConfigurationError
 
-__all__ = ["Dsn", "parse_dsn", "redact_dsn"]
+__all__ = ["ENCODING_ADVICE", "Dsn", "check_dsn", "parse_dsn", "redact_dsn"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,45 @@ def parse_dsn(dsn: str) -> Dsn:
     # Longest first, so a secret containing another is replaced whole.
     kept = sorted({s for s in secrets if s}, key=len, reverse=True)
     return Dsn(redacted, user, (dsn, *kept))
+
+
+ENCODING_ADVICE = (
+    "percent-encode the user name and password: / as %2F, # as %23, ? as %3F, @ as %40, % as %25 "
+    "(python3 -c 'import urllib.parse, getpass; print(urllib.parse.quote(getpass.getpass(), safe=\"\"))' "
+    "prints the encoded form of a password typed at its prompt)"
+)
+
+
+def check_dsn(dsn: str) -> Dsn:
+    """``parse_dsn``, refusing a DSN whose credentials the driver would misread."""
+    parsed = parse_dsn(dsn)
+    _check_credentials(dsn.partition("://")[2], parsed.redacted)
+    return parsed
+
+
+def _check_credentials(rest: str, redacted: str) -> None:
+    """Refuse credentials that URL parsing (asyncpg's) would split in the wrong place.
+
+    Read as a URL, the authority ends at the first '/', '?' or '#', and asyncpg takes the
+    user and password to end at its *first* '@'. A raw '/', '?' or '#' in a password thus
+    makes the rest of the password a path, query or fragment (and its start a host and port),
+    and a raw '@' makes its tail part of the host. Said here, in our words, before the
+    driver's own message (a ValueError quoting part of the password) can be shown.
+    """
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority = rest[:end]
+    if "@" in authority:
+        broken = "@" in authority.rpartition("@")[0]
+    else:
+        # No credentials in the authority, but an '@' further on: unless it is a query
+        # value (key=value), the credentials were cut short by a raw '/', '?' or '#'.
+        before_at, at, _ = rest.partition("@")
+        broken = bool(at) and "=" not in before_at
+    if broken:
+        raise ConfigurationError(
+            f"the user name or password in the PostgreSQL DSN {redacted} holds a character that a URL "
+            f"must escape (one of / ? # @; the value is not shown): {ENCODING_ADVICE}"
+        )
 
 
 def redact_dsn(dsn: str) -> str:

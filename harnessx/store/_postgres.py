@@ -47,7 +47,15 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+    wait_random,
+)
 
 from harnessx._errors import (
     ConfigurationError,
@@ -82,7 +90,7 @@ from harnessx.store._pg_driver import (
     create_pool,
     on_pooled,
 )
-from harnessx.store._pg_dsn import parse_dsn, redact_dsn
+from harnessx.store._pg_dsn import ENCODING_ADVICE, check_dsn, redact_dsn
 from harnessx.store._pg_notifications import Notifications
 from harnessx.store._protocol import (
     Lease,
@@ -154,14 +162,26 @@ def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, TRANSIENT)
 
 
-def _retrying() -> AsyncRetrying:
+def _retrying(
+    *, within: float | None = None, before_sleep: Callable[[RetryCallState], None] | None = None
+) -> AsyncRetrying:
+    stop = stop_after_attempt(_RETRY_ATTEMPTS)
     return AsyncRetrying(
         retry=retry_if_exception(_is_transient),
-        stop=stop_after_attempt(_RETRY_ATTEMPTS),
+        stop=stop if within is None else stop | stop_after_delay(within),
         # 50 ms, 100 ms, 200 ms... plus jitter so processes that failed together spread out.
         wait=wait_exponential(multiplier=0.05, max=1.0) + wait_random(0, 0.05),
         reraise=True,
+        before_sleep=before_sleep,
     )
+
+
+def _attempts(retrying: AsyncRetrying | None) -> str:
+    if retrying is None:
+        return f"{_RETRY_ATTEMPTS} attempts"
+    count = retrying.statistics.get("attempt_number", 1)
+    elapsed = retrying.statistics.get("delay_since_first_attempt", 0.0)
+    return f"{count} attempt{'s' if count != 1 else ''} in {elapsed:.1f} s"
 
 
 # --------------------------------------------------------------------------- backend
@@ -184,26 +204,34 @@ class PostgresBackend:
         auto_migrate: bool = True,
         lease_seconds: float = 30,
         pool_size: int = 10,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
         if not isinstance(dsn, str):
             raise ConfigurationError("dsn must be a str (a postgresql:// URL)")
-        self._dsn = parse_dsn(dsn)
+        self._dsn = check_dsn(dsn)
         self._raw_dsn = dsn  # only ever handed to asyncpg
         _check_schema_name(schema)
         if lease_seconds <= 0:
             raise ConfigurationError("lease_seconds must be positive")
         if pool_size < 1:
             raise ConfigurationError("pool_size must be at least 1")
+        if not connect_timeout > 0:
+            raise ConfigurationError("connect_timeout must be positive (seconds)")
         self.schema = schema
         self.auto_migrate = auto_migrate
         self.lease_seconds = float(lease_seconds)
         self.pool_size = pool_size
+        # Bounds one connection attempt, and opening the backend with all its attempts.
+        self.connect_timeout = float(connect_timeout)
         self.process_id = uuid.uuid4().hex
         self._pool: Any = None
         self._liveness: Any = None
         # Its channels (our schema's LISTEN/NOTIFY channels) are read when the backend opens.
         self._notifications = Notifications(
-            lambda: self._connect("listener"), self._watch_run, DRIVER_ERRORS, self._dsn.scrub
+            lambda: self._connect("listener", self.connect_timeout),
+            self._watch_run,
+            DRIVER_ERRORS,
+            self._dsn.scrub,
         )
         self._open_lock = asyncio.Lock()
         self._liveness_lock = asyncio.Lock()
@@ -256,6 +284,7 @@ class PostgresBackend:
                 return
             if self._closed:
                 raise StorageError("this PostgresBackend is closed; create a new one")
+            logger.info("connecting to %s (connect timeout %g s)", self._where, self.connect_timeout)
             try:
                 self._pool = await self._with_retries("connecting", self._create_pool)
                 if self.auto_migrate:
@@ -293,17 +322,17 @@ class PostgresBackend:
         Works on a backend that was never opened, e.g. from the ``harnessx migrate`` command."""
         if self._pool is not None:
             return await self._run("migrating the schema", self._migrate_on)
-        conn = await self._with_retries("connecting", lambda: self._connect("migrate"))
+        conn = await self._with_retries("connecting", lambda within: self._connect("migrate", within))
         try:
             with self._translated("migrating the schema"):
                 return await self._migrate_on(conn)
         finally:
             await close_quietly(conn)
 
-    def _connect_options(self, purpose: str) -> dict[str, Any]:
+    def _connect_options(self, purpose: str, timeout: float) -> dict[str, Any]:
         return {
             "dsn": self._raw_dsn,
-            "timeout": CONNECT_TIMEOUT,
+            "timeout": timeout,
             "server_settings": {
                 # Every connection sees only our schema, so no query needs to name it.
                 "search_path": quote_ident(self.schema),
@@ -312,11 +341,31 @@ class PostgresBackend:
             },
         }
 
-    async def _create_pool(self) -> Any:
-        return await create_pool(self.pool_size, self._connect_options("pool"))
+    async def _create_pool(self, within: float) -> Any:
+        # Every pooled connection, opened now or later, gets the whole connect_timeout
+        # (asyncpg keeps one set of options per pool), so ``within`` is not used here.
+        with self._parsing_dsn():
+            return await create_pool(self.pool_size, self._connect_options("pool", self.connect_timeout))
 
-    async def _connect(self, purpose: str) -> Any:
-        return await asyncpg.connect(**self._connect_options(purpose))
+    async def _connect(self, purpose: str, within: float) -> Any:
+        with self._parsing_dsn():
+            return await asyncpg.connect(**self._connect_options(purpose, within))
+
+    @contextlib.contextmanager
+    def _parsing_dsn(self) -> Iterator[None]:
+        """asyncpg parses the DSN as it connects and raises a bare ValueError for what it
+        cannot read, whose text may quote part of the password: say it in our words."""
+        try:
+            yield
+        except asyncpg.InterfaceError:
+            raise  # its own configuration errors name an option, not a secret: translated later
+        except ValueError as exc:
+            # The driver's reason only when the DSN holds no secret it could be quoting.
+            reason = f" ({exc})" if len(self._dsn.secrets) == 1 else ""
+            raise ConfigurationError(
+                f"the PostgreSQL driver could not parse the DSN {self._dsn.redacted}{reason}: check its "
+                f"form (postgresql://user:password@host:5432/database) and {ENCODING_ADVICE}"
+            ) from None
 
     # ------------------------------------------------------------ migrations
 
@@ -385,12 +434,37 @@ class PostgresBackend:
 
     # ------------------------------------------------------------ execution
 
-    async def _with_retries(self, what: str, make: Callable[[], Awaitable[T]]) -> T:
-        with self._translated(what):
-            async for attempt in _retrying():
+    async def _with_retries(self, what: str, make: Callable[[float], Awaitable[T]]) -> T:
+        """Connect with ``make(timeout)``, trying again after refusals and drops, for at most
+        connect_timeout in all: a server that accepts but never answers costs one timeout,
+        not one per attempt."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.connect_timeout
+        retrying = _retrying(within=self.connect_timeout, before_sleep=self._log_retry(what))
+        with self._translated(what, retrying=retrying):
+            async for attempt in retrying:
                 with attempt:
-                    return await make()
+                    return await make(max(deadline - loop.time(), 0.1))
         raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    def _log_retry(self, what: str) -> Callable[[RetryCallState], None]:
+        def log(state: RetryCallState) -> None:
+            failure = state.outcome.exception() if state.outcome is not None else None
+            logger.info(
+                "%s: PostgreSQL at %s failed (%s); trying again, for up to %g s in all",
+                what,
+                self._dsn.redacted,
+                self._describe(failure) if failure is not None else "?",
+                self.connect_timeout,
+            )
+
+        return log
+
+    def _describe(self, exc: BaseException) -> str:
+        """A driver error as text that is safe to show, never empty (TimeoutError has none)."""
+        if isinstance(exc, TimeoutError) and not str(exc):
+            return f"TimeoutError: no answer within {self.connect_timeout:g} s"
+        return self._dsn.scrub(f"{type(exc).__name__}: {exc}")
 
     async def _run(
         self,
@@ -428,7 +502,12 @@ class PostgresBackend:
 
     @contextlib.contextmanager
     def _translated(
-        self, what: str, *, lease: Lease | None = None, request_id: str | None = None
+        self,
+        what: str,
+        *,
+        lease: Lease | None = None,
+        request_id: str | None = None,
+        retrying: AsyncRetrying | None = None,
     ) -> Iterator[None]:
         """The one place where driver errors become harnessx errors."""
         try:
@@ -436,14 +515,19 @@ class PostgresBackend:
         except HarnessError:
             raise
         except DRIVER_ERRORS as exc:
-            error = self._translate(exc, what, lease, request_id)
+            error = self._translate(exc, what, lease, request_id, retrying)
             # Chain the original unless its text would show the password.
             raise error from (None if self._dsn.leaks(exc) else exc)
 
     def _translate(
-        self, exc: BaseException, what: str, lease: Lease | None, request_id: str | None
+        self,
+        exc: BaseException,
+        what: str,
+        lease: Lease | None,
+        request_id: str | None,
+        retrying: AsyncRetrying | None = None,
     ) -> HarnessError:
-        detail = self._dsn.scrub(f"{type(exc).__name__}: {exc}")
+        detail = self._describe(exc)
         sqlstate = getattr(exc, "sqlstate", None)
         if sqlstate == "HX001" and lease is not None:
             return _lease_lost(lease)
@@ -465,7 +549,7 @@ class PostgresBackend:
             return StorageError(
                 f"the database in {self._dsn.redacted} does not exist ({detail}): create it or fix the DSN"
             )
-        tried = f"; gave up after {_RETRY_ATTEMPTS} attempts" if _is_transient(exc) else ""
+        tried = f"; gave up after {_attempts(retrying)}" if _is_transient(exc) else ""
         if isinstance(exc, (*BROKEN_CONNECTION, OSError)):
             return StorageError(
                 f"cannot reach PostgreSQL at {self._dsn.redacted} while {what} ({detail}{tried}): check "
@@ -500,7 +584,7 @@ class PostgresBackend:
     # ------------------------------------------------------------ liveness
 
     async def _hold_liveness(self) -> None:
-        conn = await self._with_retries("connecting", lambda: self._connect("liveness"))
+        conn = await self._with_retries("connecting", lambda within: self._connect("liveness", within))
         try:
             with self._translated("taking the liveness lock"):
                 await conn.fetchval(Q["hold_liveness"], self.process_id)

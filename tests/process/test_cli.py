@@ -292,3 +292,55 @@ async def test_resume_of_a_finished_run_needs_no_agent(target: BackendTarget, tm
     again = harnessx("resume", done_session, *store_args(target), cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "nothing to resume" in again.stderr and "not registered" not in again.stderr
+
+
+# ------------------------------------------------------------- DSN secrets
+
+
+BAD_DSN = "postgresql://app:Sup3r/Secret@127.0.0.1:1/app"  # a raw '/' in the password
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["harnessx", "status"],
+        ["harnessx", "migrate"],
+        ["harness-worker", "--agents", "harnessx._demo:pool_registry", "--metrics-addr", "off"],
+        ["harness-supervisor", "--metrics-addr", "off"],
+    ],
+    ids=lambda c: " ".join(c[:2]),
+)
+@pytest.mark.parametrize("via", ["flag", "env"])
+def test_a_dsn_asyncpg_would_misread_is_refused_without_showing_the_password(
+    command: list[str], via: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, "HARNESSX_LOG_FORMAT": "text"}
+    if via == "env":
+        env["HARNESSX_DSN"] = BAD_DSN
+        args = command
+    else:
+        args = [*command, "--dsn", BAD_DSN]
+    refused = run_env(args, env, tmp_path)
+    output = refused.stdout + refused.stderr
+    assert refused.returncode != 0, output
+    assert "Traceback" not in output and "Sup3r" not in output and "Secret" not in output
+    assert "postgresql://app:***@127.0.0.1:1/app" in output and "%2F" in output
+
+
+def test_a_server_that_never_answers_fails_after_one_timeout_and_says_what_it_waits_for(
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    with socket.socket() as silent:  # the kernel accepts connections; nothing ever answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        dsn = f"postgresql://app:hunter2@127.0.0.1:{silent.getsockname()[1]}/app"
+        for command in (["status"], ["migrate"], ["events", "r1"]):
+            waited = harnessx(*command, "--dsn", dsn, "--connect-timeout", "1.5", cwd=tmp_path)
+            assert waited.returncode == 1, waited.stderr
+            assert "waiting for PostgreSQL at postgresql://app:***@127.0.0.1:" in waited.stderr
+            assert "(for up to 1.5 s: --connect-timeout)" in waited.stderr
+            # One attempt that timed out, not one timeout per retry; and a reason, not "TimeoutError: ;".
+            assert "TimeoutError: no answer within 1.5 s; gave up after 1 attempt in" in waited.stderr
+            assert "hunter2" not in waited.stderr and "Traceback" not in waited.stderr
