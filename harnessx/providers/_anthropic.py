@@ -404,10 +404,8 @@ class _StreamState:
         elif kind == "content_block_delta":
             return self._delta(as_int(data.get("index")), as_dict(data.get("delta")))
         elif kind == "message_delta":
-            delta = as_dict(data.get("delta"))
-            for key in ("stop_reason", "stop_sequence"):
-                if key in delta:
-                    self.message[key] = delta[key]
+            # stop_reason, stop_sequence and what later API versions add (stop_details, ...)
+            self.message.update(as_dict(data.get("delta")))
             # message_delta usage is cumulative, so it replaces what message_start said.
             self.usage.update(_present(as_dict(data.get("usage"))))
         elif kind == "message_stop":
@@ -448,8 +446,9 @@ class _StreamState:
             return [StreamChunk("thinking_delta", piece)] if piece else []
         if kind == "signature_delta":
             # The signature proves the thinking is the model's; the API checks it when the
-            # block comes back, so it is kept exactly as sent.
-            block.block["signature"] = as_text(block.block.get("signature")) + as_text(delta.get("signature"))
+            # block comes back, so it is kept exactly as sent. One delta carries all of it
+            # (the vendor's SDK, too, sets rather than appends).
+            block.block["signature"] = as_text(delta.get("signature"))
             return []
         if kind == "input_json_delta":
             piece = as_text(delta.get("partial_json"))

@@ -76,7 +76,7 @@ class OpenAIProvider(HTTPProvider):
     local server without a key gets no ``Authorization`` header.
 
     Usage: ``input_tokens`` is OpenAI's ``prompt_tokens``, which already *includes* the
-    cached tokens also reported as ``cache_read_tokens``.
+    cached tokens also reported as ``cache_read_tokens`` (and ``cache_write_tokens``).
 
     ``max_tokens_param`` names the field the token limit goes in: ``max_completion_tokens``
     (the default; OpenAI deprecates ``max_tokens`` and its reasoning models refuse it) or
@@ -319,6 +319,7 @@ def _usage(data: object) -> TokenUsage | None:
         input_tokens=as_int(usage.get("prompt_tokens")),
         output_tokens=as_int(usage.get("completion_tokens")),
         cache_read_tokens=as_int(details.get("cached_tokens")),
+        cache_write_tokens=as_int(details.get("cache_write_tokens")),
     )
 
 

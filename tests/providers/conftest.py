@@ -29,15 +29,16 @@ FAST_RETRY = RetryPolicy(attempts=3, backoff_seconds=0.01, max_backoff_seconds=5
 class Reply:
     """One scripted response.
 
-    ``json`` is sent with a Content-Length; ``sse`` chunks are sent one by one with chunked
-    transfer encoding. ``drop_after`` cuts the connection after that many SSE chunks
-    without finishing the body; ``delay`` waits before sending anything.
+    ``json`` is sent with a Content-Length; ``sse`` chunks (text, or bytes exactly as
+    recorded) are sent one by one with chunked transfer encoding. ``drop_after`` cuts the
+    connection after that many SSE chunks without finishing the body; ``delay`` waits
+    before sending anything.
     """
 
     status: int = 200
     json: Any = None
     headers: dict[str, str] = field(default_factory=dict)
-    sse: list[str] | None = None
+    sse: list[str] | list[bytes] | None = None
     body: bytes | None = None
     drop_after: int | None = None
     delay: float = 0.0
@@ -77,7 +78,7 @@ class ScriptedServer:
     def reply_json(self, body: Any, status: int = 200, headers: dict[str, str] | None = None) -> None:
         self.script(Reply(status, json=body, headers=headers or {}))
 
-    def reply_sse(self, events: list[str], *, drop_after: int | None = None) -> None:
+    def reply_sse(self, events: list[str] | list[bytes], *, drop_after: int | None = None) -> None:
         self.script(Reply(sse=events, drop_after=drop_after))
 
     def reply_raw(self, body: bytes, status: int, headers: dict[str, str] | None = None) -> None:
@@ -161,7 +162,7 @@ async def _write_reply(writer: asyncio.StreamWriter, reply: Reply) -> bool:
         if reply.drop_after is not None and number >= reply.drop_after:
             writer.close()
             return False
-        data = chunk.encode()
+        data = chunk if isinstance(chunk, bytes) else chunk.encode()
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         await writer.drain()
         await asyncio.sleep(0)  # let the client see the chunks separately

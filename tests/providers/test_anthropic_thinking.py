@@ -38,7 +38,7 @@ def sse(server: ScriptedServer, *items: tuple[str, dict[str, Any]]) -> list[str]
 
 
 def thinking_stream(server: ScriptedServer) -> list[str]:
-    """BLOCKS as the API streams them: thinking in pieces, then its signature."""
+    """BLOCKS as the API streams them: thinking in pieces, then its signature in one delta."""
     start = {
         "id": "msg_1",
         "type": "message",
@@ -68,14 +68,7 @@ def thinking_stream(server: ScriptedServer) -> list[str]:
                 "delta": {"type": "thinking_delta", "thinking": "the weather. I should call the tool."},
             },
         ),
-        (
-            "content_block_delta",
-            {"index": 0, "delta": {"type": "signature_delta", "signature": SIGNATURE[:20]}},
-        ),
-        (
-            "content_block_delta",
-            {"index": 0, "delta": {"type": "signature_delta", "signature": SIGNATURE[20:]}},
-        ),
+        ("content_block_delta", {"index": 0, "delta": {"type": "signature_delta", "signature": SIGNATURE}}),
         ("content_block_stop", {"index": 0}),
         (
             "content_block_start",

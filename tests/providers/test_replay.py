@@ -1,0 +1,217 @@
+"""Streams recorded from a real model server, replayed byte for byte on loopback.
+
+``streams/`` holds six request/response pairs recorded from llama.cpp's ``llama-server``
+serving SmolLM2-135M-Instruct (``bench/real_model_setup.sh`` builds the same server): a
+reply cut off by the token limit, a tool call and the answer after the tool result, over
+both wire formats. Nobody here wrote these bytes, so they catch what a hand-written fake
+server agrees with us about by construction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from harnessx import Agent, AgentConfig
+from harnessx.providers import (
+    AnthropicProvider,
+    LLMProvider,
+    OpenAIProvider,
+    ProviderResponse,
+    StopReason,
+    StreamChunk,
+    TokenUsage,
+    ToolCall,
+)
+
+if TYPE_CHECKING:
+    from conftest import ScriptedServer
+
+STREAMS = Path(__file__).parent / "streams"
+SYSTEM = "You are a weather assistant. Always call the get_weather tool to answer weather questions."
+QUESTION = "What is the weather in Oslo right now?"
+TOOL_RESULT = "It is 21 degrees and sunny in Oslo."
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "description": "Name of the city, e.g. Oslo."}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+TOOL = {
+    "name": "get_weather",
+    "description": "Get the current weather for a city.",
+    "input_schema": WEATHER_SCHEMA,
+}
+BEFORE_TOOL = (
+    "To determine the weather in Oslo, you can call one of the functions provided by the weather_forecast "
+    "function:\n"
+)
+AFTER_TOOL = "<tool_response>\nIt is 21 degrees and sunny in Oslo.\n</tool_response>"
+CUT_OFF = (
+    "Oleksandershavn, the capital of Norway, is currently in the midst of a heatwave. The weather is "
+    "expected to reach 30 degrees Celsius (80 degrees Fahrenheit) by the end of the day. The city is "
+    "expected to experience a 10-hour heatwave, with temperatures expected to reach 40 degrees Celsius "
+    "(104 degrees Fahrenheit) by the end of the day. The heatwave is expected to last for 2"
+)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    name: str
+    text: str
+    tool_calls: list[ToolCall]
+    stop_reason: StopReason
+    usage: TokenUsage
+
+    @property
+    def wire(self) -> str:
+        return "openai" if "_openai_" in self.name else "anthropic"
+
+    def body(self) -> bytes:
+        return (STREAMS / f"{self.name}.sse").read_bytes()
+
+    def request(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads((STREAMS / f"{self.name}.request.json").read_text())
+        return loaded
+
+
+OSLO_OPENAI = ToolCall("LR9XOl9TE5CcVEN5IlZRcMjiHFBWO6sr", "get_weather", {"city": "Oslo"})
+OSLO_ANTHROPIC = ToolCall("STSYKOata2ciBYzgMrdl85oySnn04gpG", "get_weather", {"city": "Oslo"})
+# Both wire formats report the same prompt sizes (input_tokens counts cached tokens too).
+RECORDED = [
+    Recorded(
+        "llamacpp_openai_stream_text_length",
+        CUT_OFF,
+        [],
+        StopReason.MAX_TOKENS,
+        TokenUsage(input_tokens=41, output_tokens=96, cache_read_tokens=6),
+    ),
+    Recorded(
+        "llamacpp_openai_stream_tool_call",
+        BEFORE_TOOL,
+        [OSLO_OPENAI],
+        StopReason.TOOL_USE,
+        TokenUsage(input_tokens=228, output_tokens=56, cache_read_tokens=227),
+    ),
+    Recorded(
+        "llamacpp_openai_stream_after_tool_result",
+        AFTER_TOOL,
+        [],
+        StopReason.END_TURN,
+        TokenUsage(input_tokens=318, output_tokens=24, cache_read_tokens=252),
+    ),
+    Recorded(
+        "llamacpp_anthropic_stream_text",
+        "Hello, I'm here to help with any creative endeavors.",
+        [],
+        StopReason.END_TURN,
+        TokenUsage(input_tokens=23, output_tokens=13, cache_read_tokens=3),
+    ),
+    Recorded(
+        "llamacpp_anthropic_stream_tool_use",
+        BEFORE_TOOL,
+        [OSLO_ANTHROPIC],
+        StopReason.TOOL_USE,
+        TokenUsage(input_tokens=228, output_tokens=56, cache_read_tokens=227),
+    ),
+    Recorded(
+        "llamacpp_anthropic_stream_after_tool_result",
+        AFTER_TOOL,
+        [],
+        StopReason.END_TURN,
+        TokenUsage(input_tokens=318, output_tokens=24, cache_read_tokens=252),
+    ),
+]
+
+
+def by_event(body: bytes) -> list[bytes]:
+    """One SSE event per transfer chunk, as llama-server writes them."""
+    return [event + b"\n\n" for event in body.split(b"\n\n") if event]
+
+
+def in_pieces(body: bytes, size: int = 7) -> list[bytes]:
+    """Chunks that split lines, field names and JSON anywhere."""
+    return [body[i : i + size] for i in range(0, len(body), size)]
+
+
+def make_provider(wire: str, server: ScriptedServer, **kwargs: Any) -> LLMProvider:
+    if wire == "openai":
+        return OpenAIProvider("smollm2", base_url=f"{server.url}/v1", **kwargs)
+    # The recordings were asked with a temperature, which API version 2023-06-01 still takes.
+    return AnthropicProvider("smollm2", base_url=server.url, anthropic_version="2023-06-01", **kwargs)
+
+
+async def stream_once(provider: LLMProvider) -> list[StreamChunk]:
+    chunks = []
+    async for chunk in provider.stream(
+        model="smollm2",
+        messages=[{"role": "user", "content": QUESTION}],
+        system="",
+        tools=[TOOL],
+        max_tokens=96,
+    ):
+        chunks.append(chunk)
+    return chunks
+
+
+@pytest.mark.parametrize("split", [by_event, in_pieces], ids=["by-event", "7-byte-pieces"])
+@pytest.mark.parametrize("recorded", RECORDED, ids=[r.name.removeprefix("llamacpp_") for r in RECORDED])
+async def test_recorded_stream_parses(
+    server: ScriptedServer, recorded: Recorded, split: Callable[[bytes], list[bytes]]
+) -> None:
+    server.reply_sse(split(recorded.body()))
+    provider = make_provider(recorded.wire, server)
+    try:
+        chunks = await stream_once(provider)
+    finally:
+        await provider.aclose()
+    final = chunks[-1]
+    assert final.kind == "response"
+    response: ProviderResponse = final.data
+    assert response.text == recorded.text
+    assert "".join(c.data for c in chunks if c.kind == "text_delta") == recorded.text
+    assert response.tool_calls == recorded.tool_calls
+    assert response.stop_reason == recorded.stop_reason
+    assert response.usage == recorded.usage
+    assert isinstance(response.raw, dict)
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+async def test_an_agent_sends_the_recorded_requests(server: ScriptedServer, wire: str) -> None:
+    """The recorded tool-call conversation, driven by an agent: it asks what was asked of the
+    real server, runs the tool once, and answers with the recorded reply."""
+    recorded = {r.name: r for r in RECORDED}
+    tool_call = "tool_call" if wire == "openai" else "tool_use"
+    first = recorded[f"llamacpp_{wire}_stream_{tool_call}"]
+    second = recorded[f"llamacpp_{wire}_stream_after_tool_result"]
+    server.reply_sse(by_event(first.body()))
+    server.reply_sse(by_event(second.body()))
+    provider = make_provider(wire, server)
+    config = AgentConfig(model="smollm2", max_tokens=96, system_prompt=SYSTEM, temperature=1.0)
+    calls: list[str] = []
+
+    def get_weather(city: str) -> str:
+        calls.append(city)
+        return TOOL_RESULT
+
+    try:
+        async with Agent(config, provider=provider) as agent:
+            agent.tools.register_with_schema(TOOL["name"], TOOL["description"], WEATHER_SCHEMA, get_weather)
+            result = await agent.run(QUESTION)
+    finally:
+        await provider.aclose()
+
+    assert calls == ["Oslo"]
+    assert result.ok and result.output == AFTER_TOOL
+    assert result.usage == first.usage + second.usage
+    sent = [request.json for request in server.requests]
+    expected = [first.request(), second.request()]
+    if wire == "openai":
+        for body in expected:  # recorded with the deprecated field; the limit is the same
+            body["max_completion_tokens"] = body.pop("max_tokens")
+    assert sent == expected
