@@ -85,6 +85,10 @@ def charge(customer: str, amount: int) -> str:
 
 
 async def main() -> None:
+    # Each run of this example is a new session that charges once: start from an empty
+    # ledger (this example's own table), so a second run shows the same as the first.
+    with payments() as conn:
+        conn.execute("DELETE FROM charges")
     async with SQLiteBackend("runtime.sqlite3") as backend, AgentRuntime(agent, backend=backend) as runtime:
         result = await runtime.run("Charge ACME 120 EUR.")
         print(result.output)

@@ -1,7 +1,11 @@
 """The durable-runs walkthrough on PostgreSQL, across two processes.
 
-    python examples/postgres_walkthrough.py start  DSN session.json [--crash-after-tool]
-    python examples/postgres_walkthrough.py resume DSN session.json
+    export HARNESSX_DSN='postgresql://user:password@host:5432/database'
+    python examples/postgres_walkthrough.py start  session.json [--crash-after-tool]
+    python examples/postgres_walkthrough.py resume session.json
+
+The DSN comes from the environment, not the command line, where any user could read its
+password in the process list.
 
 ``start`` begins a run whose tool writes a report; with ``--crash-after-tool`` the process
 kills itself with SIGKILL right after the tool's result is committed. ``resume`` (a fresh
@@ -58,7 +62,7 @@ def build_agent() -> Agent:
     return agent
 
 
-async def start_run(dsn: str, prompt: str, crash: bool = False) -> tuple[str, RunResult]:
+async def start_run(dsn: str, prompt: str, session_file: Path, crash: bool = False) -> tuple[str, RunResult]:
     async with PostgresBackend(dsn) as backend:  # opens the pool, migrates
         agent = build_agent()
         if crash:
@@ -67,7 +71,7 @@ async def start_run(dsn: str, prompt: str, crash: bool = False) -> tuple[str, Ru
                 lambda ctx: ctx.data["phase"] == "raw_result" and os.kill(os.getpid(), signal.SIGKILL),
             )
         async with agent, AgentRuntime(agent, backend=backend) as runtime:
-            Path(sys.argv[3]).write_text(json.dumps({"session_id": runtime.session_id}))
+            session_file.write_text(json.dumps({"session_id": runtime.session_id}))
             handle = await runtime.submit(prompt, request_id="first-request")
             return handle.session_id, await handle.result()
 
@@ -90,10 +94,13 @@ async def resume_run(dsn: str, session_file: Path) -> RunResult | None:
 
 
 def main() -> None:
-    command, dsn, session_file = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    dsn = os.environ.get("HARNESSX_DSN")
+    if not dsn:
+        sys.exit("set HARNESSX_DSN to the PostgreSQL URL, e.g. postgresql://user:password@host:5432/db")
+    command, session_file = sys.argv[1], Path(sys.argv[2])
     if command == "start":
         _, result = asyncio.run(
-            start_run(dsn, "Write the Q3 report.", crash="--crash-after-tool" in sys.argv)
+            start_run(dsn, "Write the Q3 report.", session_file, crash="--crash-after-tool" in sys.argv)
         )
     else:
         resumed = asyncio.run(resume_run(dsn, session_file))

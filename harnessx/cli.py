@@ -75,7 +75,7 @@ def _to_stderr(text: str) -> None:
 
 
 @click.group()
-@click.version_option(package_name="harnessx")
+@click.version_option(package_name="harnessx-durable")
 def main() -> None:
     """harnessx: durable LLM-agent runs."""
 

@@ -28,7 +28,7 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     if name == "PostgresBackend":
-        # Raises ConfigurationError naming `pip install 'harnessx[postgres]'` without asyncpg.
+        # Raises ConfigurationError saying how to install asyncpg when it is missing.
         from harnessx.store._postgres import PostgresBackend
 
         return PostgresBackend

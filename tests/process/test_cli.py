@@ -181,7 +181,9 @@ def test_an_explicit_sqlite_flag_wins_over_harnessx_dsn(tmp_path: Path) -> None:
     done = run_env(["harnessx", "migrate", "--sqlite", "pool.sqlite3"], env, tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "pool.sqlite3").exists()
-    both = run_env(["harnessx", "status", "--sqlite", "pool.sqlite3", "--dsn", UNREACHABLE_DSN], env, tmp_path)
+    both = run_env(
+        ["harnessx", "status", "--sqlite", "pool.sqlite3", "--dsn", UNREACHABLE_DSN], env, tmp_path
+    )
     assert both.returncode == 2 and "not both" in both.stderr
     for command, ready in (
         (["harness-worker", "--agents", "harnessx._demo:pool_registry"], "registered"),
@@ -235,7 +237,9 @@ def test_status_and_events_read_a_read_only_file_system(tmp_path: Path) -> None:
         f"! touch {readonly}/probe 2>/dev/null && {hx} status --sqlite {readonly}/runtime.sqlite3 && "
         f"{hx} status {session_id} --sqlite {readonly}/runtime.sqlite3"
     )
-    inside = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    inside = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert inside.returncode == 0, inside.stderr
     assert f"{session_id}  completed" in inside.stdout
     assert json.loads(inside.stdout.split("\n", 2)[2])["status"] == "completed"
