@@ -11,6 +11,7 @@ from harnessx._agent import Agent
 from harnessx._config import AgentConfig, Limits, RetryPolicy
 from harnessx._errors import (
     ConfigurationError,
+    CorruptStateError,
     HarnessError,
     LeaseLostError,
     ProviderError,
@@ -73,6 +74,7 @@ __all__ = [
     "AgentRuntime",
     "AnthropicProvider",
     "ConfigurationError",
+    "CorruptStateError",
     "HarnessError",
     "HookContext",
     "HookEvent",

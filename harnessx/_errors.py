@@ -12,7 +12,8 @@
     ├── StorageError                           the store failed or refused a write
     │   ├── SessionBusyError                   another run or another live process holds it
     │   ├── LeaseLostError                     the writer's lease no longer holds (fenced)
-    │   └── SchemaError                        the database schema is missing, newer or altered
+    │   ├── SchemaError                        the database schema is missing, newer or altered
+    │   └── CorruptStateError                  a stored row does not decode or breaks a run's rules
     └── RunError                               a run ended other than ``ok``; carries ``.result``
         ├── RunFailed
         ├── RunAwaitingInput
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConfigurationError",
+    "CorruptStateError",
     "HarnessError",
     "LeaseLostError",
     "ProviderError",
@@ -108,6 +110,12 @@ class LeaseLostError(StorageError):
 
 class SchemaError(StorageError):
     """The database schema is missing, older, newer, or not the one harnessx created."""
+
+
+class CorruptStateError(StorageError):
+    """A stored row does not decode, or the run it belongs to breaks the rules every run
+    keeps (edited by hand, written by something else, damaged on disk). Nothing drives such
+    a run; it can still be cancelled, and its events read."""
 
 
 class RunError(HarnessError):

@@ -16,10 +16,12 @@ from harnessx._agent import Agent
 from harnessx._committer import RunFeed, StoreCommitter
 from harnessx._driver import Driver, RunControl
 from harnessx._errors import LeaseLostError, StorageError
+from harnessx._events import RunEvent, RunEventType
 from harnessx._leases import LeaseKeeper
 from harnessx._results import RunResult, RunStatus
 from harnessx._state import Delta, RunState
-from harnessx.store._protocol import Lease, Store
+from harnessx.providers._base import TokenUsage
+from harnessx.store._protocol import Lease, RunRecord, Store
 
 __all__ = ["Execution", "RunExecutor"]
 
@@ -73,6 +75,48 @@ class RunExecutor:
         """Commit a single boundary outside a drive (a decision, a pause of an idle run)."""
         committer = StoreCommitter(self.store, lease, last_seq=last_seq)
         await self.driver(agent, committer, RunControl(), lease).commit(state, delta)
+
+    async def end_run(
+        self,
+        lease: Lease,
+        record: RunRecord,
+        status: RunStatus,
+        stop_reason: str,
+        error: dict[str, str] | None = None,
+        state: RunState | None = None,
+    ) -> RunResult:
+        """End a run that cannot be driven (its state does not load, or its agent cannot be
+        built), with an ``error`` event when there is an error and the closing ``run_result``
+        every follower waits for. ``state``, when it did load, supplies the pending calls."""
+        if state is not None:
+            result = state.result()
+            result.status, result.stop_reason, result.error = status, stop_reason, error
+        else:
+            data = record.result
+            try:
+                usage = TokenUsage.from_dict(data.get("usage"))
+            except (TypeError, ValueError):
+                usage = TokenUsage()
+            result = RunResult(
+                session_id=record.session_id,
+                run_id=record.id,
+                output=str(data.get("output") or ""),
+                status=status,
+                stop_reason=stop_reason,
+                usage=usage,
+                error=error,
+                usage_incomplete=bool(data.get("usage_incomplete")),
+            )
+        events = [] if error is None else [self._run_event(record, RunEventType.ERROR, dict(error))]
+        events.append(self._run_event(record, RunEventType.RUN_RESULT, result.to_dict()))
+        await self.store.end_run(
+            lease, record.id, status=status.value, stop_reason=stop_reason, error=error, events=events
+        )
+        return result
+
+    @staticmethod
+    def _run_event(record: RunRecord, kind: RunEventType, data: dict[str, object]) -> RunEvent:
+        return RunEvent(kind, data, record.session_id, record.id, "run", "run")
 
     async def _execute(
         self,

@@ -22,6 +22,7 @@ from harnessx._config import AgentConfig
 from harnessx._driver import announce_checkpoint
 from harnessx._errors import (
     ConfigurationError,
+    CorruptStateError,
     ResolutionError,
     RuntimeStateError,
     SessionBusyError,
@@ -435,11 +436,19 @@ class AgentRuntime:
             # Another live process drives it: leave the request where its heartbeat reads it.
             await store.set_control(sid, request)
             return
+        assert self._executor is not None
         try:
-            state = await store.load_state(record.id)
+            try:
+                state = await store.load_state(record.id)
+            except CorruptStateError:
+                if request == "pause":
+                    raise
+                # Its state cannot be read, and cancelling must still work: end it from its
+                # row alone (nothing was decided on what the state says).
+                await self._executor.end_run(lease, record, RunStatus.CANCELLED, "cancelled")
+                return
             engine = self.agent.engine(durable=True)
             delta = engine.pause(state) if request == "pause" else engine.cancel(state)
-            assert self._executor is not None
             await self._executor.commit_once(self.agent, lease, state, delta, record.event_count)
         finally:
             with contextlib.suppress(StorageError):

@@ -23,7 +23,7 @@ from click.core import ParameterSource
 from harnessx._agent import Agent
 from harnessx._demo import DEMO_AGENT, DEMO_PROMPT, invocation_count, kill_after, registry
 from harnessx._demo_dir import prepare_demo_dir
-from harnessx._errors import HarnessError
+from harnessx._errors import CorruptStateError, HarnessError
 from harnessx._hooks import HookEvent
 from harnessx._observe import follow_events, stored_events
 from harnessx._processes import open_store, store_options, waiting_notice
@@ -276,7 +276,13 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
             if record is None:
                 click.echo("no runs")
                 return
-            result = (await backend.load_state(record.id)).result()
+            try:
+                result = (await backend.load_state(record.id)).result()
+            except CorruptStateError as exc:
+                # Show what the run's row says; the rest of its state cannot be read.
+                shown = {"session_id": session_id, "run_id": record.id, "status": record.status}
+                click.echo(json.dumps({**shown, "phase": record.phase, "unreadable": str(exc)}, indent=2))
+                return
             click.echo(json.dumps(result.to_dict(), indent=2))
 
     _run(show())
@@ -350,6 +356,35 @@ def resume(session_id: str, agent_path: str | None, sqlite_path: str, dsn: str |
         click.echo(
             "nothing to resume: the session has no run, or its latest run is completed or cancelled", err=True
         )
+
+
+@main.command()
+@click.argument("session_id")
+@store_options
+def cancel(session_id: str, sqlite_path: str, dsn: str | None, schema: str) -> None:
+    """Cancel a session's unfinished run, even one whose stored state cannot be read."""
+
+    async def go() -> str:
+        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
+            if await backend.get_session(session_id) is None:
+                raise click.ClickException(f"no session {session_id!r}")
+            record = await backend.latest_run(session_id)
+            if record is None or record.status not in ("running", "paused", "awaiting_input"):
+                return "nothing to cancel: the session has no unfinished run"
+            # Cancelling needs no agent definition: bind a bare runtime to the session.
+            runtime = AgentRuntime(backend=backend)
+            try:
+                await runtime._ready()
+                runtime._bind(session_id)
+                await runtime.cancel()
+            finally:
+                await runtime.aclose()
+            after = await backend.latest_run(session_id)
+            if after is not None and after.status == "cancelled":
+                return f"cancelled run {record.id}"
+            return f"asked the process driving run {record.id} to cancel it at its next boundary"
+
+    click.echo(_run(go()))
 
 
 @main.command()

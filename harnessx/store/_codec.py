@@ -1,7 +1,8 @@
 """Rows to objects and back, shared by both dialects.
 
-A row that does not decode is reported as a ``StorageError`` naming the row and what to
-do, never as a bare ``JSONDecodeError`` from deep inside a resume.
+A row that does not decode, or a run that breaks the rules every run keeps
+(``_integrity``), is reported as a ``CorruptStateError`` naming the run, what is wrong and
+what to do: never as a bare ``JSONDecodeError`` or ``ValueError`` from deep inside a resume.
 """
 
 from __future__ import annotations
@@ -10,21 +11,23 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from harnessx._errors import StorageError
+from harnessx._errors import CorruptStateError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._results import RunStatus, ToolResult
 from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus
 from harnessx.providers._base import TokenUsage, ToolCall
+from harnessx.store._integrity import call_problem, state_problem
 from harnessx.store._protocol import RunRecord
 
 __all__ = [
+    "corrupt_run",
+    "decode_state",
     "dumps",
     "event_from_row",
     "loads",
     "run_record",
     "run_values",
     "tool_entry_columns",
-    "tool_entry_from_row",
     "tool_entry_values",
 ]
 
@@ -38,19 +41,37 @@ def dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
+_ADVICE = (
+    "the row was written by something other than harnessx, or damaged on disk: restore the database "
+    "from a backup, or cancel the run to move on"
+)
+
+
 def loads(text: Any, what: str) -> Any:
     if text is None:
         return None
     try:
         return json.loads(text)
     except (TypeError, ValueError) as exc:
-        raise StorageError(
-            f"corrupt {what} in the harnessx store ({exc}); the row was written by something other than "
-            "harnessx or damaged on disk: restore it from a backup, or cancel the run to move on"
-        ) from exc
+        raise CorruptStateError(f"corrupt {what} in the harnessx store ({exc}); {_ADVICE}") from exc
+
+
+def _decoded(text: Any, what: str) -> Any:
+    """``loads`` for the parts of a run: the bare problem, which the caller puts in context."""
+    try:
+        return json.loads(text) if text is not None else None
+    except (TypeError, ValueError) as exc:
+        raise _Undecodable(f"{what} is not JSON ({exc})") from exc
+
+
+class _Undecodable(Exception):
+    """Internal: what is wrong with one part of a run's rows."""
 
 
 def run_record(row: Sequence[Any]) -> RunRecord:
+    """A run's row. Never raises: a row that does not decode keeps what can be read, and
+    says what cannot in ``problem`` (``load_state`` refuses it; listing, following,
+    cancelling and failing it still work)."""
     (
         run_id,
         session_id,
@@ -65,26 +86,81 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         stop_reason,
     ) = row[:11]
     error, usage_incomplete, history_length = row[11:14]
-    what = f"run {run_id}"
-    result = {
+    result: dict[str, Any] = {
         "session_id": session_id,
         "run_id": run_id,
-        "output": output,
+        "output": output if isinstance(output, str) else "",
         "status": status,
-        "stop_reason": stop_reason,
-        "usage": loads(usage, what + " usage") or {},
-        "error": loads(error, what + " error"),
+        "stop_reason": stop_reason if isinstance(stop_reason, str) else "",
+        "usage": {},
+        "error": None,
         "usage_incomplete": bool(usage_incomplete),
-        "iteration": int(iteration),
-        "history_length": int(history_length),
+        "iteration": 0,
+        "history_length": 0,
     }
-    return RunRecord(run_id, session_id, request_id, message, status, phase, int(event_count), result)
+    problem = None
+    try:
+        decoded_usage = _decoded(usage, "usage") or {}
+        TokenUsage.from_dict(decoded_usage)  # raises on a field that is not a number
+        result["usage"] = decoded_usage
+        decoded_error = _decoded(error, "error")
+        if decoded_error is not None and not isinstance(decoded_error, dict):
+            raise _Undecodable("error is not an object")
+        result["error"] = decoded_error
+        result["iteration"] = _int(iteration, "iteration")
+        result["history_length"] = _int(history_length, "history_length")
+        event_count = _int(event_count, "event_count")
+    except (_Undecodable, TypeError, ValueError, AttributeError) as exc:
+        problem = f"its row: {exc}"
+        event_count = _int_or(event_count, 0)
+    return RunRecord(
+        str(run_id),
+        str(session_id),
+        request_id,
+        message if isinstance(message, str) else "",
+        str(status),
+        str(phase),
+        event_count,
+        result,
+        problem=problem,
+    )
 
 
-def state_from(record: RunRecord, messages: list[dict[str, Any]], entries: list[ToolEntry]) -> RunState:
+def _int(value: Any, what: str) -> int:
+    # int() would take 2.5 as 2 and "abc" with a bare ValueError; both drivers return an
+    # int for every integer column harnessx wrote, so anything else is corrupt.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Undecodable(f"{what} is {value!r}, not an integer")
+    return value
+
+
+def _int_or(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def corrupt_run(run_id: str, session_id: str, problem: str) -> CorruptStateError:
+    """The one error for a run whose rows cannot be driven, naming the run and what to do."""
+    return CorruptStateError(
+        f"run {run_id} of session {session_id} cannot be loaded: {problem}; {_ADVICE} "
+        f"(AgentRuntime.cancel() on that session, or 'harnessx cancel {session_id}' with the "
+        "same --dsn or --sqlite)"
+    )
+
+
+def decode_state(
+    record: RunRecord, message_bodies: Sequence[Any], tool_rows: Sequence[Sequence[Any]]
+) -> RunState:
+    """A run's state from its rows, checked (``_integrity``); ``CorruptStateError`` otherwise."""
+    if record.problem is not None:
+        raise corrupt_run(record.id, record.session_id, record.problem)
     data = record.result
     try:
-        return RunState(
+        messages = []
+        for index, body in enumerate(message_bodies):
+            message = _decoded(body, f"message {index + 1} of the session")
+            messages.append(message)
+        entries = [_tool_entry(row) for row in tool_rows]
+        state = RunState(
             session_id=record.session_id,
             run_id=record.id,
             status=RunStatus(record.status),
@@ -99,11 +175,42 @@ def state_from(record: RunRecord, messages: list[dict[str, Any]], entries: list[
             usage_incomplete=bool(data["usage_incomplete"]),
             history_length=int(data["history_length"]),
         )
-    except (KeyError, ValueError, TypeError) as exc:
-        raise StorageError(
-            f"corrupt run {record.id} in the harnessx store ({exc}): restore it from a backup, "
-            "or cancel the run to move on"
-        ) from exc
+        problem = state_problem(state)
+    except (_Undecodable, KeyError, ValueError, TypeError, AttributeError) as exc:
+        problem = str(exc)
+    if problem is not None:
+        raise corrupt_run(record.id, record.session_id, problem)
+    return state
+
+
+def _tool_entry(row: Sequence[Any]) -> ToolEntry:
+    key, iteration, index, call, policy, status, attempt, approved, raw_result, result, generation = row
+    where = f"tool call {key}"
+    try:
+        decoded_call = _decoded(call, "its call")
+        problem = call_problem(decoded_call)
+        if problem is not None:
+            raise _Undecodable(problem)
+        raw = _decoded(raw_result, "its raw result")
+        final = _decoded(result, "its result")
+        for part in (raw, final):
+            if part is not None and not isinstance(part, dict):
+                raise _Undecodable("a result is not an object")
+        return ToolEntry(
+            execution_key=str(key),
+            iteration=_int(iteration, "iteration"),
+            index=_int(index, "index"),
+            call=ToolCall.from_dict(decoded_call),
+            policy=str(policy),
+            status=ToolStatus(status),
+            attempt=_int(attempt, "attempt"),
+            approved=bool(approved),
+            raw_result=ToolResult.from_dict(raw) if raw else None,
+            result=ToolResult.from_dict(final) if final else None,
+            generation=_int_or(generation, 0),
+        )
+    except (_Undecodable, KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise _Undecodable(f"{where}: {exc}") from exc
 
 
 def tool_entry_columns(entry: ToolEntry) -> tuple[Any, ...]:
@@ -130,37 +237,15 @@ def tool_entry_values(entry: ToolEntry, run_id: str, generation: int, now: float
     return (key, run_id, *columns, generation, now)
 
 
-def tool_entry_from_row(row: Sequence[Any]) -> ToolEntry:
-    key, iteration, index, call, policy, status, attempt, approved, raw_result, result, generation = row
-    what = f"tool call {key}"
-    try:
-        raw = loads(raw_result, what)
-        final = loads(result, what)
-        return ToolEntry(
-            execution_key=key,
-            iteration=int(iteration),
-            index=int(index),
-            call=ToolCall.from_dict(loads(call, what)),
-            policy=str(policy),
-            status=ToolStatus(status),
-            attempt=int(attempt),
-            approved=bool(approved),
-            raw_result=ToolResult.from_dict(raw) if raw else None,
-            result=ToolResult.from_dict(final) if final else None,
-            generation=int(generation),
-        )
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:
-        if isinstance(exc, StorageError):
-            raise
-        raise StorageError(f"corrupt {what} in the harnessx store ({exc}): restore it from a backup") from exc
-
-
 def event_from_row(row: Sequence[Any], session_id: str = "") -> RunEvent:
     seq, event_id, kind, step_id, attempt_id, data, run_id = row
     try:
+        decoded = _decoded(data, "its data")
+        if decoded is not None and not isinstance(decoded, dict):
+            raise _Undecodable("its data is not an object")
         return RunEvent(
             type=RunEventType(kind),
-            data=loads(data, f"event {seq} of run {run_id}") or {},
+            data=decoded or {},
             session_id=session_id,
             run_id=run_id,
             step_id=step_id,
@@ -168,10 +253,11 @@ def event_from_row(row: Sequence[Any], session_id: str = "") -> RunEvent:
             event_id=event_id,
             cursor=str(seq),
         )
-    except ValueError as exc:
-        if isinstance(exc, StorageError):
-            raise
-        raise StorageError(f"corrupt event {seq} of run {run_id} ({exc}): restore it from a backup") from exc
+    except (_Undecodable, ValueError) as exc:
+        raise CorruptStateError(
+            f"corrupt event {seq} of run {run_id} in the harnessx store ({exc}); the row was written by "
+            "something other than harnessx, or damaged on disk: restore the database from a backup"
+        ) from exc
 
 
 def run_values(state: RunState, delta: Delta) -> tuple[Any, ...]:

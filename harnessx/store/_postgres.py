@@ -69,13 +69,12 @@ from harnessx._events import RunEvent
 from harnessx._results import RunStatus
 from harnessx._state import Delta, RunState, ToolEntry
 from harnessx.store._codec import (
+    decode_state,
     dumps,
     event_from_row,
     loads,
     run_record,
     run_values,
-    state_from,
-    tool_entry_from_row,
 )
 from harnessx.store._migrations import MigrationReport, check_applied, load_migrations, pending, report
 from harnessx.store._pg_checkpoint import PROGRESS_NOT_HELD, checkpoint
@@ -124,6 +123,7 @@ SQLITE_ONLY_QUERIES = {
     "leased_sessions": "find_orphans",
     "drop_orphan_lease": "recover_orphan",
     "requeue_session": "recover_orphan",
+    "last_event_seq": "end_run",
 }
 
 _DEFAULT_SCHEMA = "harness_x"
@@ -894,8 +894,7 @@ class PostgresBackend:
                 record = run_record(tuple(row))
                 bodies = await conn.fetch(Q["session_messages"], record.session_id)
                 tools = await conn.fetch(Q["run_tool_calls"], run_id)
-            messages = [loads(body, f"message of session {record.session_id}") for (body,) in bodies]
-            return state_from(record, messages, [tool_entry_from_row(tuple(r)) for r in tools])
+            return decode_state(record, [body for (body,) in bodies], [tuple(r) for r in tools])
 
         return await self._run("loading a run", read)
 
@@ -927,6 +926,43 @@ class PostgresBackend:
         if not held:
             raise _lease_lost(lease)
         self._notifications.wake_work()
+
+    async def end_run(
+        self,
+        lease: Lease,
+        run_id: str,
+        *,
+        status: str,
+        stop_reason: str,
+        error: dict[str, str] | None,
+        events: list[RunEvent],
+    ) -> None:
+        args = (status, stop_reason, dumps(error) if error else None)
+        await self._settle(lease, run_id, Q["end_run"], args, events)
+
+    async def _settle(
+        self, lease: Lease, run_id: str, query: str, args: tuple[Any, ...], events: list[RunEvent]
+    ) -> None:
+        """``end_run``'s statement: fenced, the events numbered after the run's last, applied
+        at most once however often a lost reply makes the call repeat."""
+        call_id = secrets.token_hex(16)
+        columns = (
+            [e.event_id for e in events],
+            [e.type.value for e in events],
+            [e.step_id for e in events],
+            [e.attempt_id for e in events],
+            [dumps(e.data) for e in events],
+        )
+        _, first, _ = await self._run(
+            "settling a run that cannot be driven",
+            lambda conn: conn.fetchrow(
+                query, lease.session_id, lease.owner, lease.generation, run_id, *args, call_id, *columns
+            ),
+            lease=lease,
+        )
+        for offset, event in enumerate(events):
+            event.cursor = str(int(first) + offset)
+        self._notifications.wake_run(run_id)
 
     async def pending_controls(self) -> dict[str, str]:
         prefix, upper = f"{self.process_id}/", f"{self.process_id}0"

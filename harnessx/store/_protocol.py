@@ -51,7 +51,11 @@ class SessionRecord:
 
 @dataclass
 class RunRecord:
-    """A run's row without its conversation: enough to decide what to do with it."""
+    """A run's row without its conversation: enough to decide what to do with it.
+
+    ``problem``: what in the row does not decode (``load_state`` refuses such a run; the
+    fields that did not decode hold defaults here).
+    """
 
     id: str
     session_id: str
@@ -61,6 +65,7 @@ class RunRecord:
     phase: str
     event_count: int
     result: dict[str, Any] = field(default_factory=dict)
+    problem: str | None = None
 
 
 @dataclass
@@ -216,6 +221,21 @@ class Store(Protocol):
     # the pool
     async def requeue(self, lease: Lease, run_id: str) -> None:
         """Queue a running run again, fenced by the holder's lease (a drain hand-off)."""
+
+    async def end_run(
+        self,
+        lease: Lease,
+        run_id: str,
+        *,
+        status: str,
+        stop_reason: str,
+        error: dict[str, str] | None,
+        events: list[RunEvent],
+    ) -> None:
+        """End a run without loading its state (it cannot be loaded, or its agent cannot be
+        built): set its status, stop reason and error, take it off the queue, and append
+        ``events`` after its last event (this call sets their cursors). Fenced by ``lease``;
+        applied at most once even when a lost reply makes the call repeat."""
 
     async def pending_controls(self) -> dict[str, str]:
         """Pause/cancel requests for sessions this process holds leases on."""

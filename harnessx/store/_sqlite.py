@@ -29,13 +29,12 @@ from harnessx._errors import ConfigurationError, LeaseLostError, SchemaError, Se
 from harnessx._events import RunEvent
 from harnessx._state import Delta, RunState
 from harnessx.store._codec import (
+    decode_state,
     dumps,
     event_from_row,
     loads,
     run_record,
     run_values,
-    state_from,
-    tool_entry_from_row,
     tool_entry_values,
 )
 from harnessx.store._migrations import MigrationReport, check_applied, pending, report
@@ -544,12 +543,9 @@ class SQLiteBackend:
             if row is None:
                 raise StorageError(f"no run {run_id!r} in {self.path}")
             record = run_record(row)
-            messages = [
-                loads(body, f"message of session {record.session_id}")
-                for (body,) in conn.execute(Q["session_messages"], (record.session_id,))
-            ]
-            entries = [tool_entry_from_row(r) for r in conn.execute(Q["run_tool_calls"], (run_id,))]
-            return state_from(record, messages, entries)
+            bodies = [body for (body,) in conn.execute(Q["session_messages"], (record.session_id,))]
+            tools = conn.execute(Q["run_tool_calls"], (run_id,)).fetchall()
+            return decode_state(record, bodies, tools)
 
         # One read transaction, so messages and tool calls are from the same commit.
         def read(conn: sqlite3.Connection) -> RunState:
@@ -570,6 +566,43 @@ class SQLiteBackend:
 
         await self._call(self._write, body)
 
+    async def end_run(
+        self,
+        lease: Lease,
+        run_id: str,
+        *,
+        status: str,
+        stop_reason: str,
+        error: dict[str, str] | None,
+        events: list[RunEvent],
+    ) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            now = time.time()
+            self._fence(conn, lease, 0)
+            last = self._append_numbered(conn, lease, run_id, events, now)
+            values = (
+                status,
+                stop_reason,
+                dumps(error) if error else None,
+                last,
+                lease.generation,
+                now,
+                run_id,
+            )
+            conn.execute(Q["end_run"], values)
+
+        await self._call(self._write, body)
+        self._notify(run_id)
+
+    def _append_numbered(
+        self, conn: sqlite3.Connection, lease: Lease, run_id: str, events: list[RunEvent], now: float
+    ) -> int:
+        """Insert ``events`` after the run's last one (numbering them); the new last seq."""
+        (last,) = conn.execute(Q["last_event_seq"], (run_id,)).fetchone()
+        for offset, event in enumerate(events, 1):
+            event.cursor = str(int(last) + offset)
+        return max(int(last), self._insert_events(conn, lease, events, now))
+
     async def pending_controls(self) -> dict[str, str]:
         prefix, upper = f"{self.process_id}/", f"{self.process_id}0"
         rows = await self._call(lambda conn: conn.execute(Q["pending_controls"], (prefix, upper)).fetchall())
@@ -585,7 +618,8 @@ class SQLiteBackend:
             # BEGIN IMMEDIATE serialises claimers, which is what SKIP LOCKED buys on PostgreSQL.
             now = time.time()
             claimed = []
-            for run_id, session_id in conn.execute(Q["queued_runs"], (now, refs, refs, limit)).fetchall():
+            queued = conn.execute(Q["queued_runs"], (now, refs, refs, limit)).fetchall()
+            for run_id, session_id in queued:
                 (generation,) = conn.execute(
                     Q["take_lease"], (owner, now + self.lease_seconds, session_id)
                 ).fetchone()

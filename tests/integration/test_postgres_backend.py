@@ -77,9 +77,13 @@ def event(run_id: str, seq: int, kind: RunEventType = RunEventType.TEXT_DELTA, t
     return RunEvent(kind, {"text": text or f"e{seq}"}, run_id=run_id, cursor=str(seq))
 
 
-def tool_entry(run_id: str, status: ToolStatus = ToolStatus.PREPARED) -> ToolEntry:
+def tool_entry(run_id: str, status: ToolStatus = ToolStatus.PREPARED, *, iteration: int = 0) -> ToolEntry:
     call = ToolCall("call_1", "write_report", {"region": "EMEA"})
-    return ToolEntry(f"{run_id}:0:call_1", 0, 0, call, "manual", status)
+    return ToolEntry(f"{run_id}:{iteration}:call_1", iteration, 0, call, "manual", status)
+
+
+# The model's reply, as a checkpoint at phase model_call commits it (a loaded run must have one).
+REPLY = {"role": "assistant", "content": "On it."}
 
 
 async def start_run(
@@ -203,7 +207,8 @@ async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_databa
     with pytest.raises(SchemaError) as missing:
         await PostgresBackend.connect(pg_database, auto_migrate=False)
     text = str(missing.value)
-    assert "no harnessx schema (version 0; this harnessx needs version 3)" in text
+    newest = len(load_migrations("postgres"))
+    assert f"no harnessx schema (version 0; this harnessx needs version {newest})" in text
     assert redacted in text and f"harnessx migrate --dsn {redacted}" in text
 
     await (await PostgresBackend.connect(pg_database)).aclose()
@@ -211,7 +216,9 @@ async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_databa
 
     await sql(pg_database, f"INSERT INTO {SCHEMA}.harnessx_migrations VALUES (99, 'future', 'x', now())")
     for auto_migrate in (True, False):
-        with pytest.raises(SchemaError, match=r"schema version 99, newer than this harnessx knows \(3\)"):
+        with pytest.raises(
+            SchemaError, match=rf"schema version 99, newer than this harnessx knows \({newest}\)"
+        ):
             await PostgresBackend.connect(pg_database, auto_migrate=auto_migrate)
     await sql(pg_database, f"DELETE FROM {SCHEMA}.harnessx_migrations WHERE version = 99")
 
@@ -225,7 +232,7 @@ async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_databa
     await sql(pg_database, f"UPDATE {migrations} SET checksum = $1 WHERE version = 1", checksum)
     await sql(pg_database, f"DELETE FROM {SCHEMA}.harnessx_migrations WHERE version >= 2")
     with pytest.raises(
-        SchemaError, match=r"at schema version 1, this harnessx needs version 3: run 'harnessx"
+        SchemaError, match=rf"at schema version 1, this harnessx needs version {newest}: run 'harnessx"
     ):
         await PostgresBackend.connect(pg_database, auto_migrate=False)
 
@@ -250,7 +257,9 @@ async def test_an_older_database_with_a_run_in_flight_upgrades_in_place(
         lease = await start_run(backend, "s", "r1")
         state = await backend.load_state("r1")
         # Written to the run's row, as every checkpoint before version 3 was.
-        await backend.commit(lease, state, Delta(Phase.MODEL_CALL, run={"iteration": 1}), [])
+        await backend.commit(
+            lease, state, Delta(Phase.MODEL_CALL, messages=[REPLY], run={"iteration": 1}), []
+        )
     for undone in sorted(UNDO_MIGRATION, reverse=True):
         if undone > version:
             await script(pg_database, f"SET search_path TO {SCHEMA}; {UNDO_MIGRATION[undone]}")
@@ -518,13 +527,13 @@ async def test_progress_alone_goes_to_the_session_row_and_every_reader_sees_it(p
     async with backends(pg_database, 2) as (writer, reader):
         lease = await start_run(writer, "s", "r1")
         state = await writer.load_state("r1")
-        await writer.commit(lease, state, Delta(Phase.MODEL_CALL, run={"iteration": 1}), [])
+        await writer.commit(lease, state, Delta(Phase.MODEL_CALL, messages=[REPLY], run={"iteration": 1}), [])
         written = await row("r1")
         assert written[:2] == ("model_call", 1)
 
         await writer.append_events(lease, "r1", [event("r1", 2), event("r1", 3)])
         state = await writer.load_state("r1")
-        moved = Delta(Phase.RAW_RESULT, tools=[tool_entry("r1")], events=[event("r1", 4)])
+        moved = Delta(Phase.RAW_RESULT, tools=[tool_entry("r1", iteration=1)], events=[event("r1", 4)])
         await writer.commit(lease, state, moved, [])
         assert await row("r1") == written  # the run row was not rewritten
 
@@ -794,6 +803,9 @@ class _ReplyLost:
     async def fetch(self, query: str, *args: Any) -> Any:
         return await self._lose_first(query, await self._conn.fetch(query, *args))
 
+    async def fetchrow(self, query: str, *args: Any) -> Any:
+        return await self._lose_first(query, await self._conn.fetchrow(query, *args))
+
     async def _lose_first(self, query: str, result: Any) -> Any:
         if self._pool.marker in query:
             self._pool.calls += 1
@@ -816,7 +828,9 @@ async def test_a_checkpoint_whose_reply_was_lost_is_retried_without_duplicates(
         lossy = _LossyPool(backend._pool, "last_checkpoint")
         monkeypatch.setattr(backend, "_pool", lossy)
         step = Delta(
-            Phase.PREPARE_MODEL_CALL, messages=[{"role": "tool", "content": "result"}], run={"iteration": 1}
+            Phase.PREPARE_MODEL_CALL,
+            messages=[{"role": "tool", "tool_call_id": "call_1", "content": "result"}],
+            run={"iteration": 1},
         )
         await backend.commit(lease, state, step, [])  # no events: only the checkpoint id guards it
         monkeypatch.undo()
@@ -825,6 +839,23 @@ async def test_a_checkpoint_whose_reply_was_lost_is_retried_without_duplicates(
         rows = await sql(pg_database, f"SELECT message_count FROM {SCHEMA}.sessions")
         assert rows[0][0] == 2
         assert (await backend.load_state("r1")).iteration == 1
+
+
+async def test_ending_a_run_whose_reply_was_lost_appends_its_events_once(
+    pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with PostgresBackend(pg_database) as backend:
+        lease = await start_run(backend, "s", "r1")
+        lossy = _LossyPool(backend._pool, "last_checkpoint")
+        monkeypatch.setattr(backend, "_pool", lossy)
+        closing = [event("r1", 0, RunEventType.ERROR), event("r1", 0, RunEventType.RUN_RESULT)]
+        await backend.end_run(lease, "r1", status="failed", stop_reason="error", error=None, events=closing)
+        monkeypatch.undo()
+        assert lossy.calls == 2
+        assert [e.cursor for e in closing] == ["2", "3"]  # numbered after the first event
+        assert [e.cursor for e in await backend.read_events("r1", 0)] == ["1", "2", "3"]
+        record = await backend.get_run("r1")
+        assert record is not None and (record.status, record.event_count) == ("failed", 3)
 
 
 async def test_progress_sent_again_whole_whose_reply_was_lost_is_applied_once(

@@ -12,6 +12,7 @@ from durable_support import make_agent
 from harnessx import (
     AgentRuntime,
     ConfigurationError,
+    CorruptStateError,
     SchemaError,
     SQLiteBackend,
     StorageError,
@@ -100,7 +101,7 @@ async def test_a_corrupt_row_is_reported_and_nothing_else_is_lost(tmp_path: Path
     raw(path, "UPDATE tool_calls SET call = '{not json' WHERE run_id = ?", waiting.run_id)
     async with SQLiteBackend(path) as backend:
         runtime = AgentRuntime(make_agent(permission="ask"), backend=backend)
-        with pytest.raises(StorageError, match=r"corrupt tool call .* restore it from a backup"):
+        with pytest.raises(CorruptStateError, match=r"loaded: tool call .* restore the database"):
             await runtime.resume(waiting.session_id)
         await runtime.stop()
     # The rest of the session is untouched.

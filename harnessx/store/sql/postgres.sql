@@ -302,6 +302,45 @@ WITH fence AS (
 SELECT EXISTS (SELECT 1 FROM fence),
        (SELECT count(pg_notify(harnessx_channel('work'), id)) FROM queued);
 
+-- name: end_run
+-- End run $4 (lease $1-$3) without loading its state (it cannot be loaded, or cannot be
+-- started): status $5, stop reason $6, error $7; off the queue; appending the events $9-$13
+-- (one array per column) after the run's last. $8 is the call's unique id, kept on the
+-- session row like a checkpoint's, so a retry after a lost reply finds it applied instead of
+-- appending the events twice. Returns true and the first new event's seq; HX001 when the
+-- lease no longer holds. Followers are woken (NOTIFY).
+WITH fence AS (
+    UPDATE sessions SET last_checkpoint = $8
+    WHERE id = $1 AND lease_owner = $2 AND generation = $3 AND lease_expires_at > clock_timestamp()
+      AND last_checkpoint IS DISTINCT FROM $8
+    RETURNING id
+), last AS (
+    SELECT coalesce(max(seq), 0) AS seq FROM events WHERE run_id = $4
+), added AS (
+    INSERT INTO events (run_id, seq, event_id, type, step_id, attempt_id, data, generation, created_at)
+    SELECT $4, l.seq + e.n, e.event_id, e.type, e.step_id, e.attempt_id, e.data, $3, now()
+    FROM fence f, last l,
+         unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::json[])
+             WITH ORDINALITY AS e (event_id, type, step_id, attempt_id, data, n)
+    RETURNING seq
+), ended AS (
+    UPDATE runs
+    SET status = $5, stop_reason = $6, error = $7::json, generation = $3, updated_at = now(),
+        event_count = greatest(event_count, (SELECT max(seq) FROM added)),
+        queued_at = NULL
+    WHERE id = $4 AND session_id IN (SELECT id FROM fence)
+    RETURNING id
+)
+SELECT CASE
+           WHEN EXISTS (SELECT FROM fence) OR EXISTS (
+               SELECT FROM sessions WHERE id = $1 AND last_checkpoint = $8
+           ) THEN true
+           ELSE harnessx_raise('HX001', 'lease on session ' || $1 || ' (generation ' || $3 || ') no longer holds')
+       END,
+       coalesce((SELECT min(seq) FROM added),
+                (SELECT min(seq) FROM events WHERE run_id = $4 AND event_id = ANY ($9::text[]))),
+       (SELECT count(pg_notify(harnessx_channel('events'), $4)) FROM ended);
+
 -- name: pending_controls
 -- Pause/cancel requests for sessions this process holds (owner range as in renew_leases).
 SELECT id, control FROM sessions

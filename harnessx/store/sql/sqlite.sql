@@ -160,6 +160,18 @@ LIMIT ?;
 -- A worker took the run.
 UPDATE runs SET queued_at = NULL WHERE id = ?;
 
+-- name: last_event_seq
+-- The sequence number of a run's last event (0: none yet).
+SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?;
+
+-- name: end_run
+-- End a run without loading its state (it cannot be loaded, or cannot be started): its
+-- status, stop reason and error; off the queue; its events are inserted by the same transaction.
+UPDATE runs
+SET status = ?, stop_reason = ?, error = ?, event_count = MAX(event_count, ?), generation = ?,
+    updated_at = ?, queued_at = NULL
+WHERE id = ?;
+
 -- name: register_worker
 -- A worker process announces itself (one row per process start).
 INSERT INTO workers (id, host, pid, agents, concurrency, started_at, heartbeat_at)
