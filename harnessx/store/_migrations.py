@@ -15,7 +15,16 @@ from importlib import resources
 
 from harnessx._errors import SchemaError
 
-__all__ = ["Migration", "MigrationReport", "check_applied", "load_migrations", "pending", "report"]
+__all__ = [
+    "Migration",
+    "MigrationReport",
+    "check_applied",
+    "check_objects",
+    "expected_objects",
+    "load_migrations",
+    "pending",
+    "report",
+]
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -68,8 +77,11 @@ def load_migrations(dialect: str) -> tuple[Migration, ...]:
     return tuple(found)
 
 
-def check_applied(dialect: str, applied: dict[int, str], where: str, command: str) -> None:
-    """Refuse a database written by a newer harnessx or with altered migrations."""
+def check_applied(dialect: str, applied: dict[int, str], where: str, recreate: str) -> None:
+    """Refuse a database written by a newer harnessx or with altered migrations.
+
+    ``recreate`` says how to start this database over (dialect-specific), for damage that
+    migrating cannot repair: it is the only advice that works besides a backup."""
     known = {m.version: m for m in load_migrations(dialect)}
     newest = max(known)
     newer = sorted(v for v in applied if v not in known)
@@ -82,8 +94,40 @@ def check_applied(dialect: str, applied: dict[int, str], where: str, command: st
         if known[version].checksum != checksum:
             raise SchemaError(
                 f"{where}: migration {version:04d}_{known[version].name} was altered after it was applied "
-                f"(checksum mismatch); restore the database from a backup or re-create it with '{command}'"
+                f"(checksum mismatch), which migrating cannot repair: restore the database from a backup, "
+                f"or {recreate}"
             )
+
+
+def check_objects(dialect: str, present: set[str], where: str, recreate: str) -> None:
+    """Refuse a fully migrated schema that lacks a table, view or function its migrations
+    created: someone dropped it, and migrating again would not bring it back."""
+    missing = sorted(expected_objects(dialect) - present)
+    if missing:
+        raise SchemaError(
+            f"{where} has every harnessx migration applied but lacks {', '.join(missing)} (dropped by "
+            f"hand?), which migrating cannot repair: restore the database from a backup, or {recreate}"
+        )
+
+
+_CREATES = re.compile(
+    r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(TABLE|VIEW|FUNCTION)\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)",
+    re.IGNORECASE | re.MULTILINE,
+)
+_DROPS = re.compile(
+    r"^\s*DROP\s+(TABLE|VIEW|FUNCTION)\s+(?:IF\s+EXISTS\s+)?(\w+)", re.IGNORECASE | re.MULTILINE
+)
+
+
+@cache
+def expected_objects(dialect: str) -> frozenset[str]:
+    """The tables, views and functions the migrations leave behind, by name."""
+    present: set[str] = set()
+    for migration in load_migrations(dialect):
+        created = {name.lower() for _, name in _CREATES.findall(migration.sql)}
+        dropped = {name.lower() for _, name in _DROPS.findall(migration.sql)}
+        present = (present - dropped) | created
+    return frozenset(present)
 
 
 def pending(dialect: str, applied: dict[int, str]) -> list[Migration]:

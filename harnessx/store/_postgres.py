@@ -76,7 +76,14 @@ from harnessx.store._codec import (
     run_record,
     run_values,
 )
-from harnessx.store._migrations import MigrationReport, check_applied, load_migrations, pending, report
+from harnessx.store._migrations import (
+    MigrationReport,
+    check_applied,
+    check_objects,
+    load_migrations,
+    pending,
+    report,
+)
 from harnessx.store._pg_checkpoint import PROGRESS_NOT_HELD, checkpoint
 from harnessx.store._pg_driver import (
     BROKEN_CONNECTION,
@@ -152,6 +159,11 @@ def quote_ident(name: str) -> str:
 def _check_schema_name(schema: str) -> None:
     if not isinstance(schema, str) or not schema or "\x00" in schema:
         raise ConfigurationError("schema must be a non-empty string without NUL characters")
+    if schema.startswith("pg_") or schema == "information_schema":
+        raise ConfigurationError(
+            f"schema {schema!r} is one of PostgreSQL's own (pg_* and information_schema are reserved "
+            f"for the system): give harnessx a schema of its own, e.g. the default {_DEFAULT_SCHEMA!r}"
+        )
     if len(schema.encode("utf-8")) > _MAX_IDENTIFIER_BYTES:
         raise ConfigurationError(
             f"schema name {schema!r} is longer than PostgreSQL's {_MAX_IDENTIFIER_BYTES}-byte limit"
@@ -257,10 +269,19 @@ class PostgresBackend:
 
     @property
     def _migrate_command(self) -> str:
-        command = f"harnessx migrate --dsn {shlex.quote(self._dsn.redacted)}"
+        """How to migrate this database, in words: the DSN goes in the environment, where
+        the process list does not show its password."""
+        command = "harnessx migrate"
         if self.schema != _DEFAULT_SCHEMA:
             command += f" --schema {shlex.quote(self.schema)}"
-        return command
+        return f"'{command}' with HARNESSX_DSN set to {self._dsn.redacted}"
+
+    @property
+    def _recreate(self) -> str:
+        return (
+            f"start over, losing every session in it: DROP SCHEMA {quote_ident(self.schema)} CASCADE, "
+            f"then run {self._migrate_command}"
+        )
 
     @classmethod
     async def connect(cls, dsn: str, **kwargs: Any) -> PostgresBackend:
@@ -370,16 +391,40 @@ class PostgresBackend:
     # ------------------------------------------------------------ migrations
 
     async def _read_applied(self, conn: Any) -> dict[int, str] | None:
-        if not await conn.fetchval(Q["migrations_table_exists"], self.schema):
+        user, schema_exists, usage, table_exists = await conn.fetchrow(Q["schema_state"], self.schema)
+        if schema_exists and not usage:
+            # Without USAGE the search path skips the schema, and every table in it reads as
+            # missing: say what is missing instead.
+            raise SchemaError(self._usage_advice(user, table_exists))
+        if not table_exists:
             return None
         return {int(v): str(c) for v, c in await conn.fetch(Q["applied_migrations"])}
+
+    def _usage_advice(self, user: str, migrated: bool) -> str:
+        grants = runtime_grants(self.schema, user)
+        if migrated:
+            return (
+                f"role {user!r} may not use schema {self.schema!r} on {self._dsn.redacted} (no USAGE "
+                f"privilege on it; its owner has migrated it): as the schema's owner, run: {grants}"
+            )
+        return (
+            f"role {user!r} may not use schema {self.schema!r} on {self._dsn.redacted} (no USAGE "
+            f"privilege on it): GRANT USAGE, CREATE ON SCHEMA {quote_ident(self.schema)} TO "
+            f"{quote_ident(user)} to let it migrate, or have the schema's owner run "
+            f"{self._migrate_command} and then: {grants}"
+        )
+
+    async def _check_objects(self, conn: Any) -> None:
+        present = {str(name) for (name,) in await conn.fetch(Q["schema_objects"], self.schema)}
+        check_objects("postgres", present, self._where, self._recreate)
 
     async def _migrate_on(self, conn: Any) -> MigrationReport:
         # Fast path without locks or DDL, so an up-to-date schema needs no CREATE privilege.
         applied = await self._read_applied(conn)
         if applied is not None:
-            check_applied("postgres", applied, self._where, self._migrate_command)
+            check_applied("postgres", applied, self._where, self._recreate)
             if not pending("postgres", applied):
+                await self._check_objects(conn)
                 return report(self._where, applied, [])
         async with conn.transaction():
             # Concurrent starters queue here; each re-reads what the previous one applied.
@@ -389,7 +434,7 @@ class PostgresBackend:
                 await conn.execute(f"CREATE SCHEMA {quote_ident(self.schema)}")
             await conn.execute(Q["create_migrations_table"])
             applied = await self._read_applied(conn) or {}
-            check_applied("postgres", applied, self._where, self._migrate_command)
+            check_applied("postgres", applied, self._where, self._recreate)
             done = pending("postgres", applied)
             for migration in done:
                 await conn.execute(migration.sql)
@@ -408,13 +453,15 @@ class PostgresBackend:
                 f"role {user!r} may not create schema {self.schema!r} in database {database!r} on "
                 f"{self._dsn.redacted}: GRANT CREATE ON DATABASE {quote_ident(database)} TO {role}, or "
                 f"create the schema as its owner (CREATE SCHEMA {quote_ident(self.schema)} AUTHORIZATION "
-                f"{role}), or have a privileged role run '{self._migrate_command}'"
+                f"{role}), or have a privileged role run {self._migrate_command} (and then grant this "
+                f"role what running sessions needs: {runtime_grants(self.schema, user)})"
             )
         if on_schema is False:
             raise SchemaError(
                 f"role {user!r} may not create tables in schema {self.schema!r} on {self._dsn.redacted}: "
-                f"GRANT USAGE, CREATE ON SCHEMA {quote_ident(self.schema)} TO {role}, or have a privileged "
-                f"role run '{self._migrate_command}'"
+                f"GRANT USAGE, CREATE ON SCHEMA {quote_ident(self.schema)} TO {role}, or have the schema's "
+                f"owner run {self._migrate_command} (and then grant this role what running sessions "
+                f"needs: {runtime_grants(self.schema, user)})"
             )
 
     async def _verify_on(self, conn: Any) -> None:
@@ -423,14 +470,15 @@ class PostgresBackend:
         if applied is None:
             raise SchemaError(
                 f"{self._where} has no harnessx schema (version 0; this harnessx needs version {latest}): "
-                f"run '{self._migrate_command}' or open the backend with auto_migrate=True"
+                f"run {self._migrate_command} or open the backend with auto_migrate=True"
             )
-        check_applied("postgres", applied, self._where, self._migrate_command)
+        check_applied("postgres", applied, self._where, self._recreate)
         if pending("postgres", applied):
             raise SchemaError(
                 f"{self._where} is at schema version {max(applied, default=0)}, this harnessx needs "
-                f"version {latest}: run '{self._migrate_command}'"
+                f"version {latest}: run {self._migrate_command}"
             )
+        await self._check_objects(conn)
 
     # ------------------------------------------------------------ execution
 
@@ -535,8 +583,9 @@ class PostgresBackend:
             return self._conflict(exc, what, detail, lease, request_id)
         if isinstance(exc, SCHEMA_MISSING):
             return SchemaError(
-                f"{self._where} is missing part of the harnessx schema while {what} ({detail}): "
-                f"run '{self._migrate_command}'"
+                f"{self._where} is missing part of the harnessx schema while {what} ({detail}): run "
+                f"{self._migrate_command}, which adds what is missing, or names the privilege to grant "
+                "or the repair when migrating cannot add it"
             )
         if isinstance(exc, asyncpg.exceptions.InsufficientPrivilegeError):
             return StorageError(self._privilege_advice(what, detail))

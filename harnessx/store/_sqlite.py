@@ -37,7 +37,7 @@ from harnessx.store._codec import (
     run_values,
     tool_entry_values,
 )
-from harnessx.store._migrations import MigrationReport, check_applied, pending, report
+from harnessx.store._migrations import MigrationReport, check_applied, check_objects, pending, report
 from harnessx.store._protocol import (
     Lease,
     Orphan,
@@ -57,6 +57,7 @@ __all__ = ["SQLiteBackend"]
 T = TypeVar("T")
 Q = load_queries("sqlite")
 
+_OBJECTS = "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
 _MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS harnessx_migrations (
     version    INTEGER PRIMARY KEY,
@@ -233,7 +234,7 @@ class SQLiteBackend:
         try:
             conn.execute(_MIGRATIONS_TABLE)
             applied = self._applied(conn) or {}
-            check_applied("sqlite", applied, str(self.path), self._migrate_command)
+            check_applied("sqlite", applied, str(self.path), self._recreate)
             done = pending("sqlite", applied)
             for migration in done:
                 for statement in _statements(migration.sql):
@@ -242,11 +243,17 @@ class SQLiteBackend:
                     Q["record_migration"],
                     (migration.version, migration.name, migration.checksum, time.time()),
                 )
+            if not done:
+                self._check_objects(conn)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         return report(str(self.path), applied, done)
+
+    def _check_objects(self, conn: sqlite3.Connection) -> None:
+        present = {str(name) for (name,) in conn.execute(_OBJECTS)}
+        check_objects("sqlite", present, str(self.path), self._recreate)
 
     def _verify(self, conn: sqlite3.Connection) -> None:
         applied = self._applied(conn)
@@ -255,17 +262,25 @@ class SQLiteBackend:
                 f"{self.path} has no harnessx schema: run '{self._migrate_command}' or open the backend "
                 "with auto_migrate=True"
             )
-        check_applied("sqlite", applied, str(self.path), self._migrate_command)
+        check_applied("sqlite", applied, str(self.path), self._recreate)
         missing = pending("sqlite", applied)
         if missing:
             raise SchemaError(
                 f"{self.path} is at schema version {max(applied, default=0)}, this harnessx needs "
                 f"{missing[-1].version}: run '{self._migrate_command}'"
             )
+        self._check_objects(conn)
 
     @property
     def _migrate_command(self) -> str:
         return f"harnessx migrate --sqlite {self.path}"
+
+    @property
+    def _recreate(self) -> str:
+        return (
+            f"start over, losing every session in it: move {self.path} (and any -wal and -shm file "
+            f"beside it) aside, then run '{self._migrate_command}'"
+        )
 
     def _hold_liveness_lock(self) -> None:
         self.owners_dir.mkdir(parents=True, exist_ok=True)
@@ -761,7 +776,8 @@ def _translate(exc: sqlite3.Error, path: Path) -> StorageError:
     text = str(exc)
     if "no such table" in text or "no such column" in text:
         return SchemaError(
-            f"{path} is missing part of the harnessx schema ({text}): run 'harnessx migrate --sqlite {path}'"
+            f"{path} is missing part of the harnessx schema ({text}): run 'harnessx migrate --sqlite "
+            f"{path}', which adds what is missing, or says how to repair it when migrating cannot"
         )
     if "locked" in text or "busy" in text:
         return StorageError(

@@ -209,7 +209,8 @@ async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_databa
     text = str(missing.value)
     newest = len(load_migrations("postgres"))
     assert f"no harnessx schema (version 0; this harnessx needs version {newest})" in text
-    assert redacted in text and f"harnessx migrate --dsn {redacted}" in text
+    # The DSN goes in the environment, never on a command line.
+    assert redacted in text and f"'harnessx migrate' with HARNESSX_DSN set to {redacted}" in text
 
     await (await PostgresBackend.connect(pg_database)).aclose()
     await (await PostgresBackend.connect(pg_database, auto_migrate=False)).aclose()  # up to date
@@ -1133,6 +1134,39 @@ async def test_missing_privileges_name_the_grant_to_run(pg_database: str, limite
         await backend._watch_run("r1", 60)
         watched = await sql(pg_database, f"SELECT id FROM {SCHEMA}.sessions WHERE watched_until > now()")
         assert [row[0] for row in watched] == ["s"]
+
+
+async def test_a_schema_without_usage_names_the_grants_not_migrate(
+    pg_database: str, limited_role: str
+) -> None:
+    # The owner migrated the schema but granted nothing: without USAGE the search path
+    # skips the schema, so every table read as missing and the advice was "run migrate",
+    # which (run by the owner or by this role) changed nothing.
+    await PostgresBackend(pg_database).migrate()
+    dsn = dsn_as(pg_database, limited_role)
+    for options in ({"auto_migrate": False}, {"auto_migrate": True}):
+        with pytest.raises(SchemaError) as refused:
+            await PostgresBackend.connect(dsn, **options)
+        text = str(refused.value)
+        assert f"role {limited_role!r} may not use schema {SCHEMA!r}" in text and "no USAGE" in text
+        assert runtime_grants(SCHEMA, limited_role) in text and "harnessx migrate" not in text
+    # Following the advice works.
+    await script(pg_database, runtime_grants(SCHEMA, limited_role))
+    async with PostgresBackend(dsn, auto_migrate=False) as backend:
+        await start_run(backend, "s", "r1")
+    report = await PostgresBackend(dsn).migrate()
+    assert report.applied == () and "nothing to apply" in report.describe()
+
+    # Not migrated yet and no USAGE: either let the role migrate or have the owner do it.
+    await script(pg_database, f"CREATE SCHEMA other; REVOKE ALL ON SCHEMA other FROM {limited_role}")
+    with pytest.raises(SchemaError, match=r'GRANT USAGE, CREATE ON SCHEMA "other" TO .*or have the schema'):
+        await PostgresBackend.connect(dsn, schema="other")
+
+
+def test_system_schemas_are_refused() -> None:
+    for schema in ("pg_catalog", "pg_toast", "information_schema"):
+        with pytest.raises(ConfigurationError, match="one of PostgreSQL's own"):
+            PostgresBackend("postgresql://h/db", schema=schema)
 
 
 # ------------------------------------------------------------------------------- pool

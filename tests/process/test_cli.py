@@ -348,3 +348,87 @@ def test_a_server_that_never_answers_fails_after_one_timeout_and_says_what_it_wa
             # One attempt that timed out, not one timeout per retry; and a reason, not "TimeoutError: ;".
             assert "TimeoutError: no answer within 1.5 s; gave up after 1 attempt in" in waited.stderr
             assert "hunter2" not in waited.stderr and "Traceback" not in waited.stderr
+
+
+# ------------------------------------------------ schema advice that works
+
+
+async def execute(target: BackendTarget, statement: str) -> None:
+    if target.kind == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(target.location) as conn:
+            conn.execute(statement)
+        return
+    import asyncpg  # type: ignore[import-untyped]
+
+    conn = await asyncpg.connect(target.location)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+def start_over(target: BackendTarget) -> str:
+    """What the advice says to do to start over, done."""
+    if target.kind == "sqlite":
+        for suffix in ("", "-wal", "-shm"):
+            Path(target.location + suffix).unlink(missing_ok=True)
+        return ""
+    return 'DROP SCHEMA "harness_x" CASCADE'
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE harnessx_migrations SET checksum = 'altered' WHERE version = 1",
+        "DROP TABLE tool_calls",
+    ],
+    ids=["altered-checksum", "dropped-table"],
+)
+async def test_a_damaged_schema_is_not_sent_round_in_circles(
+    target: BackendTarget, damage: str, tmp_path: Path
+) -> None:
+    assert harnessx("migrate", *store_args(target), cwd=tmp_path).returncode == 0
+    qualified = damage.replace("harnessx_migrations", "harness_x.harnessx_migrations")
+    await execute(
+        target, damage if target.kind == "sqlite" else qualified.replace("tool_calls", "harness_x.tool_calls")
+    )
+    recreate = 'DROP SCHEMA "harness_x" CASCADE' if target.kind == "postgres" else "aside, then run"
+    for command in ("status", "migrate"):
+        refused = harnessx(command, *store_args(target), cwd=tmp_path)
+        assert refused.returncode == 1, refused.stdout
+        # Not "run harnessx migrate" (which repeats the error): the two ways out that work.
+        assert "migrating cannot repair: restore the database from a backup" in refused.stderr
+        assert "start over, losing every session in it" in refused.stderr and recreate in refused.stderr
+    # Follow the advice: it works.
+    statement = start_over(target)
+    if statement:
+        await execute(target, statement)
+    again = harnessx("migrate", *store_args(target), cwd=tmp_path)
+    assert again.returncode == 0 and "created the harnessx schema" in again.stdout, again.stderr
+    assert harnessx("status", *store_args(target), cwd=tmp_path).stdout == "no sessions\n"
+
+
+async def test_a_table_dropped_under_an_open_backend_leads_to_migrate_then_the_repair(
+    target: BackendTarget, tmp_path: Path
+) -> None:
+    from harnessx import SchemaError
+
+    async with target.open() as store:
+        await execute(
+            target, "DROP TABLE events" if target.kind == "sqlite" else "DROP TABLE harness_x.events"
+        )
+        with pytest.raises(SchemaError) as missing:
+            await store.read_events("r1", 0)
+        assert "is missing part of the harnessx schema" in str(missing.value)
+        assert "harnessx migrate" in str(missing.value)
+    told = harnessx("migrate", *store_args(target), cwd=tmp_path)
+    assert told.returncode == 1 and "lacks events (dropped by hand?)" in told.stderr
+
+
+def test_a_system_schema_is_refused_without_a_grant_to_run(pg_database: str, tmp_path: Path) -> None:
+    for schema in ("pg_catalog", "information_schema", "pg_toast"):
+        refused = harnessx("migrate", "--dsn", pg_database, "--schema", schema, cwd=tmp_path)
+        assert refused.returncode == 1 and "is one of PostgreSQL's own" in refused.stderr
+        assert "GRANT" not in refused.stderr and "Traceback" not in refused.stderr

@@ -7,11 +7,26 @@
 -- Whether the harnessx schema exists (by its exact name).
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1);
 
--- name: migrations_table_exists
--- Whether the schema has its migrations table yet.
-SELECT EXISTS (
-    SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = $1 AND tablename = 'harnessx_migrations'
-);
+-- name: schema_state
+-- Who we are, whether the schema exists, whether we may use it (without USAGE the search path
+-- skips it), and whether it has its migrations table yet. The catalogs answer without USAGE.
+SELECT current_user::text,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1),
+       CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)
+            THEN has_schema_privilege($1, 'USAGE') END,
+       EXISTS (
+           SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = $1 AND tablename = 'harnessx_migrations'
+       );
+
+-- name: schema_objects
+-- The tables, views and functions in the schema, to find one that was dropped by hand.
+SELECT c.relname::text FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v')
+UNION
+SELECT p.proname::text FROM pg_catalog.pg_proc p
+JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = $1;
 
 -- name: create_migrations_table
 -- The record of applied migrations, created before the first migration runs.
