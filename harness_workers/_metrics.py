@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["WorkerMetrics"]
+__all__ = ["OTHER_AGENTS", "UNKNOWN_AGENT_SERIES", "WorkerMetrics"]
+
+# harnessx_queued_unknown_agent_runs names at most this many agent references (those with the
+# most queued runs) and sums the rest under agent="_other": an agent reference comes from
+# whoever submits, so one series per reference would let a client grow the metric unbounded.
+UNKNOWN_AGENT_SERIES = 10
+OTHER_AGENTS = "_other"
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -68,13 +76,29 @@ class WorkerMetrics:
         )
         self.queued_unknown = Gauge(
             "harnessx_queued_unknown_agent_runs",
-            "Queued runs for agent references this worker does not know.",
+            f"Queued runs for agent references this worker does not know (the {UNKNOWN_AGENT_SERIES} "
+            f"with the most runs by name, the rest as agent={OTHER_AGENTS!r}).",
             ["agent"],
             registry=r,
         )
+        self._unknown_series: set[str] = set()
         self.tool_calls = Counter(
             "harnessx_tool_calls",
             "Tool invocations, by replay policy and outcome.",
             ["policy", "outcome"],
             registry=r,
         )
+
+    def set_unknown_agents(self, queued: Mapping[str, int]) -> None:
+        """Queued runs per agent reference this worker does not know, in a bounded number of
+        series; a reference no longer queued loses its series (it does not linger at 0)."""
+        ranked = sorted(queued.items(), key=lambda item: (-item[1], item[0]))
+        shown = dict(ranked[:UNKNOWN_AGENT_SERIES])
+        rest = sum(count for _, count in ranked[UNKNOWN_AGENT_SERIES:])
+        if rest:
+            shown[OTHER_AGENTS] = rest
+        for gone in self._unknown_series - set(shown):
+            self.queued_unknown.remove(gone)
+        for agent, count in shown.items():
+            self.queued_unknown.labels(agent=agent).set(count)
+        self._unknown_series = set(shown)

@@ -340,13 +340,15 @@ class Worker:
             oldest = stats.oldest_queued_at
             self.metrics.queue_oldest.set(max(0.0, time.time() - oldest) if oldest is not None else 0.0)
             unknown = {str(ref): count for ref, (count, _) in stats.by_agent.items() if str(ref) not in known}
-            for ref in reported - set(unknown):
-                self.metrics.queued_unknown.labels(agent=ref).set(0)
-            for ref, count in unknown.items():
-                self.metrics.queued_unknown.labels(agent=ref).set(count)
-                if ref not in reported:
-                    logger.warning(
-                        "%d queued runs need agent %s, which this worker does not know", count, ref
-                    )
+            self.metrics.set_unknown_agents(unknown)
+            new = sorted(set(unknown) - reported, key=lambda ref: (-unknown[ref], ref))
+            if new:  # one line, however many references a client made up
+                more = f" and {len(new) - 5} more" if len(new) > 5 else ""
+                logger.warning(
+                    "%d queued runs need agents this worker does not know: %s%s",
+                    sum(unknown[ref] for ref in new),
+                    ", ".join(new[:5]),
+                    more,
+                )
             reported = set(unknown)
             await asyncio.sleep(self.config.stats_interval)

@@ -166,3 +166,30 @@ async def test_a_run_for_an_unknown_agent_waits_and_is_reported(pool: tuple[Any,
         assert stats.by_agent["nobody-knows@v1"][0] == 1  # still queued, untouched
         record = await store.get_run(handle.run_id)
         assert record is not None and record.event_count == 0
+
+
+def unknown_agent_series(worker: Worker) -> dict[str, float]:
+    (family,) = [
+        m for m in worker.metrics.registry.collect() if m.name == "harnessx_queued_unknown_agent_runs"
+    ]
+    return {sample.labels["agent"]: sample.value for sample in family.samples}
+
+
+async def test_made_up_agent_references_make_a_bounded_number_of_series(pool: tuple[Any, Gate]) -> None:
+    from harness_workers._metrics import OTHER_AGENTS, UNKNOWN_AGENT_SERIES
+
+    store, gate = pool
+    made_up = [f"made-up-{n:03d}" for n in range(3 * UNKNOWN_AGENT_SERIES)]
+    for name in made_up:
+        async with pooled(store, name) as runtime:
+            await runtime.submit("go")
+    assert gate.worker is not None
+    for _ in range(200):  # until the worker's next queue scan has seen them all
+        series = unknown_agent_series(gate.worker)
+        if sum(series.values()) == len(made_up):
+            break
+        await asyncio.sleep(0.05)
+    assert sum(series.values()) == len(made_up), series
+    assert len(series) == UNKNOWN_AGENT_SERIES + 1
+    assert series[OTHER_AGENTS] == len(made_up) - UNKNOWN_AGENT_SERIES
+    assert set(series) - {OTHER_AGENTS} == {f"{name}@v1" for name in made_up[:UNKNOWN_AGENT_SERIES]}
