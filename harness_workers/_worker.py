@@ -220,7 +220,9 @@ class Worker:
             agent.hooks.on(HookEvent.TOOL_END, self._count_tool(agent))
             state = await self.store.load_state(run_id)
             logger.info("claimed run %s", run_id)
-            execution = self.executor.launch(agent, lease, state, last_seq=record.event_count, resumed=True)
+            execution = self.executor.launch(
+                agent, lease, state, last_seq=record.event_count, resumed=True, recording=session.recording
+            )
             self.active[run_id] = execution
             self.metrics.active_runs.set(len(self.active))
             if self._draining:

@@ -12,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Iterator
 
+from harnessx._errors import LeaseLostError, StorageError
 from harnessx._events import RunEvent
+from harnessx._journal import RecordingError, RunJournal
 from harnessx._state import Delta, RunState
 from harnessx.store._protocol import Lease, Store
 
@@ -55,7 +58,10 @@ class RunFeed:
 
 
 class StoreCommitter:
-    """The ``Committer`` for a durable run: every write is fenced by ``lease``."""
+    """The ``Committer`` for a durable run: every write is fenced by ``lease``.
+
+    With a ``journal`` (a recorded run), each write also appends the run's journal records
+    for it, in the same transaction."""
 
     def __init__(
         self,
@@ -66,8 +72,10 @@ class StoreCommitter:
         feed: RunFeed | None = None,
         flush_interval: float = 0.05,
         flush_max: int = 64,
+        journal: RunJournal | None = None,
     ) -> None:
         self.store = store
+        self.journal = journal
         self.lease = lease
         self.feed = feed
         self._seq = last_seq
@@ -88,7 +96,13 @@ class StoreCommitter:
     async def commit(self, state: RunState, delta: Delta) -> None:
         self._number(delta.events)
         buffered, self._buffer = self._buffer, []
-        await self.store.commit(self.lease, state, delta, buffered)
+        if self.journal is None:
+            await self.store.commit(self.lease, state, delta, buffered)
+        else:
+            records = self.journal.for_commit(state, delta, [*buffered, *delta.events])
+            with _recorded(state):
+                await self.store.commit(self.lease, state, delta, buffered, records)
+            self.journal.committed()
         if self.feed is not None:
             self.feed.publish(delta.events)
 
@@ -108,4 +122,24 @@ class StoreCommitter:
     async def flush(self) -> None:
         if self._buffer:
             buffered, self._buffer = self._buffer, []
-            await self.store.append_events(self.lease, buffered[0].run_id, buffered)
+            run_id = buffered[0].run_id
+            if self.journal is None:
+                await self.store.append_events(self.lease, run_id, buffered)
+            else:
+                records = self.journal.for_events(buffered)
+                with _recorded(buffered[0]):
+                    await self.store.append_events(self.lease, run_id, buffered, records)
+
+
+@contextlib.contextmanager
+def _recorded(subject: RunState | RunEvent) -> Iterator[None]:
+    """A recorded run's failed write is a ``RecordingError`` (a lost lease stays itself)."""
+    try:
+        yield
+    except LeaseLostError:
+        raise
+    except StorageError as exc:
+        raise RecordingError(
+            f"a recorded boundary of run {subject.run_id} could not be committed, so the run stopped "
+            f"before it: {exc}"
+        ) from exc

@@ -17,6 +17,7 @@ from harnessx._engine import AskApproval, CallModel, CompleteResult, Dispatch, E
 from harnessx._errors import LeaseLostError, ProviderError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._hooks import HookEvent, Hooks
+from harnessx._journal import RunJournal, decision_payload, response_payload
 from harnessx._middleware import Middleware, ModelRequest
 from harnessx._results import RunResult, RunStatus, ToolResult
 from harnessx._runlog import Committer
@@ -104,6 +105,7 @@ class Driver:
         committer: Committer,
         control: RunControl | None = None,
         fencing_token: int | None = None,
+        journal: RunJournal | None = None,
     ) -> None:
         self.engine = engine
         self.settings = settings
@@ -111,6 +113,8 @@ class Driver:
         self.committer = committer
         self.control = control or RunControl()
         self.fencing_token = fencing_token
+        # A recorded run's journal (the committer writes what is noted here with each commit).
+        self.journal = journal
 
     async def commit(self, state: RunState, delta: Delta) -> None:
         """Commit ``delta``, apply it to ``state``, and announce the checkpoint."""
@@ -130,6 +134,9 @@ class Driver:
             logger.exception("run %s failed unexpectedly", state.run_id)
             await hooks.emit(HookEvent.ERROR, agent, {"run_id": state.run_id, "error": str(exc)})
             if not state.status.finished:
+                if self.journal is not None:
+                    failure = {"phase": state.phase.value, "type": type(exc).__name__, "message": str(exc)}
+                    self.journal.note("command.failed", failure)
                 await self.commit(state, self.engine.fail(state, exc))
         result = state.result()
         await hooks.emit(HookEvent.RUN_END, agent, {"result": result})
@@ -182,15 +189,31 @@ class Driver:
         )
         request = await settings.middleware.apply_request(request)
         await settings.hooks.emit(HookEvent.MODEL_REQUEST, settings.agent, {"request": request})
+        journal = self.journal
+        if journal is not None:
+            # The request is committed before the provider sees it: a crash during the call
+            # still shows what was asked.
+            journal.model_attempt_started(state)
+            journal.note("model.started", request.provider_kwargs())
+            await self.commit(state, Delta(state.phase))
         try:
             response = await self._cancellable(self._model_response(state, request))
         except _Cancelled:
+            if journal is not None:
+                journal.note("model.interrupted", {"outcome": "incomplete"})
             raise
         except Exception as exc:
             logger.warning("model call for run %s failed: %s", state.run_id, exc)
+            if journal is not None:
+                journal.note("model.failed", {"type": type(exc).__name__, "message": str(exc)})
             await self.commit(state, self.engine.model_failed(state, exc))
             return
         await settings.hooks.emit(HookEvent.MODEL_RESPONSE, settings.agent, {"response": response})
+        if journal is not None:
+            # As the provider returned it, as response middleware left it, as the run takes it.
+            reply = response_payload(response)
+            for kind in ("model.response", "model.processed", "model.completed"):
+                journal.note(kind, reply)
         await self.commit(state, self.engine.model_responded(state, response))
 
     async def _model_response(self, state: RunState, request: ModelRequest) -> ProviderResponse:
@@ -219,7 +242,13 @@ class Driver:
     async def _dispatch(self, state: RunState, keys: tuple[str, ...]) -> None:
         # Dispatch intent is durable before any tool runs: a crash from here on leaves
         # the calls 'started', which recovery settles by replay policy.
-        await self.commit(state, self.engine.dispatched(state, keys))
+        intent = self.engine.dispatched(state, keys)
+        if self.journal is not None:
+            for entry in intent.tools:
+                call = entry.call.to_dict()
+                self.journal.note_tool("tool.started", entry, {"call": call, "replay_policy": entry.policy})
+                self.journal.note_tool("tool.dispatched", entry, {"call": call})
+        await self.commit(state, intent)
         tasks: dict[asyncio.Future[Any], str] = {
             asyncio.ensure_future(self._invoke(state, key)): key for key in keys
         }
@@ -232,8 +261,18 @@ class Driver:
                     if task is cancel_wait:
                         continue
                     pending.discard(task)
-                    await self.commit(state, self.engine.raw_result(state, tasks[task], task.result()))
+                    delta = self.engine.raw_result(state, tasks[task], task.result())
+                    if self.journal is not None:
+                        for entry in delta.tools:
+                            raw = entry.raw_result.to_dict() if entry.raw_result else None
+                            self.journal.note_tool("tool.returned", entry, raw)
+                    await self.commit(state, delta)
                 if cancel_wait in done:
+                    if self.journal is not None:
+                        for task in pending:
+                            entry = state.tools[tasks[task]]
+                            outcome = {"outcome": "unknown", "status": entry.status.value}
+                            self.journal.note_tool("tool.interrupted", entry, outcome)
                     raise _Cancelled
         finally:
             cancel_wait.cancel()
@@ -272,14 +311,24 @@ class Driver:
         except Exception as exc:
             logger.exception("result middleware failed for %s", key)
             final = ToolResult(entry.call.id, f"Error: result middleware failed: {exc}", True)
-        await self.commit(state, self.engine.completed_result(state, key, final))
+        delta = self.engine.completed_result(state, key, final)
+        if self.journal is not None:
+            for moved in delta.tools:
+                processed = moved.result.to_dict() if moved.result else None
+                self.journal.note_tool("tool.processed", moved, processed)
+        await self.commit(state, delta)
 
     async def _ask_approval(self, state: RunState, keys: tuple[str, ...]) -> None:
         answers: dict[str, bool] = {}
         for key in keys:
             answer = await self._cancellable(self.settings.permissions.ask(state.tools[key].call))
             answers[key] = bool(answer)
-        await self.commit(state, self.engine.approvals_answered(state, answers))
+        delta = self.engine.approvals_answered(state, answers)
+        if self.journal is not None:
+            for moved in delta.tools:
+                decision = decision_payload(moved, allow=answers[moved.execution_key])
+                self.journal.note_tool("tool.resolved", moved, decision)
+        await self.commit(state, delta)
 
     async def _cancellable(self, work: Awaitable[T]) -> T:
         """Await ``work`` unless cancellation is requested first."""

@@ -17,6 +17,7 @@ from harnessx._committer import RunFeed, StoreCommitter
 from harnessx._driver import Driver, RunControl
 from harnessx._errors import LeaseLostError, StorageError
 from harnessx._events import RunEvent, RunEventType
+from harnessx._journal import RunJournal, step_of
 from harnessx._leases import LeaseKeeper
 from harnessx._results import RunResult, RunStatus
 from harnessx._state import Delta, RunState
@@ -49,17 +50,31 @@ class RunExecutor:
         self.flush_max = flush_max
 
     def launch(
-        self, agent: Agent, lease: Lease, state: RunState, *, last_seq: int, resumed: bool
+        self,
+        agent: Agent,
+        lease: Lease,
+        state: RunState,
+        *,
+        last_seq: int,
+        resumed: bool,
+        recording: bool = False,
     ) -> Execution:
+        """Drive ``state`` under ``lease``; ``recording``: the session is flight-recorded."""
         control = RunControl()
         feed = RunFeed(first_seq=last_seq + 1)
         task = asyncio.create_task(
-            self._execute(agent, lease, state, control, feed, last_seq, resumed),
+            self._execute(agent, lease, state, control, feed, last_seq, resumed, recording),
             name=f"harnessx-run-{state.run_id}",
         )
         return Execution(state.session_id, state.run_id, lease, control, feed, last_seq, task)
 
-    def driver(self, agent: Agent, committer: StoreCommitter, control: RunControl, lease: Lease) -> Driver:
+    def driver(
+        self,
+        agent: Agent,
+        committer: StoreCommitter,
+        control: RunControl,
+        lease: Lease,
+    ) -> Driver:
         return Driver(
             engine=agent.engine(durable=True),
             settings=agent.run_settings(),
@@ -67,13 +82,22 @@ class RunExecutor:
             committer=committer,
             control=control,
             fencing_token=lease.generation,
+            journal=committer.journal,
         )
 
     async def commit_once(
-        self, agent: Agent, lease: Lease, state: RunState, delta: Delta, last_seq: int
+        self,
+        agent: Agent,
+        lease: Lease,
+        state: RunState,
+        delta: Delta,
+        last_seq: int,
+        *,
+        journal: RunJournal | None = None,
     ) -> None:
-        """Commit a single boundary outside a drive (a decision, a pause of an idle run)."""
-        committer = StoreCommitter(self.store, lease, last_seq=last_seq)
+        """Commit a single boundary outside a drive (a decision, a pause of an idle run);
+        ``journal`` (a recorded session) holds what to record with it."""
+        committer = StoreCommitter(self.store, lease, last_seq=last_seq, journal=journal)
         await self.driver(agent, committer, RunControl(), lease).commit(state, delta)
 
     async def end_run(
@@ -117,6 +141,17 @@ class RunExecutor:
     @staticmethod
     def _run_event(record: RunRecord, kind: RunEventType, data: dict[str, object]) -> RunEvent:
         return RunEvent(kind, data, record.session_id, record.id, "run", "run")
+    async def _journal(self, state: RunState, last_seq: int, resumed: bool) -> RunJournal:
+        """The journal of this execution of a recorded run, numbering model attempts on from
+        those of earlier executions."""
+        attempts = 0
+        if resumed:
+            attempts = await self.store.count_journal(state.run_id, "model.started", step_of(state.iteration))
+        journal = RunJournal(state, attempts=attempts)
+        # A run a worker takes from the queue for the first time is not a resume.
+        if resumed and (last_seq > 0 or attempts > 0):
+            journal.note("run.resumed", {"previous_status": state.status.value})
+        return journal
 
     async def _execute(
         self,
@@ -127,6 +162,7 @@ class RunExecutor:
         feed: RunFeed,
         last_seq: int,
         resumed: bool,
+        recording: bool,
     ) -> RunResult:
         me = asyncio.current_task()
         lost = False
@@ -143,18 +179,23 @@ class RunExecutor:
             elif request == "pause":
                 control.request_pause()
 
-        committer = StoreCommitter(
-            self.store,
-            lease,
-            last_seq=last_seq,
-            feed=feed,
-            flush_interval=self.flush_interval,
-            flush_max=self.flush_max,
-        )
-        driver = self.driver(agent, committer, control, lease)
         self.keeper.hold(lease, on_lost, on_control)
         requeued = False
         try:
+            journal = await self._journal(state, last_seq, resumed) if recording else None
+            committer = StoreCommitter(
+                self.store,
+                lease,
+                last_seq=last_seq,
+                feed=feed,
+                flush_interval=self.flush_interval,
+                flush_max=self.flush_max,
+                journal=journal,
+            )
+            driver = self.driver(agent, committer, control, lease)
+            if journal is not None and journal.has_notes:
+                # run.resumed, also when neither recovery nor reopening has anything to commit.
+                await driver.commit(state, Delta(state.phase))
             if resumed:
                 # First settle what a dead driver left in flight, then reopen a paused,
                 # waiting or failed run; each is its own committed boundary.

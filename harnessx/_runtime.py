@@ -32,13 +32,14 @@ from harnessx._errors import (
 from harnessx._events import RunEvent, RunEventType
 from harnessx._executor import Execution, RunExecutor
 from harnessx._handle import RunHandle
+from harnessx._journal import JournalRecord, RunJournal, decision_payload
 from harnessx._leases import LeaseKeeper
 from harnessx._observe import follow_events
 from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
 from harnessx._state import Delta, RunState, ToolStatus
 from harnessx._stream import OnReset, RunStream
-from harnessx.store._protocol import Lease, RunRecord, Store
+from harnessx.store._protocol import Lease, RunRecord, SessionRecord, Store
 from harnessx.store._sqlite import SQLiteBackend
 
 __all__ = ["AgentRuntime", "RuntimeConfig"]
@@ -78,7 +79,10 @@ class AgentRuntime:
         agent_config: AgentConfig | None = None,
         runtime_config: RuntimeConfig | None = None,
         execution: Literal["local", "pool"] = "local",
+        recording: bool | None = None,
     ) -> None:
+        if recording is not None and not isinstance(recording, bool):
+            raise ConfigurationError(f"recording must be True, False or None, got {recording!r}")
         if execution not in ("local", "pool"):
             raise ConfigurationError(f"execution must be 'local' or 'pool', got {execution!r}")
         if execution == "pool" and not isinstance(agent, AgentRef):
@@ -104,6 +108,9 @@ class AgentRuntime:
         self._keeper: LeaseKeeper | None = None
         self._executor: RunExecutor | None = None
         self._ready_done = False
+        # None: as the session says (a new session is not recorded).
+        self._recording_requested = recording
+        self.recording = bool(recording)
 
     def __repr__(self) -> str:
         return f"AgentRuntime(agent={self._ref or self._agent!r}, session_id={self._session_id!r})"
@@ -167,12 +174,25 @@ class AgentRuntime:
         existing = await store.get_session(sid) if session_id else None
         if existing is not None:
             self._check_compatible(sid, existing.fingerprint)
+            self._adopt_recording(existing)
         else:
             # A pool session's definition lives in the workers: its version label is the record.
             fingerprint = {} if self.pooled else self.agent.fingerprint()
-            await store.create_session(sid, str(self._ref) if self._ref else None, fingerprint)
+            ref = str(self._ref) if self._ref else None
+            await store.create_session(sid, ref, fingerprint, recording=self.recording)
         self._bind(sid)
         return sid
+
+    def _adopt_recording(self, session: SessionRecord) -> None:
+        """Record a bound session's runs as it was started to (it cannot change)."""
+        wanted = self._recording_requested
+        if wanted is not None and wanted != session.recording:
+            raise ConfigurationError(
+                f"Recording configuration differs from persisted session {session.id}: it was started "
+                f"with recording={session.recording}; create the runtime with "
+                f"recording={session.recording} or None (as the session says)"
+            )
+        self.recording = session.recording
 
     def _bind(self, session_id: str) -> None:
         if self._session_id != session_id and self._active is not None and not self._active.task.done():
@@ -226,7 +246,10 @@ class AgentRuntime:
         probe = RunState(session_id=sid, run_id=run_id)
         try:
             start = self.agent.engine(durable=True).start(probe, message)
-            await store.create_run(lease, run_id, request_id, message, start, queued=self.pooled)
+            journal = await self._run_started(probe, start, message) if self.recording else ()
+            await store.create_run(
+                lease, run_id, request_id, message, start, queued=self.pooled, journal=journal
+            )
         except BaseException:
             with contextlib.suppress(StorageError):
                 await store.release(lease)
@@ -236,6 +259,26 @@ class AgentRuntime:
         state = await store.load_state(run_id)
         await announce_checkpoint(self.agent.hooks, self.agent, state)
         return self._launch(lease, state, last_seq=0)
+
+    async def _run_started(self, probe: RunState, start: Delta, message: str) -> list[JournalRecord]:
+        """A recorded run's first journal records, written with the run: what it was asked,
+        in which conversation, by which agent."""
+        store = self._backend
+        latest = await store.latest_run(probe.session_id)
+        history = (await store.load_state(latest.id)).messages if latest is not None else []
+        ref = self._ref
+        journal = RunJournal(probe)
+        journal.note(
+            "run.started",
+            {
+                "message": message,
+                "initial_messages": history,
+                "agent": {"name": ref.name, "version": ref.version} if ref is not None else None,
+                # A pool runtime holds no definition: the workers' registry has it.
+                "config": None if self.pooled else self.agent.config.to_dict(),
+            },
+        )
+        return journal.for_commit(probe, start, start.events)
 
     def _existing_handle(self, record: RunRecord, message: str, request_id: str) -> RunHandle:
         if record.request_message != message:
@@ -295,6 +338,7 @@ class AgentRuntime:
                 "same database (and schema) as the one that started it"
             )
         self._check_compatible(session_id, session.fingerprint)
+        self._adopt_recording(session)
         self._bind(session_id)
         active = self._active
         if active is not None and not active.task.done():
@@ -327,7 +371,9 @@ class AgentRuntime:
 
     def _launch(self, lease: Lease, state: RunState, *, last_seq: int, resumed: bool = False) -> RunHandle:
         assert self._executor is not None
-        execution = self._executor.launch(self.agent, lease, state, last_seq=last_seq, resumed=resumed)
+        execution = self._executor.launch(
+            self.agent, lease, state, last_seq=last_seq, resumed=resumed, recording=self.recording
+        )
         self._active = execution
         return RunHandle(self, state.session_id, state.run_id, start_seq=last_seq, task=execution.task)
 
@@ -342,7 +388,7 @@ class AgentRuntime:
             self._expect(state, key, ToolStatus.APPROVAL, "awaiting approval")
             return self.agent.engine(durable=True).approve(state, key, allow)
 
-        session_id = await self._decide(target, decide)
+        session_id = await self._decide(target, decide, {"allow": allow})
         return await self.resume(session_id) if resume else None
 
     async def decline(self, target: str | PendingTool, *, resume: bool = False) -> RunHandle | None:
@@ -368,7 +414,7 @@ class AgentRuntime:
                 state, key, result=result, retry=retry, abort=abort
             )
 
-        await self._decide(target, decide)
+        await self._decide(target, decide, {"result": result, "retry": retry, "abort": abort})
 
     @staticmethod
     def _expect(state: RunState, key: str, status: ToolStatus, wanted: str) -> None:
@@ -378,7 +424,7 @@ class AgentRuntime:
                 f"no tool call {wanted} has execution key {key!r} in run {state.run_id}"
             )
 
-    async def _decide(self, target: str | PendingTool, decide: Any) -> str:
+    async def _decide(self, target: str | PendingTool, decide: Any, decision: dict[str, Any]) -> str:
         store = await self._ready()
         key = target.execution_key if isinstance(target, PendingTool) else str(target)
         run_id = key.split(":", 1)[0]
@@ -388,14 +434,23 @@ class AgentRuntime:
         session = await store.get_session(record.session_id)
         assert session is not None
         self._check_compatible(record.session_id, session.fingerprint)
+        self._adopt_recording(session)
         self._bind(record.session_id)
         self._refuse_while_driving()
         lease = await store.claim(record.session_id, self._holder)
         try:
             state = await store.load_state(run_id)
             delta = decide(state, key)
+            journal = None
+            if self.recording:
+                journal = RunJournal(state)
+                for moved in delta.tools:
+                    if moved.execution_key == key:
+                        journal.note_tool("tool.resolved", moved, decision_payload(moved, **decision))
             assert self._executor is not None
-            await self._executor.commit_once(self.agent, lease, state, delta, record.event_count)
+            await self._executor.commit_once(
+                self.agent, lease, state, delta, record.event_count, journal=journal
+            )
         finally:
             with contextlib.suppress(StorageError):
                 await store.release(lease)
@@ -449,7 +504,10 @@ class AgentRuntime:
                 return
             engine = self.agent.engine(durable=True)
             delta = engine.pause(state) if request == "pause" else engine.cancel(state)
-            await self._executor.commit_once(self.agent, lease, state, delta, record.event_count)
+            journal = RunJournal(state) if self.recording else None
+            await self._executor.commit_once(
+                self.agent, lease, state, delta, record.event_count, journal=journal
+            )
         finally:
             with contextlib.suppress(StorageError):
                 await store.release(lease)

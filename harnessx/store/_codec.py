@@ -13,6 +13,7 @@ from typing import Any
 
 from harnessx._errors import CorruptStateError
 from harnessx._events import RunEvent, RunEventType
+from harnessx._journal import RECORD_VERSION
 from harnessx._results import RunStatus, ToolResult
 from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus
 from harnessx.providers._base import TokenUsage, ToolCall
@@ -24,6 +25,7 @@ __all__ = [
     "decode_state",
     "dumps",
     "event_from_row",
+    "journal_record_from_row",
     "loads",
     "run_record",
     "run_values",
@@ -278,3 +280,21 @@ def run_values(state: RunState, delta: Delta) -> tuple[Any, ...]:
         dumps(error) if error else None,
         bool(changed.get("usage_incomplete", state.usage_incomplete)),
     )
+
+
+def journal_record_from_row(row: Sequence[Any], session_id: str, run_id: str) -> dict[str, Any]:
+    """A journal row as a bundle record (see ``JournalRecord.to_dict``)."""
+    seq, record_id, kind, step_id, attempt_id, execution_key, recorded_at, payload = row
+    return {
+        "version": RECORD_VERSION,
+        "seq": int(seq),
+        "id": record_id,
+        "kind": kind,
+        "recorded_at": recorded_at,
+        "session_id": session_id,
+        "run_id": run_id,
+        "step_id": step_id,
+        "attempt_id": attempt_id,
+        "execution_key": execution_key,
+        "payload": loads(payload, f"journal record {seq} of run {run_id}"),
+    }

@@ -9,7 +9,9 @@ at some cost each, and arrays cost more than plain values on both sides of the w
   appended), takes its columns as plain values instead of one-element arrays to unnest;
 - a checkpoint that changes nothing of a running run but its phase and event count writes
   them to the session row alone (schema 3): its run step reads instead of updating, as even
-  an UPDATE that matches no row costs the server nearly as much as one that does.
+  an UPDATE that matches no row costs the server nearly as much as one that does;
+- only a recorded run's checkpoint has the journal step (schema 4), and only it sends that
+  step's parameters, which the step types itself: a run that is not recorded pays nothing.
 
 Statements are built once per shape and cached; asyncpg prepares each once per connection.
 """
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harnessx._events import RunEvent
+from harnessx._journal import JournalRecord
 from harnessx._state import ToolEntry
 from harnessx.store._codec import dumps, tool_entry_columns
 from harnessx.store._queries import load_queries
@@ -45,10 +48,11 @@ PROGRESS_NOT_HELD = "HX003"
 
 @functools.cache
 def checkpoint_statement(
-    new_run: bool, messages: bool, tools: int, events: int, progress_only: bool = False
+    new_run: bool, messages: bool, tools: int, events: int, progress_only: bool = False, journal: bool = False
 ) -> str:
     """The checkpoint query for one shape. ``tools`` and ``events`` count rows: 0 (the step
-    is left out), 1 (plain values) or 2 (arrays: two or more rows)."""
+    is left out), 1 (plain values) or 2 (arrays: two or more rows); ``journal``: the
+    statement appends journal records (parameters 38-44)."""
     if new_run and progress_only:
         raise ValueError("a new run's checkpoint writes its run row")
     unused = {
@@ -56,6 +60,7 @@ def checkpoint_statement(
         *(() if messages else ("messages_added",)),
         *(() if tools else ("tools_moved",)),
         *(() if events else ("events_added",)),
+        *(() if journal else ("journal_added",)),
     }
     replaced = {"run": _PROGRESS_RUN} if progress_only else {}
     statement = without_steps(Q["checkpoint"], unused, replaced)
@@ -122,13 +127,21 @@ def checkpoint(
     work_channel: str | None,
     checkpoint_id: str,
     progress_only: bool = False,
+    journal: Sequence[JournalRecord] = (),
 ) -> tuple[str, tuple[Any, ...]]:
     """The statement for this checkpoint's shape, and its parameters in order.
     ``checkpoint_id`` is unique to the checkpoint, whichever statements carry it.
     ``progress_only``: of the run, only the phase and the event count change (see
     migration 0003); never for a new run."""
     progress_only = progress_only and new_run is None
-    shape = (new_run is not None, bool(messages), min(len(tools), 2), min(len(events), 2), progress_only)
+    shape = (
+        new_run is not None,
+        bool(messages),
+        min(len(tools), 2),
+        min(len(events), 2),
+        progress_only,
+        bool(journal),
+    )
     statement = checkpoint_statement(*shape)
     queued = bool(new_run and new_run["queued"])
     last_seq = max((int(event.cursor or 0) for event in events), default=0)
@@ -152,6 +165,7 @@ def checkpoint(
             events_channel if events or new_run else None,
             work_channel if queued else None,
             progress_only,
+            *(_journal_params(journal) if journal else ()),
         ),
     )
 
@@ -166,6 +180,15 @@ def _event_row(event: RunEvent) -> tuple[Any, ...]:
         event.attempt_id,
         dumps(event.data),
     )
+
+
+def _journal_params(journal: Sequence[JournalRecord]) -> list[list[Any]]:
+    """id, kind, step_id, attempt_id, execution_key, recorded_at, payload ($38-$44)."""
+    rows = [
+        (r.id, r.kind, r.step_id, r.attempt_id, r.execution_key, r.recorded_at, dumps(r.payload))
+        for r in journal
+    ]
+    return _columns(rows, 7)
 
 
 def _tool_params(tools: Sequence[ToolEntry]) -> Sequence[Any]:

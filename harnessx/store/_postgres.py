@@ -66,12 +66,14 @@ from harnessx._errors import (
     StorageError,
 )
 from harnessx._events import RunEvent
+from harnessx._journal import JournalRecord
 from harnessx._results import RunStatus
 from harnessx._state import Delta, RunState, ToolEntry
 from harnessx.store._codec import (
     decode_state,
     dumps,
     event_from_row,
+    journal_record_from_row,
     loads,
     run_record,
     run_values,
@@ -99,6 +101,7 @@ from harnessx.store._pg_driver import (
 from harnessx.store._pg_dsn import ENCODING_ADVICE, check_dsn, redact_dsn
 from harnessx.store._pg_notifications import Notifications
 from harnessx.store._protocol import (
+    IncidentSnapshot,
     Lease,
     Orphan,
     QueueStats,
@@ -125,6 +128,7 @@ SQLITE_ONLY_QUERIES = {
         "checkpoint",
     ),
     "insert_event": "checkpoint",
+    **dict.fromkeys(("journal_tail", "insert_journal"), "checkpoint"),
     "queued_runs": "claim_queued",
     "dequeue_run": "claim_queued",
     "leased_sessions": "find_orphans",
@@ -720,7 +724,7 @@ class PostgresBackend:
     # ------------------------------------------------------------- sessions
 
     async def create_session(
-        self, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any]
+        self, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any], *, recording: bool = False
     ) -> None:
         body = dumps(fingerprint)
         attempts = 0
@@ -728,7 +732,7 @@ class PostgresBackend:
         async def insert(conn: Any) -> None:
             nonlocal attempts
             attempts += 1
-            if await conn.fetchval(Q["insert_session"], session_id, agent_ref, body) is not None:
+            if await conn.fetchval(Q["insert_session"], session_id, agent_ref, body, recording) is not None:
                 return
             # A retry whose first attempt committed finds its own row: same content, not a clash.
             if attempts > 1 and await self._same_session(conn, session_id, agent_ref, fingerprint):
@@ -745,18 +749,7 @@ class PostgresBackend:
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         row = await self._run("reading a session", lambda conn: conn.fetchrow(Q["get_session"], session_id))
-        if row is None:
-            return None
-        sid, agent_ref, fingerprint, owner, generation, expires, control = row
-        return SessionRecord(
-            sid,
-            agent_ref,
-            loads(fingerprint, f"session {sid} fingerprint") or {},
-            owner,
-            int(generation),
-            expires,
-            control,
-        )
+        return _session_record(tuple(row)) if row is not None else None
 
     async def set_control(self, session_id: str, control: str | None) -> None:
         await self._run(
@@ -825,6 +818,7 @@ class PostgresBackend:
         run: tuple[Any, ...] | None = None,
         new_run: dict[str, Any] | None = None,
         progress_only: bool = False,
+        journal: Sequence[JournalRecord] = (),
     ) -> None:
         """One checkpoint statement (see ``_pg_checkpoint``). Its id makes a retry after a
         lost connection harmless: the statement applies a checkpoint id at most once."""
@@ -847,6 +841,7 @@ class PostgresBackend:
                 work_channel=self._notifications.work_channel,
                 checkpoint_id=checkpoint_id,
                 progress_only=progress_only,
+                journal=journal,
             )
 
         first = statement(progress_only)
@@ -887,6 +882,7 @@ class PostgresBackend:
         delta: Delta,
         *,
         queued: bool = False,
+        journal: Sequence[JournalRecord] = (),
     ) -> None:
         fresh = RunState(session_id=lease.session_id, run_id=run_id)
         await self._checkpoint(
@@ -897,9 +893,17 @@ class PostgresBackend:
             events=delta.events,
             run=run_values(fresh, delta),
             new_run={"request_id": request_id, "request_message": message, "queued": queued},
+            journal=journal,
         )
 
-    async def commit(self, lease: Lease, state: RunState, delta: Delta, provisional: list[RunEvent]) -> None:
+    async def commit(
+        self,
+        lease: Lease,
+        state: RunState,
+        delta: Delta,
+        provisional: list[RunEvent],
+        journal: Sequence[JournalRecord] = (),
+    ) -> None:
         await self._checkpoint(
             lease,
             state.run_id,
@@ -910,12 +914,15 @@ class PostgresBackend:
             # A run that stops running always has its row written: only a running run's
             # progress may be ahead of its row (see migration 0003).
             progress_only=delta.run.keys() <= {"phase"} and state.status == RunStatus.RUNNING,
+            journal=journal,
         )
 
-    async def append_events(self, lease: Lease, run_id: str, events: list[RunEvent]) -> None:
+    async def append_events(
+        self, lease: Lease, run_id: str, events: list[RunEvent], journal: Sequence[JournalRecord] = ()
+    ) -> None:
         if events:
             # Only a running run streams provisional events.
-            await self._checkpoint(lease, run_id, events=events, progress_only=True)
+            await self._checkpoint(lease, run_id, events=events, progress_only=True, journal=journal)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         row = await self._run("reading a run", lambda conn: conn.fetchrow(Q["get_run"], run_id))
@@ -937,15 +944,56 @@ class PostgresBackend:
         async def read(conn: Any) -> RunState:
             # One snapshot, so messages and tool calls are from the same commit.
             async with conn.transaction(isolation="repeatable_read", readonly=True):
-                row = await conn.fetchrow(Q["get_run"], run_id)
-                if row is None:
-                    raise StorageError(f"no run {run_id!r} in {self._where}")
-                record = run_record(tuple(row))
-                bodies = await conn.fetch(Q["session_messages"], record.session_id)
-                tools = await conn.fetch(Q["run_tool_calls"], run_id)
-            return decode_state(record, [body for (body,) in bodies], [tuple(r) for r in tools])
+                return await self._load(conn, run_id)
 
         return await self._run("loading a run", read)
+
+    async def _load(self, conn: Any, run_id: str) -> RunState:
+        row = await conn.fetchrow(Q["get_run"], run_id)
+        if row is None:
+            raise StorageError(f"no run {run_id!r} in {self._where}")
+        record = run_record(tuple(row))
+        bodies = await conn.fetch(Q["session_messages"], record.session_id)
+        tools = await conn.fetch(Q["run_tool_calls"], run_id)
+        return decode_state(record, [body for (body,) in bodies], [tuple(r) for r in tools])
+
+    async def incident_snapshot(
+        self, session_id: str, run_id: str, *, max_records: int = 100_000
+    ) -> IncidentSnapshot:
+        async def read(conn: Any) -> IncidentSnapshot:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                row = await conn.fetchrow(Q["get_session"], session_id)
+                if row is None:
+                    raise StorageError(f"no session {session_id!r} in {self._where}: check the session id")
+                session = _session_record(tuple(row))
+                run = await conn.fetchrow(Q["get_run"], run_id)
+                if run is None or run["session_id"] != session_id:
+                    raise StorageError(
+                        f"session {session_id} has no run {run_id!r}: pass a run id of this session "
+                        "(result.run_id, or 'harnessx sessions')"
+                    )
+                if not session.recording:
+                    raise StorageError(
+                        f"flight recording was not enabled for session {session_id}: only runs of "
+                        "sessions started with AgentRuntime(..., recording=True) can be exported"
+                    )
+                rows = await conn.fetch(Q["read_journal"], run_id, max_records + 1)
+                if len(rows) > max_records:
+                    raise StorageError(
+                        f"run {run_id} has more journal records than the record limit ({max_records}): "
+                        "export it with a larger BundleLimits(max_records=...)"
+                    )
+                state = await self._load(conn, run_id)
+            records = [journal_record_from_row(tuple(r), session_id, run_id) for r in rows]
+            return IncidentSnapshot(state, records, session)
+
+        return await self._run("reading a recorded run", read)
+
+    async def count_journal(self, run_id: str, kind: str, step_id: str) -> int:
+        count = await self._run(
+            "counting journal records", lambda conn: conn.fetchval(Q["count_journal"], run_id, kind, step_id)
+        )
+        return int(count)
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
         rows = await self._run(
@@ -1113,6 +1161,20 @@ class PostgresBackend:
         """Return soon after a checkpoint of ``run_id`` commits in any process (LISTEN), or
         after ``max_wait`` seconds; without a listener this is plain waiting."""
         await self._notifications.wait_for_run(run_id, max_wait)
+
+
+def _session_record(row: tuple[Any, ...]) -> SessionRecord:
+    sid, agent_ref, fingerprint, owner, generation, expires, control, recording = row
+    return SessionRecord(
+        sid,
+        agent_ref,
+        loads(fingerprint, f"session {sid} fingerprint") or {},
+        owner,
+        int(generation),
+        expires,
+        control,
+        bool(recording),
+    )
 
 
 def _lease_lost(lease: Lease) -> LeaseLostError:

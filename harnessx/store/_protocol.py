@@ -8,14 +8,17 @@ raises ``LeaseLostError`` and writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from harnessx._events import RunEvent
+from harnessx._journal import JournalRecord
 from harnessx._state import Delta, RunState
 from harnessx.store._migrations import MigrationReport
 
 __all__ = [
+    "IncidentSnapshot",
     "Lease",
     "Orphan",
     "QueueStats",
@@ -47,6 +50,8 @@ class SessionRecord:
     generation: int
     lease_expires_at: float | None
     control: str | None
+    recording: bool = False
+    """Whether the session's runs are flight-recorded (fixed when it is created)."""
 
 
 @dataclass
@@ -129,6 +134,15 @@ class StuckRun:
     updated_at: float
 
 
+class IncidentSnapshot(NamedTuple):
+    """A recorded run as one consistent read: its state (conversation included), its journal
+    records in bundle form (``seq`` order, payloads as recorded) and its session."""
+
+    state: RunState
+    records: list[dict[str, Any]]
+    session: SessionRecord
+
+
 @dataclass
 class Renewal:
     """The outcome of one heartbeat: which leases still hold, and pending control requests."""
@@ -160,7 +174,7 @@ class Store(Protocol):
 
     # sessions and leases
     async def create_session(
-        self, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any]
+        self, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any], *, recording: bool = False
     ) -> None: ...
 
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
@@ -186,11 +200,13 @@ class Store(Protocol):
         delta: Delta,
         *,
         queued: bool = False,
+        journal: Sequence[JournalRecord] = (),
     ) -> None:
         """Insert a run (refused with ``SessionBusyError`` while another is unfinished) and
         commit its first boundary; the run's ``history_length`` is the session's message
         count at that moment. ``queued`` leaves it for a pool worker and gives the lease up
-        in the same commit, so that a worker can claim the session as soon as it sees the run."""
+        in the same commit, so that a worker can claim the session as soon as it sees the run.
+        ``journal`` records (a recorded run) are appended in the same transaction."""
 
     async def find_run(self, session_id: str, request_id: str) -> RunRecord | None: ...
 
@@ -205,15 +221,35 @@ class Store(Protocol):
     async def session_summary(self, session_id: str) -> SessionSummary | None: ...
 
     async def commit(
-        self, lease: Lease, state: RunState, delta: Delta, provisional: list[RunEvent]
-    ) -> None: ...
+        self,
+        lease: Lease,
+        state: RunState,
+        delta: Delta,
+        provisional: list[RunEvent],
+        journal: Sequence[JournalRecord] = (),
+    ) -> None:
+        """One checkpoint: ``provisional`` events then the delta's, and ``journal`` records
+        numbered on from the run's last, all in one transaction under the lease."""
 
-    async def append_events(self, lease: Lease, run_id: str, events: list[RunEvent]) -> None: ...
+    async def append_events(
+        self, lease: Lease, run_id: str, events: list[RunEvent], journal: Sequence[JournalRecord] = ()
+    ) -> None: ...
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]: ...
 
     async def wait_for_events(self, run_id: str, max_wait: float) -> None:
         """Return soon after new events of ``run_id`` commit, or after ``max_wait`` seconds."""
+
+    # the flight recorder
+    async def incident_snapshot(
+        self, session_id: str, run_id: str, *, max_records: int = 100_000
+    ) -> IncidentSnapshot:
+        """A recorded run of ``session_id`` (reads are scoped to it) with its journal, read
+        consistently. ``StorageError`` for another session's run, a run not recorded, or a
+        journal longer than ``max_records``."""
+
+    async def count_journal(self, run_id: str, kind: str, step_id: str) -> int:
+        """How many ``kind`` records a run's journal holds for one model step."""
 
     # controls
     async def set_control(self, session_id: str, control: str | None) -> None: ...

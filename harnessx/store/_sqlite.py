@@ -20,18 +20,20 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 from harnessx._errors import ConfigurationError, LeaseLostError, SchemaError, SessionBusyError, StorageError
 from harnessx._events import RunEvent
+from harnessx._journal import JournalRecord
 from harnessx._state import Delta, RunState
 from harnessx.store._codec import (
     decode_state,
     dumps,
     event_from_row,
+    journal_record_from_row,
     loads,
     run_record,
     run_values,
@@ -39,6 +41,7 @@ from harnessx.store._codec import (
 )
 from harnessx.store._migrations import MigrationReport, check_applied, check_objects, pending, report
 from harnessx.store._protocol import (
+    IncidentSnapshot,
     Lease,
     Orphan,
     QueueStats,
@@ -319,11 +322,12 @@ class SQLiteBackend:
     # ------------------------------------------------------------- sessions
 
     async def create_session(
-        self, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any]
+        self, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any], *, recording: bool = False
     ) -> None:
         def body(conn: sqlite3.Connection) -> None:
+            values = (session_id, agent_ref, dumps(fingerprint), time.time(), int(recording))
             try:
-                conn.execute(Q["insert_session"], (session_id, agent_ref, dumps(fingerprint), time.time()))
+                conn.execute(Q["insert_session"], values)
             except sqlite3.IntegrityError as exc:
                 raise ConfigurationError(f"session {session_id!r} already exists") from exc
 
@@ -331,18 +335,7 @@ class SQLiteBackend:
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         row = await self._call(lambda conn: conn.execute(Q["get_session"], (session_id,)).fetchone())
-        if row is None:
-            return None
-        sid, agent_ref, fingerprint, owner, generation, expires, control = row
-        return SessionRecord(
-            sid,
-            agent_ref,
-            loads(fingerprint, f"session {sid} fingerprint") or {},
-            owner,
-            generation,
-            expires,
-            control,
-        )
+        return _session_record(row) if row is not None else None
 
     async def set_control(self, session_id: str, control: str | None) -> None:
         await self._call(self._write, lambda conn: conn.execute(Q["set_control"], (control, session_id)))
@@ -431,7 +424,13 @@ class SQLiteBackend:
         return int(row[0])
 
     def _append(
-        self, conn: sqlite3.Connection, lease: Lease, state: RunState, delta: Delta, events: list[RunEvent]
+        self,
+        conn: sqlite3.Connection,
+        lease: Lease,
+        state: RunState,
+        delta: Delta,
+        events: list[RunEvent],
+        journal: Sequence[JournalRecord],
     ) -> None:
         now = time.time()
         count = self._fence(conn, lease, len(delta.messages))
@@ -444,6 +443,7 @@ class SQLiteBackend:
         for entry in delta.tools:
             conn.execute(Q["upsert_tool_call"], tool_entry_values(entry, state.run_id, lease.generation, now))
         last_seq = self._insert_events(conn, lease, events, now)
+        self._insert_journal(conn, lease, state.run_id, journal)
         values = run_values(state, delta)
         conn.execute(
             Q["update_run"],
@@ -473,6 +473,30 @@ class SQLiteBackend:
             last = max(last, seq)
         return last
 
+    def _insert_journal(
+        self, conn: sqlite3.Connection, lease: Lease, run_id: str, journal: Sequence[JournalRecord]
+    ) -> None:
+        if not journal:
+            return
+        # The lease holder is the run's only writer, inside this write transaction.
+        (last,) = conn.execute(Q["journal_tail"], (run_id,)).fetchone()
+        for seq, record in enumerate(journal, int(last) + 1):
+            conn.execute(
+                Q["insert_journal"],
+                (
+                    run_id,
+                    seq,
+                    record.id,
+                    record.kind,
+                    record.step_id,
+                    record.attempt_id,
+                    record.execution_key,
+                    record.recorded_at,
+                    dumps(record.payload),
+                    lease.generation,
+                ),
+            )
+
     async def create_run(
         self,
         lease: Lease,
@@ -482,6 +506,7 @@ class SQLiteBackend:
         delta: Delta,
         *,
         queued: bool = False,
+        journal: Sequence[JournalRecord] = (),
     ) -> None:
         session_id = lease.session_id
 
@@ -506,24 +531,34 @@ class SQLiteBackend:
             except sqlite3.IntegrityError as exc:
                 raise _run_conflict(exc, session_id, request_id) from exc
             fresh = RunState(session_id=session_id, run_id=run_id, history_length=history_length)
-            self._append(conn, lease, fresh, delta, delta.events)
+            self._append(conn, lease, fresh, delta, delta.events, journal)
             if queued:
                 conn.execute(Q["release_lease"], (session_id, lease.owner, lease.generation))
 
         await self._call(self._write, body)
         self._notify(run_id)
 
-    async def commit(self, lease: Lease, state: RunState, delta: Delta, provisional: list[RunEvent]) -> None:
+    async def commit(
+        self,
+        lease: Lease,
+        state: RunState,
+        delta: Delta,
+        provisional: list[RunEvent],
+        journal: Sequence[JournalRecord] = (),
+    ) -> None:
         events = [*provisional, *delta.events]
-        await self._call(self._write, lambda conn: self._append(conn, lease, state, delta, events))
+        await self._call(self._write, lambda conn: self._append(conn, lease, state, delta, events, journal))
         if events:
             self._notify(state.run_id)
 
-    async def append_events(self, lease: Lease, run_id: str, events: list[RunEvent]) -> None:
+    async def append_events(
+        self, lease: Lease, run_id: str, events: list[RunEvent], journal: Sequence[JournalRecord] = ()
+    ) -> None:
         def body(conn: sqlite3.Connection) -> None:
             now = time.time()
             self._fence(conn, lease, 0)
             last = self._insert_events(conn, lease, events, now)
+            self._insert_journal(conn, lease, run_id, journal)
             conn.execute(Q["set_event_count"], (last, now, run_id, last))
 
         if events:
@@ -553,24 +588,67 @@ class SQLiteBackend:
         return run_record(row) if row else None
 
     async def load_state(self, run_id: str) -> RunState:
-        def body(conn: sqlite3.Connection) -> RunState:
-            row = conn.execute(Q["get_run"], (run_id,)).fetchone()
-            if row is None:
-                raise StorageError(f"no run {run_id!r} in {self.path}")
-            record = run_record(row)
-            bodies = [body for (body,) in conn.execute(Q["session_messages"], (record.session_id,))]
-            tools = conn.execute(Q["run_tool_calls"], (run_id,)).fetchall()
-            return decode_state(record, bodies, tools)
+        return await self._call(self._reading(lambda conn: self._load(conn, run_id)))
 
-        # One read transaction, so messages and tool calls are from the same commit.
-        def read(conn: sqlite3.Connection) -> RunState:
+    def _load(self, conn: sqlite3.Connection, run_id: str) -> RunState:
+        row = conn.execute(Q["get_run"], (run_id,)).fetchone()
+        if row is None:
+            raise StorageError(f"no run {run_id!r} in {self.path}")
+        record = run_record(row)
+        bodies = [body for (body,) in conn.execute(Q["session_messages"], (record.session_id,))]
+        tools = conn.execute(Q["run_tool_calls"], (run_id,)).fetchall()
+        return decode_state(record, bodies, tools)
+
+    @staticmethod
+    def _reading(body: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
+        """``body`` in one read transaction, so everything it reads is from the same commit."""
+
+        def read(conn: sqlite3.Connection) -> T:
             conn.execute("BEGIN")
             try:
                 return body(conn)
             finally:
                 conn.execute("COMMIT")
 
-        return await self._call(read)
+        return read
+
+    # ------------------------------------------------------ flight recorder
+
+    async def incident_snapshot(
+        self, session_id: str, run_id: str, *, max_records: int = 100_000
+    ) -> IncidentSnapshot:
+        def body(conn: sqlite3.Connection) -> IncidentSnapshot:
+            row = conn.execute(Q["get_session"], (session_id,)).fetchone()
+            if row is None:
+                raise StorageError(f"no session {session_id!r} in {self.path}: check the session id")
+            session = _session_record(row)
+            run = conn.execute(Q["get_run"], (run_id,)).fetchone()
+            if run is None or run_record(run).session_id != session_id:
+                raise StorageError(
+                    f"session {session_id} has no run {run_id!r}: pass a run id of this session "
+                    "(result.run_id, or 'harnessx sessions')"
+                )
+            if not session.recording:
+                raise StorageError(
+                    f"flight recording was not enabled for session {session_id}: only runs of sessions "
+                    "started with AgentRuntime(..., recording=True) can be exported"
+                )
+            rows = conn.execute(Q["read_journal"], (run_id, max_records + 1)).fetchall()
+            if len(rows) > max_records:
+                raise StorageError(
+                    f"run {run_id} has more journal records than the record limit ({max_records}): "
+                    "export it with a larger BundleLimits(max_records=...)"
+                )
+            state = self._load(conn, run_id)
+            records = [journal_record_from_row(r, session_id, run_id) for r in rows]
+            return IncidentSnapshot(state, records, session)
+
+        return await self._call(self._reading(body))
+
+    async def count_journal(self, run_id: str, kind: str, step_id: str) -> int:
+        values = (run_id, kind, step_id)
+        row = await self._call(lambda conn: conn.execute(Q["count_journal"], values).fetchone())
+        return int(row[0])
 
     # ----------------------------------------------------------------- pool
 
@@ -755,6 +833,20 @@ class SQLiteBackend:
 def _summary(row: Any) -> SessionSummary:
     session_id, agent_ref, created_at, run_id, run_status, updated_at, queued = row
     return SessionSummary(session_id, agent_ref, created_at, run_id, run_status, updated_at, bool(queued))
+
+
+def _session_record(row: Sequence[Any]) -> SessionRecord:
+    sid, agent_ref, fingerprint, owner, generation, expires, control, recording = row
+    return SessionRecord(
+        sid,
+        agent_ref,
+        loads(fingerprint, f"session {sid} fingerprint") or {},
+        owner,
+        generation,
+        expires,
+        control,
+        bool(recording),
+    )
 
 
 def _statements(script: str) -> list[str]:

@@ -74,14 +74,15 @@ SELECT harnessx_channel('events'), harnessx_channel('work');
 
 -- name: insert_session
 -- Create a session row with no lease; reports whether it was new.
-INSERT INTO sessions (id, agent_ref, fingerprint, created_at) VALUES ($1, $2, $3::jsonb, now())
+INSERT INTO sessions (id, agent_ref, fingerprint, created_at, recording)
+VALUES ($1, $2, $3::jsonb, now(), $4)
 ON CONFLICT (id) DO NOTHING
 RETURNING id;
 
 -- name: get_session
 -- One session with its lease (expiry as epoch seconds) and control flag.
 SELECT id, agent_ref, fingerprint::text, lease_owner, generation,
-       extract(epoch FROM lease_expires_at)::float8, control
+       extract(epoch FROM lease_expires_at)::float8, control, recording
 FROM sessions WHERE id = $1;
 
 -- name: take_lease
@@ -132,14 +133,15 @@ UPDATE sessions SET control = $1 WHERE id = $2;
 -- of a run to create (queued: also give the lease up); $35, $36 the 'events' and 'work'
 -- channels to notify (NULL: not now; 'events' only while some process follows the session);
 -- $37 progress only: nothing of the run but its phase and event count changes, so they go
--- to the session row alone (see migration 0003). That statement's run step only checks that
+-- to the session row alone (see migration 0003). $38-$44 (only in a statement with the
+-- journal_added step, a recorded run's): the journal records, one array per journal column. That statement's run step only checks that
 -- the session row holds this run's progress; if it does not, HX003 undoes everything and the
 -- client sends the checkpoint again with $37 false, which writes the run row and takes the
 -- session row's progress over for this run.
 -- JSON is passed as text and stored verbatim (json, not jsonb, columns).
 --
 -- _pg_checkpoint.checkpoint_statement leaves out the steps (new_run, messages_added, tools_moved,
--- events_added) a checkpoint has nothing for, as the server sets up every step it is given.
+-- events_added, journal_added) a checkpoint has nothing for, as the server sets up every step it is given.
 -- Nothing reads them (the main query reads only the fence and run), and 'parameters', which
 -- nothing reads either (the planner drops it), keeps every parameter typed without them. So
 -- each WITH item starts with a line '<name> AS (' and ends with a line '),' (the last one
@@ -219,6 +221,17 @@ tools_moved AS (
 events_added AS (
     INSERT INTO events (run_id, seq, event_id, type, step_id, attempt_id, data, generation, created_at)
     SELECT $5, unnest($17), unnest($18), unnest($19), unnest($20), unnest($21), unnest($22), $3, now()
+    FROM fence f
+),
+-- Numbered on from the run's last record: the fence's row lock keeps any other writer of this
+-- run (there is none while the lease holds) out until this statement commits.
+journal_added AS (
+    INSERT INTO journal (run_id, seq, id, kind, step_id, attempt_id, execution_key, recorded_at, payload,
+                         generation)
+    SELECT $5, (SELECT coalesce(max(j.seq), 0) FROM journal j WHERE j.run_id = $5)
+               + generate_subscripts($38::text[], 1),
+           unnest($38::text[]), unnest($39::text[]), unnest($40::text[]), unnest($41::text[]),
+           unnest($42::text[]), unnest($43::text[]), unnest($44::json[]), $3
     FROM fence f
 )
 SELECT CASE
@@ -471,3 +484,12 @@ SELECT id, session_id, status, extract(epoch FROM updated_at)::float8 FROM runs_
 WHERE status IN ('running', 'paused', 'awaiting_input')
   AND updated_at < clock_timestamp() - make_interval(secs => $1)
 ORDER BY updated_at LIMIT $2;
+
+-- name: read_journal
+-- A run's journal records in order, up to $2 of them.
+SELECT seq, id, kind, step_id, attempt_id, execution_key, recorded_at, payload::text
+FROM journal WHERE run_id = $1 ORDER BY seq LIMIT $2;
+
+-- name: count_journal
+-- How many records of one kind a run's journal holds for one model step.
+SELECT count(*) FROM journal WHERE run_id = $1 AND kind = $2 AND step_id = $3;

@@ -6,11 +6,11 @@ INSERT INTO harnessx_migrations (version, name, checksum, applied_at) VALUES (?,
 
 -- name: insert_session
 -- Create a session row with no lease.
-INSERT INTO sessions (id, agent_ref, fingerprint, created_at) VALUES (?, ?, ?, ?);
+INSERT INTO sessions (id, agent_ref, fingerprint, created_at, recording) VALUES (?, ?, ?, ?, ?);
 
 -- name: get_session
 -- One session with its lease and control flag.
-SELECT id, agent_ref, fingerprint, lease_owner, generation, lease_expires_at, control
+SELECT id, agent_ref, fingerprint, lease_owner, generation, lease_expires_at, control, recording
 FROM sessions WHERE id = ?;
 
 -- name: take_lease
@@ -220,3 +220,22 @@ GROUP BY s.agent_ref;
 SELECT id, session_id, status, updated_at FROM runs
 WHERE status IN ('running', 'paused', 'awaiting_input') AND updated_at < ?
 ORDER BY updated_at LIMIT ?;
+
+-- name: journal_tail
+-- The highest journal seq of a run (0: none yet); the lease holder numbers on from it.
+SELECT coalesce(max(seq), 0) FROM journal WHERE run_id = ?;
+
+-- name: insert_journal
+-- Append one journal record.
+INSERT INTO journal (run_id, seq, id, kind, step_id, attempt_id, execution_key, recorded_at, payload,
+                     generation)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: read_journal
+-- A run's journal records in order, up to a limit.
+SELECT seq, id, kind, step_id, attempt_id, execution_key, recorded_at, payload
+FROM journal WHERE run_id = ? ORDER BY seq LIMIT ?;
+
+-- name: count_journal
+-- How many records of one kind a run's journal holds for one model step.
+SELECT count(*) FROM journal WHERE run_id = ? AND kind = ? AND step_id = ?;
