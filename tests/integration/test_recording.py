@@ -149,7 +149,10 @@ async def test_the_session_keeps_its_recording_choice(target: BackendTarget) -> 
 
 
 async def test_an_incident_read_is_scoped_to_its_session_and_bounded(target: BackendTarget) -> None:
-    async with target.open() as backend, AgentRuntime(make_agent(), backend=backend, recording=True) as runtime:
+    async with (
+        target.open() as backend,
+        AgentRuntime(make_agent(), backend=backend, recording=True) as runtime,
+    ):
         result = await runtime.run("Write the report.")
         other = await AgentRuntime(make_agent(), backend=backend, recording=True).start()
         with pytest.raises(StorageError, match="has no run"):
@@ -191,7 +194,8 @@ async def test_a_journal_write_that_fails_stops_the_run_before_the_model_is_call
         if target.kind == "sqlite"
         else "CREATE FUNCTION refuse_journal() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
         "IF NEW.kind = 'model.started' THEN RAISE EXCEPTION 'disk failure'; END IF; RETURN NEW; END $$; "
-        "CREATE TRIGGER refuse_journal BEFORE INSERT ON journal FOR EACH ROW EXECUTE FUNCTION refuse_journal();"
+        "CREATE TRIGGER refuse_journal BEFORE INSERT ON journal FOR EACH ROW "
+        "EXECUTE FUNCTION refuse_journal();"
     )
     async with target.open() as backend:
         runtime = AgentRuntime(report_agent(provider), backend=backend, recording=True)
@@ -202,7 +206,8 @@ async def test_a_journal_write_that_fails_stops_the_run_before_the_model_is_call
             await handle.result()
         assert isinstance(failure.value, StorageError)
         assert provider.calls == 0  # the request was never sent: its record was not written
-        await run_sql(target, "DROP TRIGGER refuse_journal" + (" ON journal" if target.kind != "sqlite" else ""))
+        on_table = "" if target.kind == "sqlite" else " ON journal"
+        await run_sql(target, f"DROP TRIGGER refuse_journal{on_table}")
         resumed = await runtime.resume(session_id)
         assert resumed is not None
         result = await resumed.result()
