@@ -34,7 +34,17 @@ from harnessx._errors import (
 from harnessx._events import RunEvent, RunEventType
 from harnessx._handle import RunHandle
 from harnessx._hooks import HookContext, HookEvent, Hooks
+from harnessx._journal import RecordingError
 from harnessx._middleware import Middleware, ModelRequest
+from harnessx._recorder import (
+    BundleLimits,
+    ExportPolicy,
+    IncidentError,
+    IncidentRecorder,
+    Playback,
+    VerificationReport,
+    export_incident,
+)
 from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
 from harnessx._runtime import AgentRuntime, RuntimeConfig
@@ -73,12 +83,16 @@ __all__ = [
     "AgentRegistry",
     "AgentRuntime",
     "AnthropicProvider",
+    "BundleLimits",
     "ConfigurationError",
     "CorruptStateError",
+    "ExportPolicy",
     "HarnessError",
     "HookContext",
     "HookEvent",
     "Hooks",
+    "IncidentError",
+    "IncidentRecorder",
     "LLMProvider",
     "LeaseLostError",
     "Limits",
@@ -88,9 +102,11 @@ __all__ = [
     "PendingTool",
     "PermissionLevel",
     "PermissionManager",
+    "Playback",
     "PostgresBackend",
     "ProviderError",
     "ProviderResponse",
+    "RecordingError",
     "ReplayPolicy",
     "ResolutionError",
     "RetryPolicy",
@@ -126,9 +142,11 @@ __all__ = [
     "ToolResult",
     "TransientToolError",
     "UnknownExecutionKey",
+    "VerificationReport",
     "__version__",
     "agents",
     "current_tool_context",
+    "export_incident",
 ]
 
 

@@ -35,6 +35,7 @@ from harnessx._handle import RunHandle
 from harnessx._journal import JournalRecord, RunJournal, decision_payload
 from harnessx._leases import LeaseKeeper
 from harnessx._observe import follow_events
+from harnessx._recorder import BundleLimits, ExportPolicy, export_incident
 from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
 from harnessx._state import Delta, RunState, ToolStatus
@@ -511,6 +512,20 @@ class AgentRuntime:
         finally:
             with contextlib.suppress(StorageError):
                 await store.release(lease)
+
+    async def export_incident(
+        self,
+        run_id: str,
+        *,
+        destination: str | Path,
+        policy: ExportPolicy | None = None,
+        limits: BundleLimits | None = None,
+    ) -> Path:
+        """Write a recorded run of the bound session as an incident bundle (payloads omitted
+        unless ``policy`` includes them; see ``export_incident``). Runs nothing."""
+        store = await self._ready()
+        session_id = self._require_session()
+        return await export_incident(store, session_id, run_id, destination, policy=policy, limits=limits)
 
     async def status(self) -> dict[str, Any]:
         """``{"session_id", "state", "run"}``: ``state`` is the latest run's status (``idle``

@@ -147,6 +147,7 @@ def spawn_child(
     session_id: str | None = None,
     action: str = "run",
     request_id: str | None = None,
+    recording: bool | None = None,
 ) -> ChildRun:
     """Start ``python durable_support.py`` as a real OS process driving one run."""
     session_file = workdir / f"session-{time.monotonic_ns()}.json"
@@ -159,6 +160,7 @@ def spawn_child(
         "session_id": session_id,
         "action": action,
         "request_id": request_id,
+        "recording": recording,
     }
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(
@@ -185,7 +187,7 @@ async def _child_main(spec: dict[str, Any]) -> None:
 
         agent.hooks.on(HookEvent.CHECKPOINT, kill)
     async with target.open() as backend:
-        runtime = AgentRuntime(agent, backend=backend)
+        runtime = AgentRuntime(agent, backend=backend, recording=spec.get("recording"))
         if spec["action"] == "run":
             session_id = await runtime.start(spec.get("session_id"))
             Path(spec["session_file"]).write_text(json.dumps({"session_id": session_id}))
