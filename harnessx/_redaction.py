@@ -54,22 +54,26 @@ _TOKENS = re.compile(
     re.S,
 )
 _MASK = "***"
+_HOLD = "\ue000"  # a private-use character: never in a real secret, matched as one
 # Shorter literal secrets would match ordinary words: those are left to the patterns.
 _MIN_LITERAL = 8
 
 
 def scrub(text: str, mask: str = _MASK) -> str:
-    """``text`` with every secret the patterns know replaced by ``mask``."""
+    """``text`` with every secret the patterns know replaced by ``mask`` (idempotent)."""
 
     def pair(match: re.Match[str]) -> str:
         quote = match["quote"] or ""
-        return f"{match['key']}{match['sep']}{quote}{match['scheme'] or ''}{mask}{quote}"
+        return f"{match['key']}{match['sep']}{quote}{match['scheme'] or ''}{_HOLD}{quote}"
 
-    text = _URL_PASSWORD.sub(lambda m: f"{m['prefix']}{mask}@", text)
+    # Masks already there are held as one character the patterns take for a secret value,
+    # so that masking again changes nothing ("[REDACTED]" would otherwise lose its "]").
+    text = text.replace(mask, _HOLD)
+    text = _URL_PASSWORD.sub(lambda m: f"{m['prefix']}{_HOLD}@", text)
     text = _SECRET_PAIR.sub(pair, text)
-    text = _API_KEY.sub(f"sk-{mask}", text)
-    text = _BEARER.sub(lambda m: f"{m['scheme']}{mask}", text)
-    return _TOKENS.sub(mask, text)
+    text = _API_KEY.sub(f"sk-{_HOLD}", text)
+    text = _BEARER.sub(lambda m: f"{m['scheme']}{_HOLD}", text)
+    return _TOKENS.sub(_HOLD, text).replace(_HOLD, mask)
 
 
 def redact(text: str) -> str:
