@@ -17,7 +17,7 @@ from harnessx._engine import AskApproval, CallModel, CompleteResult, Dispatch, E
 from harnessx._errors import LeaseLostError, ProviderError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._hooks import HookEvent, Hooks
-from harnessx._journal import RunJournal, decision_payload, response_payload
+from harnessx._journal import RunJournal
 from harnessx._middleware import Middleware, ModelRequest
 from harnessx._results import RunResult, RunStatus, ToolResult
 from harnessx._runlog import Committer
@@ -135,8 +135,7 @@ class Driver:
             await hooks.emit(HookEvent.ERROR, agent, {"run_id": state.run_id, "error": str(exc)})
             if not state.status.finished:
                 if self.journal is not None:
-                    failure = {"phase": state.phase.value, "type": type(exc).__name__, "message": str(exc)}
-                    self.journal.note("command.failed", failure)
+                    self.journal.command_failed(state, exc)
                 await self.commit(state, self.engine.fail(state, exc))
         result = state.result()
         await hooks.emit(HookEvent.RUN_END, agent, {"result": result})
@@ -193,27 +192,25 @@ class Driver:
         if journal is not None:
             # The request is committed before the provider sees it: a crash during the call
             # still shows what was asked.
-            journal.model_attempt_started(state)
-            journal.note("model.started", request.provider_kwargs())
+            journal.model_started(state, request.provider_kwargs())
             await self.commit(state, Delta(state.phase))
         try:
             response = await self._cancellable(self._model_response(state, request))
         except _Cancelled:
             if journal is not None:
-                journal.note("model.interrupted", {"outcome": "incomplete"})
+                journal.model_interrupted()
             raise
         except Exception as exc:
             logger.warning("model call for run %s failed: %s", state.run_id, exc)
             if journal is not None:
-                journal.note("model.failed", {"type": type(exc).__name__, "message": str(exc)})
+                journal.model_failed(exc)
             await self.commit(state, self.engine.model_failed(state, exc))
             return
         await settings.hooks.emit(HookEvent.MODEL_RESPONSE, settings.agent, {"response": response})
         if journal is not None:
-            # As the provider returned it, as response middleware left it, as the run takes it.
-            reply = response_payload(response)
-            for kind in ("model.response", "model.processed", "model.completed"):
-                journal.note(kind, reply)
+            # No response middleware yet: the reply is the same at every stage.
+            for stage in ("response", "processed", "completed"):
+                journal.model_replied(response, stage=stage)
         await self.commit(state, self.engine.model_responded(state, response))
 
     async def _model_response(self, state: RunState, request: ModelRequest) -> ProviderResponse:
@@ -244,10 +241,7 @@ class Driver:
         # the calls 'started', which recovery settles by replay policy.
         intent = self.engine.dispatched(state, keys)
         if self.journal is not None:
-            for entry in intent.tools:
-                call = entry.call.to_dict()
-                self.journal.note_tool("tool.started", entry, {"call": call, "replay_policy": entry.policy})
-                self.journal.note_tool("tool.dispatched", entry, {"call": call})
+            self.journal.tools_dispatched(intent)
         await self.commit(state, intent)
         tasks: dict[asyncio.Future[Any], str] = {
             asyncio.ensure_future(self._invoke(state, key)): key for key in keys
@@ -263,16 +257,11 @@ class Driver:
                     pending.discard(task)
                     delta = self.engine.raw_result(state, tasks[task], task.result())
                     if self.journal is not None:
-                        for entry in delta.tools:
-                            raw = entry.raw_result.to_dict() if entry.raw_result else None
-                            self.journal.note_tool("tool.returned", entry, raw)
+                        self.journal.tools_returned(delta)
                     await self.commit(state, delta)
                 if cancel_wait in done:
                     if self.journal is not None:
-                        for task in pending:
-                            entry = state.tools[tasks[task]]
-                            outcome = {"outcome": "unknown", "status": entry.status.value}
-                            self.journal.note_tool("tool.interrupted", entry, outcome)
+                        self.journal.tools_interrupted(state.tools[tasks[task]] for task in pending)
                     raise _Cancelled
         finally:
             cancel_wait.cancel()
@@ -313,9 +302,7 @@ class Driver:
             final = ToolResult(entry.call.id, f"Error: result middleware failed: {exc}", True)
         delta = self.engine.completed_result(state, key, final)
         if self.journal is not None:
-            for moved in delta.tools:
-                processed = moved.result.to_dict() if moved.result else None
-                self.journal.note_tool("tool.processed", moved, processed)
+            self.journal.tools_processed(delta)
         await self.commit(state, delta)
 
     async def _ask_approval(self, state: RunState, keys: tuple[str, ...]) -> None:
@@ -325,9 +312,8 @@ class Driver:
             answers[key] = bool(answer)
         delta = self.engine.approvals_answered(state, answers)
         if self.journal is not None:
-            for moved in delta.tools:
-                decision = decision_payload(moved, allow=answers[moved.execution_key])
-                self.journal.note_tool("tool.resolved", moved, decision)
+            for key, allowed in answers.items():
+                self.journal.tools_resolved(delta, [key], allow=allowed)
         await self.commit(state, delta)
 
     async def _cancellable(self, work: Awaitable[T]) -> T:

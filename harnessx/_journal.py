@@ -213,6 +213,53 @@ class RunJournal:
     def has_notes(self) -> bool:
         return bool(self._notes)
 
+    # What the driver observes, by boundary (one call each, so a driver stays readable).
+
+    def model_started(self, state: RunState, request: dict[str, Any]) -> None:
+        """A model attempt is about to be made with ``request`` (commit it before calling)."""
+        self.model_attempt_started(state)
+        self.note("model.started", request)
+
+    def model_failed(self, error: BaseException) -> None:
+        self.note("model.failed", {"type": type(error).__name__, "message": str(error)})
+
+    def model_interrupted(self) -> None:
+        self.note("model.interrupted", {"outcome": "incomplete"})
+
+    def model_replied(self, response: ProviderResponse, *, stage: str) -> None:
+        """The reply at ``stage``: ``response`` (as the provider returned it), ``processed``
+        (after response middleware) or ``completed`` (as the run takes it)."""
+        self.note(f"model.{stage}", response_payload(response))
+
+    def command_failed(self, state: RunState, error: BaseException) -> None:
+        failure = {"phase": state.phase.value, "type": type(error).__name__, "message": str(error)}
+        self.note("command.failed", failure)
+
+    def tools_dispatched(self, intent: Delta) -> None:
+        for entry in intent.tools:
+            call = entry.call.to_dict()
+            self.note_tool("tool.started", entry, {"call": call, "replay_policy": entry.policy})
+            self.note_tool("tool.dispatched", entry, {"call": call})
+
+    def tools_returned(self, delta: Delta) -> None:
+        for entry in delta.tools:
+            self.note_tool("tool.returned", entry, entry.raw_result.to_dict() if entry.raw_result else None)
+
+    def tools_processed(self, delta: Delta) -> None:
+        for entry in delta.tools:
+            self.note_tool("tool.processed", entry, entry.result.to_dict() if entry.result else None)
+
+    def tools_interrupted(self, entries: Iterable[ToolEntry]) -> None:
+        for entry in entries:
+            self.note_tool("tool.interrupted", entry, {"outcome": "unknown", "status": entry.status.value})
+
+    def tools_resolved(self, delta: Delta, keys: Iterable[str], **decision: Any) -> None:
+        """Decisions on the calls ``keys`` (``allow=``, or ``result=``/``retry=``/``abort=``)."""
+        wanted = set(keys)
+        for entry in delta.tools:
+            if entry.execution_key in wanted:
+                self.note_tool("tool.resolved", entry, decision_payload(entry, **decision))
+
     # -------------------------------------------------------------- commits
 
     def for_commit(self, state: RunState, delta: Delta, events: Sequence[RunEvent]) -> list[JournalRecord]:

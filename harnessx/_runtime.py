@@ -32,7 +32,7 @@ from harnessx._errors import (
 from harnessx._events import RunEvent, RunEventType
 from harnessx._executor import Execution, RunExecutor
 from harnessx._handle import RunHandle
-from harnessx._journal import JournalRecord, RunJournal, decision_payload
+from harnessx._journal import JournalRecord, RunJournal
 from harnessx._leases import LeaseKeeper
 from harnessx._observe import follow_events
 from harnessx._recorder import BundleLimits, ExportPolicy, export_incident
@@ -102,6 +102,11 @@ class AgentRuntime:
         self._registry = registry or agents
         self._owns_backend = backend is None
         self._backend: Store = backend or SQLiteBackend(Path(self.config.storage_dir) / "runtime.sqlite3")
+        if recording and not callable(getattr(self._backend, "incident_snapshot", None)):
+            raise ConfigurationError(
+                f"flight recording needs a SQLite or PostgreSQL backend (SQLiteBackend, PostgresBackend); "
+                f"{type(self._backend).__name__} keeps no journal"
+            )
         self._holder = uuid.uuid4().hex
         self._session_id: str | None = None
         self._state: Literal["created", "started", "stopped"] = "created"
@@ -445,9 +450,7 @@ class AgentRuntime:
             journal = None
             if self.recording:
                 journal = RunJournal(state)
-                for moved in delta.tools:
-                    if moved.execution_key == key:
-                        journal.note_tool("tool.resolved", moved, decision_payload(moved, **decision))
+                journal.tools_resolved(delta, [key], **decision)
             assert self._executor is not None
             await self._executor.commit_once(
                 self.agent, lease, state, delta, record.event_count, journal=journal

@@ -334,6 +334,12 @@ def test_policies_and_limits_refuse_bad_values() -> None:
     with pytest.raises(ConfigurationError, match="recording must be"):
         AgentRuntime(recording="yes")  # type: ignore[arg-type]
 
+    class JournalLess:
+        """A store of some other kind, keeping no journal."""
+
+    with pytest.raises(ConfigurationError, match="needs a SQLite or PostgreSQL backend"):
+        AgentRuntime(backend=JournalLess(), recording=True)  # type: ignore[arg-type]
+
 
 async def test_a_live_run_exports_as_unfinished_and_a_cancelled_call_as_incomplete(
     target: BackendTarget, tmp_path: Path
