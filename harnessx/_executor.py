@@ -141,6 +141,7 @@ class RunExecutor:
     @staticmethod
     def _run_event(record: RunRecord, kind: RunEventType, data: dict[str, object]) -> RunEvent:
         return RunEvent(kind, data, record.session_id, record.id, "run", "run")
+
     async def _journal(self, state: RunState, last_seq: int, resumed: bool) -> RunJournal:
         """The journal of this execution of a recorded run, numbering model attempts on from
         those of earlier executions."""

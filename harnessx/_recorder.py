@@ -258,6 +258,6 @@ def _secrets(backend: Store) -> set[str]:
 
 def _version() -> str:
     try:
-        return metadata.version("harnessx")
+        return metadata.version("harnessx-durable")
     except metadata.PackageNotFoundError:
         return "unknown"

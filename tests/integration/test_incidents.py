@@ -10,6 +10,7 @@ import socket
 import sqlite3
 import zipfile
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,7 @@ async def test_a_recorded_run_plays_back_offline_without_calling_anything(
     assert [r["seq"] for r in playback.records] == list(range(1, len(playback.records) + 1))
     manifest = playback.manifest
     assert (manifest["format"], manifest["version"]) == ("harness-x.incident", 1)
+    assert manifest["sdk_version"] == metadata.version("harnessx-durable")
     assert (manifest["session_id"], manifest["run_id"], manifest["status"]) == (
         session_id,
         run_id,
