@@ -10,6 +10,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,8 @@ from harnessx import (
     AgentRef,
     AgentRegistry,
     AgentRuntime,
+    ExportPolicy,
+    IncidentRecorder,
     ProviderResponse,
     RunStatus,
     ScriptedProvider,
@@ -193,3 +196,31 @@ async def test_made_up_agent_references_make_a_bounded_number_of_series(pool: tu
     assert len(series) == UNKNOWN_AGENT_SERIES + 1
     assert series[OTHER_AGENTS] == len(made_up) - UNKNOWN_AGENT_SERIES
     assert set(series) - {OTHER_AGENTS} == {f"{name}@v1" for name in made_up[:UNKNOWN_AGENT_SERIES]}
+
+
+async def test_a_recorded_pool_session_is_journaled_by_its_workers(
+    pool: tuple[Any, Gate], tmp_path: Path
+) -> None:
+    store, gate = pool
+    gate.release.set()
+    runtime = AgentRuntime(AgentRef("asks", "v1"), backend=store, execution="pool", recording=True)
+    async with runtime:
+        waiting = await (await runtime.submit("go")).result()
+        handle = await runtime.approve(waiting.pending[0], resume=True)
+        assert handle is not None
+        result = await handle.result()
+        assert result.output == "finished: step 1 done"
+        bundle = await runtime.export_incident(
+            result.run_id, destination=tmp_path / "pool.hx", policy=ExportPolicy(include_payloads=True)
+        )
+    playback = await IncidentRecorder().playback(bundle)
+    assert playback.report.valid and playback.report.complete, playback.report.issues
+    assert playback.manifest["agent"] == {"name": "asks", "version": "v1"}
+    (started,) = playback.of_kind("run.started")
+    assert started["payload"]["agent"] == {"name": "asks", "version": "v1"}
+    assert started["payload"]["config"] is None  # the submitter holds no definition
+    kinds = [r["kind"] for r in playback.records]
+    # The first claim from the queue is no resume; the one after the approval is.
+    assert kinds.count("run.resumed") == 1
+    assert kinds.index("tool.resolved") < kinds.index("run.resumed") < kinds.index("tool.started")
+    assert [r["payload"]["content"] for r in playback.of_kind("tool.returned")] == ["step 1 done"]
