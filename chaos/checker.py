@@ -46,7 +46,8 @@ INVARIANTS: dict[str, str] = {
     "replay-only-after-fault": "safe/idempotent calls repeat only across a fault or a lost lease",
     "manual-uncertain": "an interrupted manual call surfaces as uncertain and reruns only on a retry",
     "approvals-honoured": "each approval is honoured once; a declined call never runs",
-    "single-leader": "once a supervisor has become leader, no earlier leader recovers orphans any more",
+    "single-leader": "every leader term has an epoch of its own, and a leader writes only under its own "
+    "epoch and before the next term began (database clock)",
     "ledger-readable": "every effects-ledger line can be read",
 }
 
@@ -168,11 +169,16 @@ class LeaseLoss:
 
 @dataclass(frozen=True)
 class Leadership:
-    """From a supervisor's log: it became the leader (``lead``) or recovered an orphan (``act``)."""
+    """From a supervisor's log: it became the leader (``lead``) or wrote as the leader:
+    recovered an orphan (``act``) or marked a worker dead (``mark``). ``epoch`` is the term's fencing
+    token; ``db_time`` the database's clock when the term began (``lead``) or inside the
+    write's transaction (``act``); ``t`` the time of the log line, which can lag both."""
 
     supervisor: str
-    kind: str  # lead | act
+    kind: str  # lead | act | mark
     t: float
+    epoch: int | None = None
+    db_time: float | None = None
 
 
 @dataclass
@@ -530,21 +536,61 @@ def check_approvals(data: Dataset, index: _Index) -> Iterable[Violation]:
             yield Violation("approvals-honoured", row.execution_key, "marked approved but never asked for")
 
 
+@dataclass(frozen=True)
+class _Term:
+    epoch: int
+    supervisor: str
+    began: float  # database clock
+
+
 def check_single_leader(data: Dataset) -> Iterable[Violation]:
-    """The leader is whoever became leader last; any other supervisor recovering an orphan
-    after that is a second active leader."""
-    leader: str | None = None
-    since = 0.0
-    reported: set[tuple[str, str]] = set()
-    for entry in sorted(data.leadership, key=lambda e: (e.t, e.kind != "lead")):
-        if entry.kind == "lead":
-            leader, since = entry.supervisor, entry.t
-        elif leader is not None and entry.supervisor != leader and (entry.supervisor, leader) not in reported:
-            reported.add((entry.supervisor, leader))
+    """Leadership is a fenced term. Each term has an epoch of its own, later epochs begin
+    later, and a leader's write carries the epoch it took and committed before the next term
+    began. Both times are the database's: the store orders a takeover after every write of
+    the term it ends, while a log line can be written well after its commit."""
+    terms: dict[int, _Term] = {}
+    for lead in sorted((e for e in data.leadership if e.kind == "lead"), key=lambda e: e.t):
+        if lead.epoch is None or lead.db_time is None:
+            yield Violation("single-leader", lead.supervisor, "became leader without an epoch")
+        elif lead.epoch in terms:
             yield Violation(
                 "single-leader",
-                entry.supervisor,
-                f"recovered an orphan {entry.t - since:.2f} s after supervisor {leader} had become leader",
+                lead.supervisor,
+                f"took epoch {lead.epoch}, which supervisor {terms[lead.epoch].supervisor} had taken",
+            )
+        else:
+            terms[lead.epoch] = _Term(lead.epoch, lead.supervisor, lead.db_time)
+    ordered = sorted(terms.values(), key=lambda term: term.epoch)
+    for earlier, later in itertools.pairwise(ordered):
+        if later.began < earlier.began:
+            yield Violation(
+                "single-leader", later.supervisor, f"epoch {later.epoch} began before epoch {earlier.epoch}"
+            )
+    reported: set[tuple[str, int]] = set()
+    for act in sorted((e for e in data.leadership if e.kind != "lead"), key=lambda e: e.t):
+        if act.epoch is None or act.db_time is None:
+            yield Violation("single-leader", act.supervisor, "wrote as the leader without an epoch")
+            continue
+        term = terms.get(act.epoch)
+        if term is None or term.supervisor != act.supervisor:
+            yield Violation(
+                "single-leader",
+                act.supervisor,
+                f"wrote as the leader of epoch {act.epoch}, which it never took",
+            )
+            continue
+        successor = min((t for t in ordered if t.epoch > act.epoch), key=lambda t: t.began, default=None)
+        if (
+            successor is not None
+            and act.db_time >= successor.began
+            and (act.supervisor, act.epoch) not in reported
+        ):
+            reported.add((act.supervisor, act.epoch))
+            yield Violation(
+                "single-leader",
+                act.supervisor,
+                f"wrote as the leader of epoch {act.epoch} {act.db_time - successor.began:.3f} s after "
+                f"supervisor {successor.supervisor} had begun epoch {successor.epoch} (database clock)",
             )
 
 

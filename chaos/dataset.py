@@ -30,6 +30,7 @@ from chaos.ledger import EffectsTable, read_invocations
 __all__ = ["lease_losses_from_logs", "leadership_from_logs", "load_dataset"]
 
 _LOST = re.compile(r"lost the lease on session (\S+) \(generation (\d+)\)")
+_DEAD_WORKER = re.compile(r"worker \S+ \(pid \d+ on .*\) is dead")
 
 
 async def load_dataset(
@@ -112,16 +113,30 @@ def _records(path: Path) -> Iterable[dict[str, Any]]:
 
 
 def leadership_from_logs(paths: Iterable[Path]) -> list[Leadership]:
-    """When each supervisor became leader, and each orphan it recovered (log timestamps)."""
+    """When each supervisor became leader and each write it made as the leader (recovering
+    an orphan, marking a worker dead), with the epoch and database time it logged."""
     found = []
     for path in paths:
         for record in _records(path):
             message = str(record.get("message", ""))
-            who = str(record.get("supervisor_id", path.stem))
             if message.startswith("this supervisor is now the leader"):
-                found.append(Leadership(who, "lead", _timestamp(record)))
+                kind = "lead"
             elif message.startswith(("requeued run", "released")):
-                found.append(Leadership(who, "act", _timestamp(record)))
+                kind = "act"
+            elif _DEAD_WORKER.match(message):
+                kind = "mark"
+            else:
+                continue
+            epoch, db_time = record.get("leader_epoch"), record.get("db_time")
+            found.append(
+                Leadership(
+                    str(record.get("supervisor_id", path.stem)),
+                    kind,
+                    _timestamp(record),
+                    epoch=int(epoch) if epoch is not None else None,
+                    db_time=float(db_time) if db_time is not None else None,
+                )
+            )
     return sorted(found, key=lambda e: e.t)
 
 

@@ -12,6 +12,7 @@
     ├── StorageError                           the store failed or refused a write
     │   ├── SessionBusyError                   another run or another live process holds it
     │   ├── LeaseLostError                     the writer's lease no longer holds (fenced)
+    │   ├── LeadershipLostError                a newer leader took over; the leader's write was refused
     │   ├── SchemaError                        the database schema is missing, newer or altered
     │   └── CorruptStateError                  a stored row does not decode or breaks a run's rules
     └── RunError                               a run ended other than ``ok``; carries ``.result``
@@ -39,6 +40,7 @@ __all__ = [
     "ConfigurationError",
     "CorruptStateError",
     "HarnessError",
+    "LeadershipLostError",
     "LeaseLostError",
     "ProviderError",
     "ResolutionError",
@@ -106,6 +108,11 @@ class SessionBusyError(StorageError):
 
 class LeaseLostError(StorageError):
     """The writer's lease expired or was taken over; nothing was written."""
+
+
+class LeadershipLostError(StorageError):
+    """A newer leader of the role took over (a newer epoch is stored): the write a leader made
+    as leader was refused and nothing was written. The process is no longer the leader."""
 
 
 class SchemaError(StorageError):

@@ -16,6 +16,16 @@ class SupervisorMetrics:
         self.leader = Gauge(
             "harnessx_supervisor_leader", "1 while this supervisor is the active leader.", registry=r
         )
+        self.leader_epoch = Gauge(
+            "harnessx_supervisor_leader_epoch",
+            "The leadership epoch (fencing token) this supervisor holds; 0 while it does not lead.",
+            registry=r,
+        )
+        self.writes_refused = Counter(
+            "harnessx_supervisor_writes_refused",
+            "Writes as leader the store refused because a newer leader had taken over.",
+            registry=r,
+        )
         self.scans = Counter("harnessx_supervisor_scans", "Orphan scans made as leader.", registry=r)
         self.scan_seconds = Histogram(
             "harnessx_supervisor_scan_seconds", "Time of one orphan scan.", registry=r

@@ -3,6 +3,12 @@
 The leader drops such a lease with a generation bump (so a zombie that wakes up is fenced
 out of every write) and puts the session's running run back in the queue, where a worker
 claims it. It never runs agent code. Standbys retry leadership every ``leader_retry``.
+
+Leadership is fenced like a lease: taking it takes the role's next epoch in the store, and
+every write the leader makes as leader (recovering an orphan, marking a worker dead) carries
+its term and is refused by the database once a newer epoch exists (``LeadershipLostError``),
+so a leader deposed without knowing it (its lock gone with a server restart) cannot act.
+The check before each scan only makes it step down sooner; it does not make it safe.
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from harnessx._errors import HarnessError
-from harnessx.store._protocol import Orphan, Store
+from harnessx._errors import HarnessError, LeadershipLostError
+from harnessx.store._protocol import Leadership, Orphan, Store
 from supervisor._metrics import SupervisorMetrics
 
 __all__ = ["ROLE", "Supervisor", "SupervisorConfig"]
@@ -52,12 +58,17 @@ class Supervisor:
         self.store = store
         self.config = config or SupervisorConfig()
         self.metrics = metrics or SupervisorMetrics()
-        self.is_leader = False
+        self.term: Leadership | None = None  # while this supervisor leads
         self._stopping = asyncio.Event()
         self._pending: dict[str, _Pending] = {}
         self._last_stuck = 0.0
         self._last_scan_ok = time.monotonic()
         self._store_problem: str | None = None  # why the last leadership attempt or scan failed
+        self._standing_by = False  # said so in the log
+
+    @property
+    def is_leader(self) -> bool:
+        return self.term is not None
 
     def stop(self) -> None:
         self._stopping.set()
@@ -77,37 +88,17 @@ class Supervisor:
     async def run(self) -> None:
         try:
             while not self._stopping.is_set():
-                if self.is_leader and not await self.store.holds_leadership(ROLE):
-                    # The lock went with a dropped connection; a standby may lead now.
-                    logger.warning("this supervisor lost its leadership")
-                    self.is_leader = False
-                    self.metrics.leader.set(0)
-                if not self.is_leader:
-                    try:
-                        self.is_leader = await self.store.try_leadership(ROLE)
-                    except HarnessError as exc:
-                        # The store is unreachable for longer than its own retries last (a
-                        # database restart, a failover): keep trying rather than exit, or an
-                        # orchestrator's restart back-off would leave orphans unrecovered.
-                        if self._store_problem is None:
-                            logger.warning("cannot take or check leadership, trying again: %s", exc)
-                        self._store_problem = f"cannot reach the store: {exc}"
-                        await self._sleep(self.config.leader_retry)
-                        continue
-                    if self._store_problem is not None:
-                        logger.info("the store is reachable again")
-                        self._store_problem = None
-                    self.metrics.leader.set(1 if self.is_leader else 0)
-                    if self.is_leader:
-                        logger.info("this supervisor is now the leader")
-                        self._last_scan_ok = time.monotonic()
-                    else:
-                        await self._sleep(self.config.leader_retry)
-                        continue
+                term = await self._lead()
+                if term is None:
+                    await self._sleep(self.config.leader_retry)
+                    continue
                 try:
-                    await self.scan()
+                    await self.scan(term)
                     self._last_scan_ok = time.monotonic()
                     self._store_problem = None
+                except LeadershipLostError as exc:
+                    self.metrics.writes_refused.inc()
+                    await self._step_down(term, f"the store refused a write: {exc}")
                 except HarnessError as exc:
                     # Not ready at once: noticing that the store's connection (and with it
                     # the leadership lock) is gone can take another round of retries.
@@ -115,23 +106,74 @@ class Supervisor:
                     self._store_problem = f"scans fail: {exc}"
                 await self._sleep(self.config.scan_interval)
         finally:
-            if self.is_leader:
+            if self.term is not None:
                 with contextlib.suppress(HarnessError):
-                    await self.store.release_leadership(ROLE)
-                self.is_leader = False
-                self.metrics.leader.set(0)
+                    await self.store.release_leadership(self.term)
+                self._set_term(None)
+
+    async def _lead(self) -> Leadership | None:
+        """This supervisor's term, after checking it still holds or trying to take one;
+        ``None`` while another leads or the store cannot be reached."""
+        try:
+            if self.term is not None:
+                if await self.store.holds_leadership(self.term):
+                    return self.term
+                # The lock went with a dropped connection, or a newer leader took over.
+                await self._step_down(self.term, "its lock is gone or a newer leader took over")
+            term = await self.store.try_leadership(ROLE)
+        except HarnessError as exc:
+            # The store is unreachable for longer than its own retries last (a database
+            # restart, a failover): keep trying rather than exit, or an orchestrator's
+            # restart back-off would leave orphans unrecovered.
+            if self._store_problem is None:
+                logger.warning("cannot take or check leadership, trying again: %s", exc)
+            self._store_problem = f"cannot reach the store: {exc}"
+            return None
+        if self._store_problem is not None:
+            logger.info("the store is reachable again")
+            self._store_problem = None
+        if term is not None and self.term is None:
+            logger.info(
+                "this supervisor is now the leader (epoch %d)",
+                term.epoch,
+                extra={"leader_epoch": term.epoch, "db_time": term.since},
+            )
+            self._last_scan_ok = time.monotonic()
+        elif term is None and not self._standing_by:
+            logger.info("another supervisor leads: standing by")
+        self._standing_by = term is None
+        self._set_term(term)
+        return term
+
+    async def _step_down(self, term: Leadership, why: str) -> None:
+        logger.warning(
+            "this supervisor lost its leadership (epoch %d): %s",
+            term.epoch,
+            why,
+            extra={"leader_epoch": term.epoch},
+        )
+        self._set_term(None)
+        self._pending.clear()  # the next leader tracks what it recovers
+        with contextlib.suppress(HarnessError):
+            await self.store.release_leadership(term)
+
+    def _set_term(self, term: Leadership | None) -> None:
+        self.term = term
+        self.metrics.leader.set(0 if term is None else 1)
+        self.metrics.leader_epoch.set(0 if term is None else term.epoch)
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
 
-    async def scan(self) -> None:
-        """One pass: recover orphans, track earlier recoveries, count workers, report."""
+    async def scan(self, term: Leadership) -> None:
+        """One pass as the leader of ``term``: recover orphans, track earlier recoveries,
+        count workers, report. ``LeadershipLostError`` once a newer leader has taken over."""
         started = time.perf_counter()
         for orphan in await self.store.find_orphans():
-            await self._recover(orphan)
+            await self._recover(term, orphan)
         await self._track_recoveries()
-        await self._check_workers()
+        await self._check_workers(term)
         await self._queue()
         if time.monotonic() - self._last_stuck >= self.config.stuck_interval:
             await self._stuck()
@@ -139,12 +181,20 @@ class Supervisor:
         self.metrics.scans.inc()
         self.metrics.scan_seconds.observe(time.perf_counter() - started)
 
-    async def _recover(self, orphan: Orphan) -> None:
+    async def _recover(self, term: Leadership, orphan: Orphan) -> None:
         self.metrics.orphans_detected.labels(reason=orphan.reason).inc()
         # Only pool sessions go back to the queue: an application's own runtime resumes
         # its sessions itself; releasing the lease is what it needs from us.
-        run_id = await self.store.recover_orphan(orphan, requeue=orphan.agent_ref is not None)
-        extra = {"session_id": orphan.session_id, "generation": orphan.generation}
+        recovery = await self.store.recover_orphan(term, orphan, requeue=orphan.agent_ref is not None)
+        if recovery is None:
+            return  # recovered already, or its holder renewed the lease meanwhile
+        extra = {
+            "session_id": orphan.session_id,
+            "generation": orphan.generation,
+            "leader_epoch": term.epoch,
+            "db_time": recovery.at,
+        }
+        run_id = recovery.run_id
         if run_id is None:
             logger.info("released %s lease of session %s", orphan.reason, orphan.session_id, extra=extra)
             return
@@ -172,15 +222,23 @@ class Supervisor:
         oldest = min((p.detected for p in self._pending.values()), default=None)
         self.metrics.oldest_unrecovered.set(now - oldest if oldest is not None else 0.0)
 
-    async def _check_workers(self) -> None:
+    async def _check_workers(self, term: Leadership) -> None:
         live = 0
         for worker in await self.store.running_workers():
             if await self.store.process_alive(f"{worker.id}/"):
                 live += 1
                 continue
-            await self.store.stop_worker(worker.id)
+            at = await self.store.mark_worker_dead(term, worker.id)
+            if at is None:
+                continue  # it stopped meanwhile
             self.metrics.workers_dead.inc()
-            logger.warning("worker %s (pid %d on %s) is dead", worker.id, worker.pid, worker.host)
+            logger.warning(
+                "worker %s (pid %d on %s) is dead",
+                worker.id,
+                worker.pid,
+                worker.host,
+                extra={"leader_epoch": term.epoch, "db_time": at},
+            )
         self.metrics.workers_live.set(live)
 
     async def _queue(self) -> None:

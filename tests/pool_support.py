@@ -16,7 +16,15 @@ from durable_support import BackendTarget
 
 from harnessx import AgentRef, AgentRuntime, RunHandle
 
-__all__ = ["Pool", "audit_generations", "ledger", "submit_many"]
+__all__ = [
+    "Pool",
+    "audit_generations",
+    "cut_leader_connection",
+    "latest_term",
+    "ledger",
+    "log_records",
+    "submit_many",
+]
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -42,6 +50,22 @@ class Process:
 
     def text(self) -> str:
         return self.log.read_text() if self.log.exists() else ""
+
+    def records(self) -> list[dict[str, Any]]:
+        return log_records(self.text())
+
+
+def log_records(text: str) -> list[dict[str, Any]]:
+    """The JSON lines of a process log (``HARNESSX_LOG_FORMAT=json``), skipping anything else."""
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 @dataclass
@@ -171,3 +195,45 @@ async def audit_generations(target: BackendTarget) -> list[str]:
             problems.append(f"run {run_id} has a gap or duplicate at event {seq}")
         expected[run_id] = seq
     return problems
+
+
+async def latest_term(target: BackendTarget, role: str = "supervisor") -> tuple[int, str] | None:
+    """The stored ``(epoch, holder)`` of ``role``'s latest leadership term."""
+    if target.kind == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(target.location) as conn:
+            row = conn.execute("SELECT epoch, holder FROM leadership WHERE role = ?", (role,)).fetchone()
+    else:
+        import asyncpg
+
+        conn = await asyncpg.connect(target.location, server_settings={"search_path": "harness_x"})
+        try:
+            row = await conn.fetchrow("SELECT epoch, holder FROM leadership WHERE role = $1", role)
+        finally:
+            await conn.close()
+    return None if row is None else (int(row[0]), str(row[1]))
+
+
+# The supervisor role's advisory lock as pg_locks shows it (the key as in find_orphans).
+_LEADER_LOCK = """
+    FROM pg_catalog.pg_locks l, (SELECT harnessx_liveness_key('leader:supervisor') AS key) k
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.classid = ((k.key >> 32) & 4294967295)::oid AND l.objid = (k.key & 4294967295)::oid
+"""
+
+
+async def cut_leader_connection(dsn: str, within: float = 10) -> None:
+    """Terminate the server connection holding the supervisor's leadership lock, as a server
+    restart would, without telling its process; return once the lock is free."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn, server_settings={"search_path": "harness_x"})
+    try:
+        await conn.execute(f"SELECT pg_terminate_backend(l.pid) {_LEADER_LOCK}")
+        deadline = time.monotonic() + within
+        while await conn.fetchval(f"SELECT EXISTS (SELECT 1 {_LEADER_LOCK})"):
+            assert time.monotonic() < deadline, "the terminated connection kept the leadership lock"
+            await asyncio.sleep(0.02)
+    finally:
+        await conn.close()

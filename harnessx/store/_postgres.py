@@ -17,7 +17,8 @@ Same protocol and semantics as ``SQLiteBackend``; what differs is where the work
   process dies, even by SIGKILL, the server drops the connection and the lock at once, so
   ``claim``, ``process_alive`` and ``find_orphans`` can tell a crashed holder from a live
   one without waiting for its lease to expire. Leadership (``try_leadership``) is another
-  advisory lock on that connection.
+  advisory lock on that connection, taken in one statement with the role's next epoch
+  (table ``leadership``); every write the leader makes as leader is fenced by that epoch.
 - **Notifications.** A checkpoint that adds events fires one ``pg_notify`` and queueing a
   run fires another, inside the committing transaction; ``wait_for_events`` and
   ``wait_for_work`` listen on a connection of their own, on each channel only once
@@ -102,15 +103,18 @@ from harnessx.store._pg_dsn import ENCODING_ADVICE, check_dsn, redact_dsn
 from harnessx.store._pg_notifications import Notifications
 from harnessx.store._protocol import (
     IncidentSnapshot,
+    Leadership,
     Lease,
     Orphan,
     QueueStats,
+    Recovery,
     Renewal,
     RunRecord,
     SessionRecord,
     SessionSummary,
     StuckRun,
     WorkerInfo,
+    leadership_lost,
 )
 from harnessx.store._queries import load_queries
 
@@ -135,6 +139,7 @@ SQLITE_ONLY_QUERIES = {
     "drop_orphan_lease": "recover_orphan",
     "requeue_session": "recover_orphan",
     "last_event_seq": "end_run",
+    "term_holds": "recover_orphan",  # and mark_worker_dead: each checks the term itself
 }
 
 _DEFAULT_SCHEMA = "harness_x"
@@ -252,7 +257,8 @@ class PostgresBackend:
         self._open_lock = asyncio.Lock()
         self._liveness_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
-        self._leaderships: dict[str, Any] = {}  # role -> the connection holding its lock
+        # role -> (the connection holding its lock, the term taken with it)
+        self._leaderships: dict[str, tuple[Any, Leadership]] = {}
         # session -> (owner, generation, run): the lease under which this process last wrote
         # that run's progress to the session row. The row lets go of it whenever the lease
         # changes hands, so under any other lease a progress-only checkpoint is sent whole
@@ -687,35 +693,60 @@ class PostgresBackend:
             except StorageError as exc:
                 logger.warning("could not re-take the liveness lock of process %s: %s", self.process_id, exc)
 
-    async def try_leadership(self, role: str) -> bool:
-        """Hold ``role`` by an advisory lock on the liveness connection: it dies with the process."""
+    async def try_leadership(self, role: str) -> Leadership | None:
+        """Hold ``role`` by an advisory lock on the liveness connection (it dies with the
+        process, or with the connection) and take its next epoch in the same statement."""
         async with self._liveness_lock:
             conn = await self._live_connection()
-            if self._leaderships.get(role) is conn:
-                return True  # held, and on the connection that still holds it
+            held = self._leaderships.get(role)
+            if held is not None and held[0] is conn:
+                return held[1]  # held, and on the connection that still holds it
+            self._leaderships.pop(role, None)  # its lock went with an older connection
             with self._translated("taking leadership"):
-                held = bool(await conn.fetchval(Q["try_leadership"], role))
-            if held:
-                self._leaderships[role] = conn
-            return held
+                try:
+                    row = await conn.fetchrow(Q["take_leadership"], role, self.process_id)
+                except asyncpg.PostgresError:
+                    # A session lock outlives the failed statement that took it: give it back.
+                    with contextlib.suppress(*DRIVER_ERRORS):
+                        await conn.fetchval(Q["release_leadership"], role)
+                    raise
+            if row is None:
+                return None
+            term = Leadership(role, self.process_id, int(row[0]), float(row[1]))
+            self._leaderships[role] = (conn, term)
+            return term
 
-    async def holds_leadership(self, role: str) -> bool:
+    async def holds_leadership(self, term: Leadership) -> bool:
         async with self._liveness_lock:
-            conn = self._leaderships.get(role)
-            if conn is None or conn.is_closed() or conn is not self._liveness:
+            held = self._leaderships.get(term.role)
+            if held is None or held[1] != term:
+                return False
+            if held[0].is_closed() or held[0] is not self._liveness:
                 # The lock went with its connection (a server restart, say): someone else
                 # may lead now.
-                self._leaderships.pop(role, None)
+                del self._leaderships[term.role]
                 return False
+        row = await self._run(
+            "checking leadership", lambda conn: conn.fetchrow(Q["leadership_term"], term.role)
+        )
+        if row is not None and (int(row[0]), str(row[1])) == (term.epoch, term.holder):
             return True
+        # A newer term exists: our lock means nothing now (and its connection may be gone).
+        with contextlib.suppress(HarnessError):
+            await self.release_leadership(term)
+        return False
 
-    async def release_leadership(self, role: str) -> None:
+    async def release_leadership(self, term: Leadership) -> None:
         async with self._liveness_lock:
-            conn = self._leaderships.pop(role, None)
-            if conn is None or conn.is_closed():
+            held = self._leaderships.get(term.role)
+            if held is None or held[1] != term:
+                return
+            del self._leaderships[term.role]
+            conn = held[0]
+            if conn.is_closed() or conn is not self._liveness:
                 return  # the lock went with its connection
             with self._translated("releasing leadership"):
-                await conn.fetchval(Q["release_leadership"], role)
+                await conn.fetchval(Q["release_leadership"], term.role)
 
     async def process_alive(self, owner: str) -> bool:
         alive = await self._run("checking liveness", lambda conn: conn.fetchval(Q["process_alive"], owner))
@@ -1127,17 +1158,36 @@ class PostgresBackend:
             Orphan(sid, owner, int(gen), agent_ref, reason) for sid, owner, gen, agent_ref, reason in rows
         ]
 
-    async def recover_orphan(self, orphan: Orphan, *, requeue: bool) -> str | None:
-        dropped, run_id, _ = await self._run(
+    async def recover_orphan(self, term: Leadership, orphan: Orphan, *, requeue: bool) -> Recovery | None:
+        holds, dropped, run_id, _, at = await self._run(
             "recovering an orphan",
             lambda conn: conn.fetchrow(
-                Q["recover_orphan"], orphan.session_id, orphan.owner, orphan.generation, requeue
+                Q["recover_orphan"],
+                orphan.session_id,
+                orphan.owner,
+                orphan.generation,
+                requeue,
+                term.role,
+                term.epoch,
+                term.holder,
             ),
         )
-        if not dropped or run_id is None:
-            return None
-        self._notifications.wake_work()
-        return str(run_id)
+        if not holds:
+            raise leadership_lost(term)
+        if not dropped:
+            return None  # someone else got there first, or the holder renewed it
+        if run_id is not None:
+            self._notifications.wake_work()
+        return Recovery(None if run_id is None else str(run_id), float(at))
+
+    async def mark_worker_dead(self, term: Leadership, worker_id: str) -> float | None:
+        holds, marked, at = await self._run(
+            "marking a worker dead",
+            lambda conn: conn.fetchrow(Q["mark_worker_dead"], worker_id, term.role, term.epoch, term.holder),
+        )
+        if not holds:
+            raise leadership_lost(term)
+        return float(at) if marked else None
 
     async def queue_stats(self) -> QueueStats:
         rows = await self._run("reading queue stats", lambda conn: conn.fetch(Q["queue_stats"]))

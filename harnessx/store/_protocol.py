@@ -3,7 +3,8 @@
 The runtime is the only caller that writes. Every write that changes a run takes the
 caller's ``Lease`` and commits only while that lease still holds (same owner, same
 generation, not expired), checked in the same transaction as the write; otherwise it
-raises ``LeaseLostError`` and writes nothing.
+raises ``LeaseLostError`` and writes nothing. The supervisor's writes are fenced the same
+way by its ``Leadership`` term (``LeadershipLostError``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from harnessx._errors import LeadershipLostError
 from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
 from harnessx._state import Delta, RunState
@@ -20,8 +22,10 @@ from harnessx.store._migrations import MigrationReport
 __all__ = [
     "IncidentSnapshot",
     "Lease",
+    "Leadership",
     "Orphan",
     "QueueStats",
+    "Recovery",
     "Renewal",
     "RunRecord",
     "SessionRecord",
@@ -29,6 +33,7 @@ __all__ = [
     "Store",
     "StuckRun",
     "WorkerInfo",
+    "leadership_lost",
 ]
 
 
@@ -39,6 +44,37 @@ class Lease:
     session_id: str
     owner: str
     generation: int
+
+
+@dataclass(frozen=True)
+class Leadership:
+    """A term as the one holder of ``role`` (e.g. the supervisor): ``epoch`` is its fencing
+    token, larger on every takeover. Every write the holder makes as leader carries the term
+    and applies only while the store's latest term of ``role`` is still this one; otherwise
+    it raises ``LeadershipLostError`` and writes nothing."""
+
+    role: str
+    holder: str  # the store's process_id
+    epoch: int
+    since: float  # when the term began, by the database's clock (epoch seconds)
+
+
+def leadership_lost(term: Leadership) -> LeadershipLostError:
+    """The error of a leader write refused because ``term`` is no longer the latest."""
+    return LeadershipLostError(
+        f"this process's {term.role} leadership (epoch {term.epoch}) was taken over by a newer "
+        "leader; nothing was written"
+    )
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """An orphan the leader recovered: the run it requeued (``None``: it only dropped the
+    lease), and ``at``, the database's clock inside the recovering transaction, so before
+    any later term began."""
+
+    run_id: str | None
+    at: float
 
 
 @dataclass
@@ -296,19 +332,26 @@ class Store(Protocol):
     async def find_orphans(self) -> list[Orphan]:
         """Leases whose holder process is dead, or that expired."""
 
-    async def recover_orphan(self, orphan: Orphan, *, requeue: bool) -> str | None:
+    async def recover_orphan(self, term: Leadership, orphan: Orphan, *, requeue: bool) -> Recovery | None:
         """Drop the orphan's lease with a generation bump (fencing the old holder out) and,
-        with ``requeue``, queue its session's running run; returns that run's id."""
+        with ``requeue``, queue its session's running run. ``None`` if the lease is no longer
+        the orphan's (recovered already, or renewed). Fenced by ``term``."""
+
+    async def mark_worker_dead(self, term: Leadership, worker_id: str) -> float | None:
+        """Record that a worker died; the database clock of the write, or ``None`` if it was
+        already marked stopped. Fenced by ``term``."""
 
     async def queue_stats(self) -> QueueStats: ...
 
-    async def try_leadership(self, role: str) -> bool:
-        """Become the one holder of ``role`` (e.g. the supervisor) without waiting; true
-        while held. The hold dies with this process (file lock / advisory lock)."""
+    async def try_leadership(self, role: str) -> Leadership | None:
+        """Become the one holder of ``role`` without waiting, taking its next epoch in the
+        same transaction; the term while held (the same one again if already held), else
+        ``None``. The hold dies with this process (file lock / advisory lock)."""
 
-    async def holds_leadership(self, role: str) -> bool:
-        """Whether ``role`` is still held: a dropped database connection loses it."""
+    async def holds_leadership(self, term: Leadership) -> bool:
+        """Whether ``term`` still holds: its lock is held (a dropped database connection
+        loses it) and no newer epoch is stored."""
 
-    async def release_leadership(self, role: str) -> None: ...
+    async def release_leadership(self, term: Leadership) -> None: ...
 
     async def stuck_runs(self, older_than: float, limit: int = 100) -> list[StuckRun]: ...

@@ -25,7 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harnessx._errors import ConfigurationError, LeaseLostError, SchemaError, SessionBusyError, StorageError
+from harnessx._errors import (
+    ConfigurationError,
+    LeaseLostError,
+    SchemaError,
+    SessionBusyError,
+    StorageError,
+)
 from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
 from harnessx._state import Delta, RunState
@@ -42,15 +48,18 @@ from harnessx.store._codec import (
 from harnessx.store._migrations import MigrationReport, check_applied, check_objects, pending, report
 from harnessx.store._protocol import (
     IncidentSnapshot,
+    Leadership,
     Lease,
     Orphan,
     QueueStats,
+    Recovery,
     Renewal,
     RunRecord,
     SessionRecord,
     SessionSummary,
     StuckRun,
     WorkerInfo,
+    leadership_lost,
 )
 from harnessx.store._queries import load_queries
 from harnessx.store._waiters import RunWaiters
@@ -109,7 +118,7 @@ class SQLiteBackend:
         self._liveness: int | None = None
         self._closed = False
         self._waiters = RunWaiters()
-        self._leaderships: dict[str, int] = {}
+        self._leaderships: dict[str, tuple[int, Leadership]] = {}  # role -> (locked fd, term)
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({str(self.path)!r})"
@@ -166,8 +175,9 @@ class SQLiteBackend:
             return
         self._closed = True
         await self._shutdown()
-        for role in list(self._leaderships):
-            await self.release_leadership(role)
+        for fd, _ in self._leaderships.values():
+            os.close(fd)  # drops the lock; the term is fenced by the next taker's epoch
+        self._leaderships.clear()
         if self._liveness is not None:
             lock_path = self.owners_dir / f"{self.process_id}.lock"
             os.close(self._liveness)  # closing the descriptor drops the flock
@@ -772,39 +782,81 @@ class SQLiteBackend:
 
         return await self._call(body)
 
-    async def recover_orphan(self, orphan: Orphan, *, requeue: bool) -> str | None:
-        def body(conn: sqlite3.Connection) -> str | None:
+    def _check_term(self, conn: sqlite3.Connection, term: Leadership) -> None:
+        """Inside a leader's write transaction: refuse it unless ``term`` is still the latest."""
+        if conn.execute(Q["term_holds"], (term.role, term.epoch, term.holder)).fetchone() is None:
+            raise leadership_lost(term)
+
+    async def recover_orphan(self, term: Leadership, orphan: Orphan, *, requeue: bool) -> Recovery | None:
+        def body(conn: sqlite3.Connection) -> Recovery | None:
+            self._check_term(conn, term)
+            # Writers are serialized, so this is before any later term's start (its clock).
+            at = time.time()
             dropped = conn.execute(
                 Q["drop_orphan_lease"], (orphan.session_id, orphan.owner, orphan.generation)
             ).fetchone()
-            if dropped is None or not requeue:
-                return None  # someone else got there first, or nothing to queue
-            row = conn.execute(Q["requeue_session"], (time.time(), orphan.session_id)).fetchone()
-            return str(row[0]) if row else None
+            if dropped is None:
+                return None  # someone else got there first, or the holder renewed it
+            if not requeue:
+                return Recovery(None, at)
+            row = conn.execute(Q["requeue_session"], (at, orphan.session_id)).fetchone()
+            return Recovery(str(row[0]) if row else None, at)
 
         return await self._call(self._write, body)
 
-    async def try_leadership(self, role: str) -> bool:
+    async def mark_worker_dead(self, term: Leadership, worker_id: str) -> float | None:
+        def body(conn: sqlite3.Connection) -> float | None:
+            self._check_term(conn, term)
+            at = time.time()
+            marked = conn.execute(Q["stop_worker"], (at, worker_id)).rowcount
+            return at if marked else None
+
+        return await self._call(self._write, body)
+
+    async def try_leadership(self, role: str) -> Leadership | None:
+        """Hold ``role`` by a lock file beside the database (it dies with the process), then
+        take the role's next epoch in a write transaction."""
         if role in self._leaderships:
-            return True
+            return self._leaderships[role][1]
         path = self.path.with_name(f"{self.path.name}.{role}.lock")
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            return False
-        self._leaderships[role] = fd
-        return True
-
-    async def holds_leadership(self, role: str) -> bool:
-        # A file lock is only lost with the process (or by release_leadership).
-        return role in self._leaderships
-
-    async def release_leadership(self, role: str) -> None:
-        fd = self._leaderships.pop(role, None)
-        if fd is not None:
+            return None
+        try:
+            # The time is read inside the transaction, so after every earlier leader write.
+            epoch, since = await self._call(
+                self._write,
+                lambda conn: conn.execute(
+                    Q["take_leadership"], (role, self.process_id, time.time())
+                ).fetchone(),
+            )
+        except BaseException:
             os.close(fd)
+            raise
+        term = Leadership(role, self.process_id, int(epoch), float(since))
+        self._leaderships[role] = (fd, term)
+        return term
+
+    async def holds_leadership(self, term: Leadership) -> bool:
+        held = self._leaderships.get(term.role)
+        if held is None or held[1] != term:
+            return False
+        # The file lock is only lost with the process, but the file can be removed under it
+        # (and a new one locked by another process): the stored epoch tells.
+        row = await self._call(lambda conn: conn.execute(Q["leadership_term"], (term.role,)).fetchone())
+        if row is not None and (int(row[0]), str(row[1])) == (term.epoch, term.holder):
+            return True
+        await self.release_leadership(term)
+        return False
+
+    async def release_leadership(self, term: Leadership) -> None:
+        held = self._leaderships.get(term.role)
+        if held is not None and held[1] == term:
+            del self._leaderships[term.role]
+            os.close(held[0])
 
     async def queue_stats(self) -> QueueStats:
         rows = await self._call(lambda conn: conn.execute(Q["queue_stats"]).fetchall())

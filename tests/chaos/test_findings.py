@@ -33,7 +33,7 @@ from harnessx import (
 )
 from harnessx.store._protocol import Store
 from harnessx.testing import ThrowawayCluster
-from supervisor._supervisor import Supervisor, SupervisorConfig
+from supervisor._supervisor import ROLE, Supervisor, SupervisorConfig
 
 pytestmark = pytest.mark.process
 
@@ -89,8 +89,10 @@ async def test_a_run_whose_lease_expired_is_not_stranded(tmp_path: Path) -> None
         async with _running(Worker(worker_store, registry, WorkerConfig(concurrency=1))):
             await asyncio.sleep(3)  # claimed, stalled, fenced at the raw-result commit
         supervisor = Supervisor(supervisor_store)
+        term = await supervisor_store.try_leadership(ROLE)
+        assert term is not None
         for _ in range(3):
-            await supervisor.scan()
+            await supervisor.scan(term)
         # Another worker gets its chance to continue the run.
         async with _running(Worker(second_store, _registry(lambda: "ok"), WorkerConfig(concurrency=1))):
             deadline = time.monotonic() + 20

@@ -40,6 +40,7 @@ TABLES = {
     "runs",
     "messages",
     "tool_calls",
+    "leadership",
     "events",
     "journal",
     "workers",
@@ -246,6 +247,7 @@ async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_databa
 # What each migration after the first added, undone in reverse order: the database as an
 # older harnessx left it.
 UNDO_MIGRATION = {
+    5: "DROP TABLE leadership",
     4: "DROP TABLE journal; ALTER TABLE sessions DROP COLUMN recording",
     3: "DROP TRIGGER sessions_release_progress ON sessions; "
     "DROP TRIGGER sessions_settle_progress ON sessions; "
@@ -256,7 +258,7 @@ UNDO_MIGRATION = {
 }
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 async def test_an_older_database_with_a_run_in_flight_upgrades_in_place(
     pg_database: str, version: int
 ) -> None:
@@ -606,7 +608,10 @@ async def test_a_lease_changing_hands_settles_progress_on_the_run_row(pg_databas
                 await b.claim(session_id, "rescuer")
             else:
                 (orphan,) = [o for o in await b.find_orphans() if o.session_id == session_id]
-                assert await b.recover_orphan(orphan, requeue=True) == run_id
+                term = await b.try_leadership("supervisor")
+                assert term is not None
+                recovered = await b.recover_orphan(term, orphan, requeue=True)
+                assert recovered is not None and recovered.run_id == run_id
             assert await run_row(run_id) == ("dispatch", 2)
 
         # An older harnessx now writes the run row only; nothing stale overlays what it wrote.
@@ -1246,9 +1251,13 @@ async def test_orphans_are_found_and_recovered_with_a_generation_bump(pg_databas
         assert {sid: o.reason for sid, o in orphans.items()} == {"dead": "dead", "slow": "expired"}
         assert orphans["dead"].generation == dead_lease.generation
 
-        assert await supervisor.recover_orphan(orphans["dead"], requeue=True) == "r1"
-        assert await supervisor.recover_orphan(orphans["dead"], requeue=True) is None  # already done
-        assert await supervisor.recover_orphan(orphans["slow"], requeue=False) is None
+        term = await supervisor.try_leadership("supervisor")
+        assert term is not None
+        recovered = await supervisor.recover_orphan(term, orphans["dead"], requeue=True)
+        assert recovered is not None and recovered.run_id == "r1"
+        assert await supervisor.recover_orphan(term, orphans["dead"], requeue=True) is None  # already done
+        released = await supervisor.recover_orphan(term, orphans["slow"], requeue=False)
+        assert released is not None and released.run_id is None
         with pytest.raises(LeaseLostError):
             await slow.append_events(slow_lease, "r2", [event("r2", 2)])
         assert await supervisor.find_orphans() == []
@@ -1265,7 +1274,7 @@ async def test_orphans_are_found_and_recovered_with_a_generation_bump(pg_databas
         }
 
 
-async def test_workers_and_leadership(pg_database: str) -> None:
+async def test_workers(pg_database: str) -> None:
     async with backends(pg_database, 2) as (a, b):
         worker = WorkerInfo(a.process_id, "host-1", 4242, ["sales:v1"], 8)
         await a.register_worker(worker)
@@ -1283,11 +1292,3 @@ async def test_workers_and_leadership(pg_database: str) -> None:
         assert seen.heartbeat_at >= seen.started_at > 0
         await b.stop_worker(worker.id)
         assert await a.running_workers() == []
-
-        assert await a.try_leadership("supervisor")
-        assert await a.try_leadership("supervisor")  # already ours
-        assert not await b.try_leadership("supervisor")
-        await a.release_leadership("supervisor")
-        assert await b.try_leadership("supervisor")
-        await b.aclose()  # the hold dies with its holder
-        assert await a.try_leadership("supervisor")

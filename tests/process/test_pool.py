@@ -7,10 +7,19 @@ import signal
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from durable_support import BackendTarget
-from pool_support import Pool, audit_generations, ledger, submit_many
+from pool_support import (
+    Pool,
+    Process,
+    audit_generations,
+    cut_leader_connection,
+    latest_term,
+    ledger,
+    submit_many,
+)
 
 from harnessx import RunStatus
 
@@ -118,10 +127,36 @@ async def test_sigterm_drain_hands_runs_over_at_once(pool: Pool) -> None:
     assert " draining " in draining.text()
 
 
+def leads(process: Process) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in process.records()
+        if str(r.get("message", "")).startswith("this supervisor is now the leader")
+    ]
+
+
+def leader_writes(process: Process) -> list[dict[str, Any]]:
+    """Log lines of the writes a supervisor made as the leader (recoveries, dead workers)."""
+    return [
+        r
+        for r in process.records()
+        if str(r.get("message", "")).startswith(("requeued run", "released"))
+        or str(r.get("message", "")).endswith(" is dead")
+    ]
+
+
+async def wait_for_log(process: Process, predicate: Any, what: str, within: float = 30) -> None:
+    deadline = time.monotonic() + within
+    while not predicate(process):
+        assert process.popen.poll() is None, f"{process.name} exited:\n{process.text()[-3000:]}"
+        assert time.monotonic() < deadline, f"{process.name} never {what}:\n{process.text()[-3000:]}"
+        await asyncio.sleep(0.05)
+
+
 async def test_supervisor_failover(pool: Pool) -> None:
     pool.slow_tool = 0.5
     leader = pool.supervisor("leader")
-    await asyncio.sleep(0.5)
+    await wait_for_log(leader, leads, "became the leader")
     standby = pool.supervisor("standby")
     victim = pool.worker("victim", concurrency=2)
     await pool.wait_for_workers(1)
@@ -138,7 +173,55 @@ async def test_supervisor_failover(pool: Pool) -> None:
         for runtime, _, _ in submitted:
             await runtime.stop()
     assert all(result.ok for result in results)
-    assert "now the leader" in standby.text()
+    # The standby took the next epoch and wrote under it only: at least marking the victim dead.
+    await wait_for_log(
+        standby, lambda p: any(" is dead" in r["message"] for r in leader_writes(p)), "saw the kill"
+    )
+    ((first,), (taken,)) = leads(leader), leads(standby)
+    assert (first["leader_epoch"], taken["leader_epoch"]) == (1, 2)
+    assert await latest_term(pool.target) == (2, taken["supervisor_id"])
+    for write in leader_writes(standby):
+        assert write["leader_epoch"] == 2 and write["db_time"] >= taken["db_time"], write
+    assert leader_writes(leader) == [] or all(w["leader_epoch"] == 1 for w in leader_writes(leader))
+
+
+@pytest.mark.parametrize("target", ["postgres"], indirect=True)  # SQLite's file lock has no connection
+async def test_a_leader_whose_lock_went_with_its_connection_steps_down(pool: Pool) -> None:
+    """What a PostgreSQL restart does to the leader, without the restart: its lock goes with
+    its connection while the process is unable to notice (stopped). The standby takes over;
+    the old leader, continued, steps down, and nothing it wrote is from after the takeover."""
+    pool.slow_tool = 0.5
+    old = pool.supervisor("old")
+    await wait_for_log(old, leads, "became the leader")
+    standby = pool.supervisor("standby")
+    await wait_for_log(standby, lambda p: "standing by" in p.text(), "stood by")
+    victim = pool.worker("victim", concurrency=2)
+    await pool.wait_for_workers(1)
+    old.signal(signal.SIGSTOP)
+    try:
+        await cut_leader_connection(pool.target.location)
+        await wait_for_log(standby, leads, "took over")
+        async with pool.target.open(auto_migrate=False) as store:
+            submitted = await submit_many(store, ["safe"] * 4)
+            await pool.wait_for_ledger(lambda lines: any(line["pid"] == victim.popen.pid for line in lines))
+            pool.worker("survivor", concurrency=2)
+            await pool.wait_for_workers(2)
+            victim.signal(signal.SIGKILL)
+            victim.wait()
+            results = await results_of(submitted)
+            for runtime, _, _ in submitted:
+                await runtime.stop()
+    finally:
+        old.signal(signal.SIGCONT)
+    await wait_for_log(old, lambda p: "lost its leadership" in p.text(), "stepped down")
+    assert all(result.ok for result in results)
+    ((first,), (taken,)) = leads(old), leads(standby)
+    assert (first["leader_epoch"], taken["leader_epoch"]) == (1, 2)
+    assert await latest_term(pool.target) == (2, taken["supervisor_id"])
+    for write in leader_writes(old):
+        assert write["leader_epoch"] == 1 and write["db_time"] < taken["db_time"], write
+    assert old.popen.poll() is None and standby.popen.poll() is None
+    assert len(leads(old)) == 1  # it stands by now: the standby holds the lock
 
 
 def test_pool_metrics_are_served(target: BackendTarget, tmp_path: Path) -> None:

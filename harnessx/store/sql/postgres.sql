@@ -60,9 +60,22 @@ INSERT INTO harnessx_migrations (version, name, checksum) VALUES ($1, $2, $3);
 -- Take this process's liveness lock, held by its dedicated connection until it closes.
 SELECT pg_advisory_lock(harnessx_liveness_key($1));
 
--- name: try_leadership
--- Become the one holder of a role (e.g. the supervisor) without waiting; held by this connection.
-SELECT pg_try_advisory_lock(harnessx_liveness_key('leader:' || $1));
+-- name: take_leadership
+-- Become the one holder of role $1 (e.g. the supervisor) without waiting, as process $2: the
+-- lock is held by this connection; in the same statement (one transaction) the holder takes
+-- the role's next epoch, its fencing token. No row when another connection holds the lock.
+-- The epoch and start are set after the row is locked, so a leader's write still in flight
+-- (it holds the row FOR SHARE) commits first and begins before this term does.
+INSERT INTO leadership (role, epoch, holder, since)
+SELECT $1, 1, $2, clock_timestamp()
+WHERE pg_try_advisory_lock(harnessx_liveness_key('leader:' || $1))
+ON CONFLICT (role) DO UPDATE
+SET epoch = leadership.epoch + 1, holder = excluded.holder, since = clock_timestamp()
+RETURNING epoch, extract(epoch FROM since)::float8;
+
+-- name: leadership_term
+-- The latest term of role $1: its epoch and holder (none before anyone led).
+SELECT epoch, holder FROM leadership WHERE role = $1;
 
 -- name: release_leadership
 -- Give a role up.
@@ -421,7 +434,7 @@ ON CONFLICT (id) DO UPDATE SET heartbeat_at = now();
 UPDATE workers SET heartbeat_at = now(), draining = $2 WHERE id = $1;
 
 -- name: stop_worker
--- A worker or the supervisor records that the worker has stopped.
+-- A worker records that it has stopped (the supervisor marks dead ones: mark_worker_dead).
 UPDATE workers SET stopped_at = now() WHERE id = $1 AND stopped_at IS NULL;
 
 -- name: running_workers
@@ -455,21 +468,41 @@ ORDER BY id;
 
 -- name: recover_orphan
 -- Drop a dead or expired holder's lease (the generation bump fences it out) and, if $4,
--- queue the session's running run again (waking idle workers); returns whether the lease was
--- dropped and the run.
-WITH dropped AS (
+-- queue the session's running run again (waking idle workers), only while the leader's term
+-- ($5 role, $6 epoch, $7 holder) is the latest: read FOR SHARE, so a takeover waits for this
+-- statement to commit. Returns whether the term holds, whether the lease was dropped, the run,
+-- and the database clock inside the transaction (before any later term can begin).
+WITH term AS (
+    SELECT 1 FROM leadership WHERE role = $5 AND epoch = $6 AND holder = $7 FOR SHARE
+), dropped AS (
     UPDATE sessions
     SET lease_owner = NULL, lease_expires_at = NULL, generation = generation + 1
-    WHERE id = $1 AND lease_owner = $2 AND generation = $3
+    WHERE id = $1 AND lease_owner = $2 AND generation = $3 AND EXISTS (SELECT FROM term)
     RETURNING id
 ), queued AS (
     UPDATE runs SET queued_at = now()
     WHERE $4 AND session_id IN (SELECT id FROM dropped) AND status = 'running' AND queued_at IS NULL
     RETURNING id
 )
-SELECT EXISTS (SELECT 1 FROM dropped),
+SELECT EXISTS (SELECT FROM term),
+       EXISTS (SELECT 1 FROM dropped),
        (SELECT min(id) FROM queued),
-       (SELECT count(pg_notify(harnessx_channel('work'), id)) FROM queued);
+       (SELECT count(pg_notify(harnessx_channel('work'), id)) FROM queued),
+       extract(epoch FROM clock_timestamp())::float8;
+
+-- name: mark_worker_dead
+-- The leader records that worker $1 died, only while its term ($2 role, $3 epoch, $4 holder)
+-- is the latest (as in recover_orphan). Returns whether the term holds, whether the worker
+-- was marked, and the database clock inside the transaction.
+WITH term AS (
+    SELECT 1 FROM leadership WHERE role = $2 AND epoch = $3 AND holder = $4 FOR SHARE
+), stopped AS (
+    UPDATE workers SET stopped_at = now()
+    WHERE id = $1 AND stopped_at IS NULL AND EXISTS (SELECT FROM term)
+    RETURNING id
+)
+SELECT EXISTS (SELECT FROM term), EXISTS (SELECT FROM stopped),
+       extract(epoch FROM clock_timestamp())::float8;
 
 -- name: queue_stats
 -- Queue depth and the oldest queued time, per agent reference.

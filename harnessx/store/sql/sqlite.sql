@@ -182,7 +182,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?);
 UPDATE workers SET heartbeat_at = ?, draining = ? WHERE id = ?;
 
 -- name: stop_worker
--- A worker or the supervisor records that the worker has stopped.
+-- A worker records that it has stopped; the supervisor, that a dead one has (fenced by its term).
 UPDATE workers SET stopped_at = ? WHERE id = ? AND stopped_at IS NULL;
 
 -- name: running_workers
@@ -207,6 +207,21 @@ RETURNING generation;
 UPDATE runs SET queued_at = ?
 WHERE session_id = ? AND status = 'running' AND queued_at IS NULL
 RETURNING id;
+
+-- name: take_leadership
+-- The holder of a role's lock file takes the role's next epoch (its fencing token).
+INSERT INTO leadership (role, epoch, holder, since) VALUES (?, 1, ?, ?)
+ON CONFLICT (role) DO UPDATE SET epoch = epoch + 1, holder = excluded.holder, since = excluded.since
+RETURNING epoch, since;
+
+-- name: leadership_term
+-- The latest term of a role: its epoch and holder (none before anyone led).
+SELECT epoch, holder FROM leadership WHERE role = ?;
+
+-- name: term_holds
+-- Whether a leader's term (role, epoch, holder) is still the latest; checked in the same
+-- write transaction as every write the leader makes as leader.
+SELECT 1 FROM leadership WHERE role = ? AND epoch = ? AND holder = ?;
 
 -- name: queue_stats
 -- Queue depth and the oldest queued time, per agent reference.
