@@ -228,6 +228,13 @@ class LedgerReader:
         self._follow(pid)
         return len(self._open.get(pid, {}))
 
+    def cut_off(self, pid: int, before: float) -> int:
+        """How many tool calls process ``pid`` started before ``before`` (epoch seconds) and
+        never finished. Asked once the process is gone: the calls its kill cut off, which
+        therefore cannot have had their raw results committed."""
+        self._follow(pid)
+        return sum(1 for started in self._open.get(pid, {}).values() if started <= before)
+
 
 def read_invocations(directory: Path) -> tuple[list[dict[str, Any]], int]:
     """Every invocation, its ``start`` merged with its ``end`` (``ended`` is ``None`` for a

@@ -51,6 +51,13 @@ class Settings:
     folder: Path
     cluster: ThrowawayCluster | None = None
     fsync: bool = False
+    min_kills_mid_tool: int = 0  # owed by the scenarios that kill workers mid-tool
+
+    @property
+    def fault_bound(self) -> float:
+        """The most seconds of faults a scenario gets while it still owes kills mid-tool: a
+        bound by count would otherwise never end on a machine where none can land."""
+        return max(120.0, 4 * self.duration)
 
 
 @dataclass
@@ -182,12 +189,16 @@ async def run_scenario(info: ScenarioInfo, settings: Settings) -> ScenarioResult
             workload_done=workload.all_done,
             folder=folder,
             cluster=settings.cluster,
+            min_kills_mid_tool=settings.min_kills_mid_tool if info.kills_mid_tool else 0,
+            hard_deadline=time.monotonic() + settings.fault_bound,
         )
         background = [
             asyncio.create_task(fleet.keep_capacity(db), name="keep-capacity"),
             asyncio.create_task(workload.settle(), name="settle"),
         ]
-        submitting = asyncio.create_task(workload.submit(settings.runs, over=settings.duration * 0.8))
+        submitting = asyncio.create_task(
+            workload.submit(settings.runs, over=settings.duration * 0.8, more=ctx.short_of_kills)
+        )
         background.append(submitting)
         await info.run(ctx)
         await submitting

@@ -21,7 +21,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -70,13 +70,16 @@ class Workload:
 
     # ---------------------------------------------------------------- submitting
 
-    async def submit(self, count: int, over: float) -> None:
-        """Submit ``count`` runs evenly over ``over`` seconds."""
+    async def submit(self, count: int, over: float, more: Callable[[], bool] | None = None) -> None:
+        """Submit ``count`` runs evenly over ``over`` seconds; then, at the same pace, one more
+        each time while ``more()`` (a scenario that still needs tool calls to land in)."""
         began = time.monotonic()
         try:
-            for index in range(count):
+            index = 0
+            while index < count or (more is not None and more()):
                 await self._submit_one(index)
-                ahead = began + over * (index + 1) / count - time.monotonic()
+                index += 1
+                ahead = began + over * index / count - time.monotonic()
                 if ahead > 0:
                     await asyncio.sleep(ahead)
         finally:
