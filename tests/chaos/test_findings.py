@@ -285,3 +285,41 @@ async def test_a_worker_and_its_run_outlive_a_database_outage_longer_than_its_re
                 await asyncio.sleep(0.1)
             assert worker._fatal is None
         assert run is not None and run.status == "completed"
+
+
+@pytest.mark.timeout(120)
+async def test_a_leader_deposed_by_a_database_restart_cannot_recover_orphans(
+    cluster: ThrowawayCluster,
+) -> None:
+    """Finding 3, as a full run met it after the first fix: the restart takes the leader's
+    lock, a standby takes over, and the old leader, which checked its lock just before,
+    recovers an orphan anyway. Now its write carries its epoch and the database refuses it."""
+    from harnessx._errors import LeadershipLostError
+    from harnessx.store import PostgresBackend
+
+    async with (
+        PostgresBackend(cluster.dsn) as client,
+        PostgresBackend(cluster.dsn) as old_store,
+        PostgresBackend(cluster.dsn) as new_store,
+    ):
+        session_id, _ = await _submit(client)
+        holder = PostgresBackend(cluster.dsn)
+        await holder.initialize()
+        lease = await holder.claim(session_id, "worker")
+        await holder.aclose()  # the holder dies: its lease is an orphan
+        old = await old_store.try_leadership(ROLE)
+        assert old is not None and await old_store.holds_leadership(old)  # checked...
+        (orphan,) = await old_store.find_orphans()
+        await asyncio.to_thread(cluster.restart, "fast")  # ...deposed...
+        deadline = time.monotonic() + 30
+        while (new := await new_store.try_leadership(ROLE)) is None:
+            assert time.monotonic() < deadline, "the standby never took over"
+            await asyncio.sleep(0.1)
+        assert new.epoch == old.epoch + 1
+        with pytest.raises(LeadershipLostError):  # ...and acts: refused
+            await old_store.recover_orphan(old, orphan, requeue=True)
+        session = await client.get_session(session_id)
+        assert session is not None and session.generation == lease.generation
+        assert await new_store.recover_orphan(new, orphan, requeue=True) is not None  # the new leader may
+        session = await client.get_session(session_id)
+        assert session is not None and session.generation == lease.generation + 1

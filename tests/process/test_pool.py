@@ -258,7 +258,9 @@ def test_pool_metrics_are_served(target: BackendTarget, tmp_path: Path) -> None:
     ):  # fmt: skip
         assert f"# TYPE {name.removesuffix('_total')}" in worker.text, name
     for name in (
-        "harnessx_supervisor_leader", "harnessx_orphans_detected_total", "harnessx_orphans_recovered_total",
+        "harnessx_supervisor_leader", "harnessx_supervisor_leader_epoch",
+        "harnessx_supervisor_writes_refused_total",
+        "harnessx_orphans_detected_total", "harnessx_orphans_recovered_total",
         "harnessx_orphan_recovery_seconds", "harnessx_workers_live", "harnessx_queue_depth",
         "harnessx_stuck_runs",
     ):  # fmt: skip
