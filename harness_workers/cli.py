@@ -4,24 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 import click
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from harness_workers._metrics import WorkerMetrics
 from harness_workers._worker import Worker, WorkerConfig
-from harnessx._errors import HarnessError
-from harnessx._health import HealthServer, parse_address
+from harnessx._errors import ConfigurationError, HarnessError
+from harnessx._health import health_app
+from harnessx._http_server import HttpServer
 from harnessx._logging import configure_logging
 from harnessx._processes import (
     install_signal_handlers,
+    listen_for_metrics,
     load_object,
     log_options,
     metrics_option,
     open_store,
     run_event_loop,
+    serving_message,
+    start_logging,
     store_options,
 )
+from harnessx._redaction import redact
 from harnessx._registry import AgentRegistry
 from harnessx._systemd import SystemdNotifier
 from harnessx.store._protocol import Store
@@ -75,7 +80,7 @@ def main(
     schema: str,
     agents_path: str,
     concurrency: int,
-    metrics_addr: str,
+    metrics_addr: tuple[str, int] | None,
     lease_seconds: float,
     drain_timeout: float,
     log_format: str,
@@ -84,24 +89,31 @@ def main(
 ) -> None:
     """Claim queued harnessx runs and drive them. SIGTERM drains: runs are handed back at their
     next boundary and the worker exits 0; a second signal exits at once."""
+    # Logging, and with it redaction, comes first: whatever fails below is reported through it.
+    start_logging(log_format, log_level)
+    sockets = listen_for_metrics(metrics_addr)
     try:
         registry = load_object(agents_path, "--agents")
-        if not isinstance(registry, AgentRegistry):
-            raise click.UsageError(
-                f"--agents {agents_path} is a {type(registry).__name__}, not an AgentRegistry"
-            )
-        address = None if metrics_addr == "off" else parse_address(metrics_addr)
+    except ConfigurationError as exc:
+        # The one line says what failed; the traceback (redacted) is there for whoever needs it:
+        # in JSON logs, or with --log-level debug.
+        level = logging.ERROR if log_format == "json" else logging.DEBUG
+        logger.log(level, "%s", exc, exc_info=exc.__cause__)
+        raise click.ClickException(str(exc)) from None
+    if not isinstance(registry, AgentRegistry):
+        raise click.UsageError(f"--agents {agents_path} is a {type(registry).__name__}, not an AgentRegistry")
+    try:
         store = open_store(
             dsn=dsn, sqlite_path=sqlite_path, schema=schema, lease_seconds=lease_seconds, auto_migrate=migrate
         )
     except (HarnessError, ValueError) as exc:
-        raise click.UsageError(str(exc)) from exc
+        raise click.UsageError(redact(str(exc))) from exc
     configure_logging(
         "json" if log_format == "json" else "text", log_level, static={"worker_id": store.process_id}
     )
     config = WorkerConfig(concurrency=concurrency, drain_timeout=drain_timeout)
     try:
-        run_event_loop(_serve(store, registry, config, address))
+        run_event_loop(_serve(store, registry, config, sockets))
     except HarnessError as exc:
         logger.error("worker stopped: %s", exc)
         raise SystemExit(1) from exc
@@ -111,7 +123,7 @@ def main(
 
 
 async def _serve(
-    backend: Store, registry: AgentRegistry, config: WorkerConfig, address: tuple[str, int] | None
+    backend: Store, registry: AgentRegistry, config: WorkerConfig, sockets: list[socket.socket] | None
 ) -> None:
     notifier = SystemdNotifier()
     metrics = WorkerMetrics()
@@ -124,16 +136,14 @@ async def _serve(
 
         install_signal_handlers(stop)
         server = None
-        if address is not None:
-            server = HealthServer(
-                address[0],
-                address[1],
-                metrics=lambda: (generate_latest(metrics.registry), CONTENT_TYPE_LATEST),
-                healthy=worker.health_problem,
-                ready=worker.readiness_problem,
-            )
+        if sockets is not None:
+            app = health_app(metrics.registry, healthy=worker.health_problem, ready=worker.readiness_problem)
+            server = HttpServer(app, sockets)
+            # Serving before the worker claims anything: /readyz says 503 until it is registered.
             await server.start()
-            logger.info("serving /metrics, /healthz, /readyz on %s:%d", address[0], server.port)
+            logger.info("%s", serving_message(sockets))
+        else:
+            logger.info("not serving /metrics, /healthz, /readyz (--metrics-addr off)")
         run = asyncio.create_task(worker.run())
         registered = asyncio.create_task(worker.registered.wait())
         await asyncio.wait({run, registered}, return_when=asyncio.FIRST_COMPLETED)
@@ -143,6 +153,7 @@ async def _serve(
         try:
             await run
         finally:
+            # Probes keep their answers (503 on /readyz) until the drain is over.
             if server is not None:
                 await server.stop()
     logger.info("worker %s stopped", worker.id)

@@ -12,7 +12,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from types import MappingProxyType
+from types import MappingProxyType, TracebackType
 from typing import Literal, TextIO
 
 from harnessx._redaction import redact, redact_value
@@ -180,7 +180,9 @@ def configure_logging(
     """Sends the root logger's output to stderr as JSON or text lines, secrets redacted.
 
     ``static`` fields (say ``worker_id``) go on every line. Calling it again replaces the
-    handler it installed before; handlers installed by anyone else are left alone.
+    handler it installed before; handlers installed by anyone else are left alone. An
+    exception nobody catches is logged through the same handler (redacted, in the same
+    format) instead of Python's bare traceback on stderr.
     """
     formatters: dict[str, Callable[[], logging.Formatter]] = {"json": _JsonFormatter, "text": _TextFormatter}
     if fmt not in formatters:
@@ -198,3 +200,20 @@ def configure_logging(
         root.removeHandler(previous)
     root.addHandler(handler)
     root.setLevel(levels[level.upper()])
+    # uvicorn's informational and warning lines describe a standalone server ("Started server
+    # process", "Waiting for connections to close. (CTRL+C to force quit)") or a malformed
+    # request, which anyone who can connect may send at will; unless debugging, only its
+    # errors (an exception in the application) are kept.
+    logging.getLogger("uvicorn.error").setLevel(
+        logging.DEBUG if root.level <= logging.DEBUG else logging.ERROR
+    )
+    sys.excepthook = _log_uncaught
+
+
+def _log_uncaught(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, value, tb)
+        return
+    logging.getLogger("harnessx").critical(
+        "unexpected error: %s: %s", kind.__name__, value, exc_info=(kind, value, tb)
+    )

@@ -1,15 +1,19 @@
-"""What the long-running commands (harness-worker, harness-supervisor) share: loading
-configuration objects by import path, opening a store, and signal handling."""
+"""What the long-running commands (harness-worker, harness-supervisor) share: their common
+options, listening for ``--metrics-addr``, loading configuration objects by import path,
+opening a store, and signal handling."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import importlib
 import logging
 import os
 import signal
+import socket
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
@@ -17,16 +21,23 @@ import click
 from click.core import ParameterSource
 
 from harnessx._errors import ConfigurationError
+from harnessx._health import parse_address
+from harnessx._http_server import ListenError, listen
+from harnessx._logging import configure_logging
+from harnessx._redaction import redact
 from harnessx.store._protocol import Store
 from harnessx.store._sqlite import SQLiteBackend
 
 __all__ = [
     "install_signal_handlers",
+    "listen_for_metrics",
     "load_object",
     "log_options",
     "metrics_option",
     "open_store",
     "run_event_loop",
+    "serving_message",
+    "start_logging",
     "store_options",
     "waiting_notice",
 ]
@@ -98,14 +109,52 @@ def _chosen_dsn(ctx: click.Context, dsn: str | None) -> str | None:
     return dsn or None
 
 
+def _listen_address(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int] | None:
+    """``HOST:PORT``, ``:PORT``, ``[IPV6]:PORT`` as ``(host, port)``, or ``off`` as None."""
+    if value.strip().lower() == "off":
+        return None
+    try:
+        return parse_address(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 def metrics_option(*, default: str) -> Callable[[F], F]:
     """``--metrics-addr`` for ``/metrics``, ``/healthz`` and ``/readyz``; each command has its port."""
     return click.option(
         "--metrics-addr",
         envvar="HARNESSX_METRICS_ADDR",
         default=default,
-        help="host:port for /metrics, /healthz, /readyz; 'off' to disable [env HARNESSX_METRICS_ADDR].",
+        callback=_listen_address,
+        help="host:port for /metrics, /healthz, /readyz (port 0: any free one); 'off' to disable "
+        "[env HARNESSX_METRICS_ADDR].",
     )
+
+
+def listen_for_metrics(address: tuple[str, int] | None) -> list[socket.socket] | None:
+    """Listening sockets for ``--metrics-addr`` (None when it is ``off``), bound before anything
+    else starts; a clash or a bad address is a one-line error saying what to pass instead."""
+    if address is None:
+        return None
+    host, port = address
+    try:
+        return listen(host, port)
+    except ListenError as exc:
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise click.ClickException(
+                f"--metrics-addr {shown} is already in use (another harness-worker or harness-supervisor "
+                f"on this host?): give this one its own port, e.g. --metrics-addr {_any_port(host)} for a "
+                "free one, or pass --metrics-addr off"
+            ) from None
+        raise click.ClickException(
+            f"--metrics-addr {shown}: cannot listen there ({exc.strerror}): pass an address of this host "
+            "and a port you may use (above 1023 unless privileged), or --metrics-addr off"
+        ) from None
+
+
+def _any_port(host: str) -> str:
+    return f"[{host}]:0" if ":" in host else f"{host}:0"
 
 
 def log_options(fn: F) -> F:
@@ -122,19 +171,60 @@ def log_options(fn: F) -> F:
     )(fn)
 
 
+def start_logging(log_format: str, log_level: str) -> None:
+    """Logging (and with it redaction) for a long-running command, set up before anything that
+    can fail; a bad level is a usage error."""
+    try:
+        configure_logging("json" if log_format == "json" else "text", log_level)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--log-level'") from None
+
+
+def serving_message(sockets: list[socket.socket]) -> str:
+    """What a command logs once its endpoints answer, naming the bound addresses."""
+    shown = []
+    for sock in sockets:
+        host, port = sock.getsockname()[:2]
+        shown.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    return f"serving /metrics, /healthz, /readyz on {', '.join(shown)}"
+
+
 def load_object(path: str, what: str) -> Any:
-    """Import ``module:attribute``; errors say what was expected."""
+    """Import ``module:attribute``; errors say what was expected.
+
+    Anything the module raises while it is imported becomes a one-line, redacted
+    ConfigurationError (the original stays as its ``__cause__``, traceback and all).
+    """
     module_name, _, attribute = path.partition(":")
     if not module_name or not attribute:
         raise ConfigurationError(f"{what} must be given as module:attribute, got {path!r}")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name!r} for {what}: {exc}") from exc
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
+            raise ConfigurationError(
+                f"cannot import {module_name!r} for {what}: there is no module {exc.name!r} on the path "
+                "(run from the folder that holds it, or add that folder to PYTHONPATH)"
+            ) from exc
+        raise ConfigurationError(_import_failed(module_name, what, exc)) from exc
+    except Exception as exc:
+        # A module's own error (a SyntaxError, a missing setting...) is the user's to fix: it
+        # must read as one line that may quote a secret from the module, so it is redacted.
+        raise ConfigurationError(_import_failed(module_name, what, exc)) from exc
     try:
         return getattr(module, attribute)
     except AttributeError:
         raise ConfigurationError(f"module {module_name!r} has no attribute {attribute!r} ({what})") from None
+
+
+def _import_failed(module_name: str, what: str, exc: BaseException) -> str:
+    detail = " ".join(str(exc).split()) or "(no message)"
+    where = ""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames and not isinstance(exc, SyntaxError):  # a SyntaxError names its own line
+        where = f" at {frames[-1].filename}:{frames[-1].lineno}"
+    text = f"importing {module_name!r} for {what} failed{where}: {type(exc).__name__}: {detail}"
+    return redact(text)
 
 
 def open_store(

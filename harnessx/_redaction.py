@@ -18,7 +18,11 @@ from typing import Any
 
 __all__ = ["Redactor", "environment_secrets", "is_secret_key", "redact", "redact_value", "scrub"]
 
-_URL_PASSWORD = re.compile(r"(?P<prefix>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)[^@\s/]+@")
+# ``scheme://user:password@host``. A password is taken to run to the *last* ``@`` before
+# whitespace or a quote: one typed in by hand may hold a raw ``/``, ``#``, ``@`` or ``:``, which
+# ends the userinfo for a URL parser but must still be hidden. The price is the odd URL with a
+# port and an ``@`` further on (``http://h:80/a@b``), whose middle is masked too.
+_URL_PASSWORD = re.compile(r"""(?P<prefix>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s"']*:)[^\s"']*@""")
 # A name containing one of these words names a secret. The word must not run on into lowercase
 # letters, so ``input_tokens`` is left alone while ``access_token`` and ``apiKey`` are caught.
 _SECRET_NAME = r"""[\w-]*?
@@ -26,14 +30,19 @@ _SECRET_NAME = r"""[\w-]*?
        |authorization|cookies?|credentials?)
     (?-i:(?![a-z0-9]))[\w-]*"""
 _SECRET_FIELD = re.compile(_SECRET_NAME, re.IGNORECASE | re.VERBOSE)
-# A secret-named key in any of key=value, key: value, "key": "value" or 'key': 'value'.
+# A secret-named key in any of key=value, key: value, "key": "value" or 'key': 'value'
+# (quoted values may escape their quote with a backslash, as libpq's key=value DSNs do).
+# An unquoted value runs to whitespace or a quote; one of , ; & ) } ] ends it only where what
+# follows reads as the end of the value (whitespace, the end, or the next ``name=``), so
+# ``password=ab;cd`` is hidden whole while ``?token=abc&b=2`` keeps ``&b=2``.
 _SECRET_PAIR = re.compile(
     rf"""
     (?P<key>(?<![\w-]){_SECRET_NAME})
     (?P<sep>["']?\s*[:=]\s*)
     (?:
         (?P<quote>["'])(?:(?!(?P=quote))[^\\]|\\.)*(?P=quote)
-      | (?P<scheme>(?:bearer|basic|token)\s+)?[^\s"',;&}})\]]+
+      | (?P<scheme>(?:bearer|basic|token)\s+)?
+        (?:(?![,;&}})\]](?:\s|$|[\w.-]+=))[^\s"'])+
     )
     """,
     re.IGNORECASE | re.VERBOSE,

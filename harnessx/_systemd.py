@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 __all__ = ["SystemdNotifier"]
 
-logger = logging.getLogger("harnessx.service")
+logger = logging.getLogger("harnessx.systemd")
 
 
 class SystemdNotifier:

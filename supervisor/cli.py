@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import logging
+import socket
 
 import click
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from harnessx._errors import HarnessError
-from harnessx._health import HealthServer, parse_address
+from harnessx._health import health_app
+from harnessx._http_server import HttpServer
 from harnessx._logging import configure_logging
 from harnessx._processes import (
     install_signal_handlers,
+    listen_for_metrics,
     log_options,
     metrics_option,
     open_store,
     run_event_loop,
+    serving_message,
+    start_logging,
     store_options,
 )
+from harnessx._redaction import redact
 from harnessx._systemd import SystemdNotifier
 from harnessx.store._protocol import Store
 from supervisor._metrics import SupervisorMetrics
@@ -50,7 +55,7 @@ def main(
     dsn: str | None,
     sqlite_path: str,
     schema: str,
-    metrics_addr: str,
+    metrics_addr: tuple[str, int] | None,
     scan_interval: float,
     stuck_after: float,
     log_format: str,
@@ -58,26 +63,28 @@ def main(
 ) -> None:
     """Find runs whose worker died or whose lease expired, fence the old holder out, and requeue
     them for the pool. Only the leader acts; others wait as standbys."""
+    # Logging, and with it redaction, comes first: whatever fails below is reported through it.
+    start_logging(log_format, log_level)
+    sockets = listen_for_metrics(metrics_addr)
     try:
-        address = None if metrics_addr == "off" else parse_address(metrics_addr)
         # The supervisor never migrates: the schema is the workers' and the operator's.
         store = open_store(
             dsn=dsn, sqlite_path=sqlite_path, schema=schema, lease_seconds=30.0, auto_migrate=False
         )
     except (HarnessError, ValueError) as exc:
-        raise click.UsageError(str(exc)) from exc
+        raise click.UsageError(redact(str(exc))) from exc
     configure_logging(
         "json" if log_format == "json" else "text", log_level, static={"supervisor_id": store.process_id}
     )
     config = SupervisorConfig(scan_interval=scan_interval, stuck_after=stuck_after)
     try:
-        run_event_loop(_serve(store, config, address))
+        run_event_loop(_serve(store, config, sockets))
     except HarnessError as exc:
         logger.error("supervisor stopped: %s", exc)
         raise SystemExit(1) from exc
 
 
-async def _serve(store: Store, config: SupervisorConfig, address: tuple[str, int] | None) -> None:
+async def _serve(store: Store, config: SupervisorConfig, sockets: list[socket.socket] | None) -> None:
     notifier = SystemdNotifier()
     metrics = SupervisorMetrics()
     async with store:
@@ -89,15 +96,15 @@ async def _serve(store: Store, config: SupervisorConfig, address: tuple[str, int
 
         install_signal_handlers(stop)
         server = None
-        if address is not None:
-            server = HealthServer(
-                address[0],
-                address[1],
-                metrics=lambda: (generate_latest(metrics.registry), CONTENT_TYPE_LATEST),
-                healthy=supervisor.health_problem,
-                ready=supervisor.readiness_problem,
+        if sockets is not None:
+            app = health_app(
+                metrics.registry, healthy=supervisor.health_problem, ready=supervisor.readiness_problem
             )
+            server = HttpServer(app, sockets)
             await server.start()
+            logger.info("%s", serving_message(sockets))
+        else:
+            logger.info("not serving /metrics, /healthz, /readyz (--metrics-addr off)")
         notifier.ready("supervisor running")
         try:
             await supervisor.run()

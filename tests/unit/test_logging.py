@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,14 +18,17 @@ from harnessx._logging import Redactor, bind_log_context, configure_logging, log
 
 
 @pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
+def restore_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    uvicorn_level = logging.getLogger("uvicorn.error").level
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
     yield
     for handler in root.handlers[:]:
         if handler not in handlers:
             root.removeHandler(handler)
     root.setLevel(level)
+    logging.getLogger("uvicorn.error").setLevel(uvicorn_level)
 
 
 log = logging.getLogger("harnessx.test_logging")
@@ -199,3 +203,37 @@ def test_configure_logging_rejects_bad_arguments() -> None:
         configure_logging("xml")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown log level"):
         configure_logging("json", level="LOUD")
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_an_uncaught_exception_is_logged_redacted(
+    capsys: pytest.CaptureFixture[str], fmt: Literal["json", "text"]
+) -> None:
+    configure_logging(fmt)
+    try:
+        raise RuntimeError("cannot reach postgresql://app:Sup3r/Secret@db/x")
+    except RuntimeError as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    err = capsys.readouterr().err
+    assert "Sup3r" not in err and "Secret@" not in err
+    assert "RuntimeError: cannot reach postgresql://app:***@db/x" in err
+    if fmt == "json":
+        [line] = [json.loads(text) for text in err.splitlines()]
+        assert line["level"] == "CRITICAL"
+        assert str(line["error"]).startswith("Traceback")
+
+
+@pytest.mark.parametrize(("level", "uvicorn_level"), [("INFO", logging.ERROR), ("DEBUG", logging.DEBUG)])
+def test_uvicorns_chatter_is_kept_for_debugging(level: str, uvicorn_level: int) -> None:
+    configure_logging("json", level)
+    assert logging.getLogger("uvicorn.error").level == uvicorn_level
+
+
+def test_a_password_with_a_slash_is_redacted_in_log_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("json")
+    log.warning(
+        "connecting to %s", "postgresql://u:Sup3r/Secret@h/db", extra={"dsn": "postgresql://u:p@ss@h"}
+    )
+    [line] = json_lines(capsys)
+    assert line["message"] == "connecting to postgresql://u:***@h/db"
+    assert line["dsn"] == "postgresql://u:***@h"

@@ -24,11 +24,27 @@ from harnessx._redaction import Redactor, environment_secrets, redact
         ("client_secret=abc, other=1", "client_secret=***, other=1"),
         ("apiKey=q secretKey: w", "apiKey=*** secretKey: ***"),
         ("key sk-ant-api03-abcdefgh", "key sk-***"),
+        # Userinfo typed in by hand: raw / # @ : in the password, or percent-encoded ones.
+        ("postgresql://u:Sup3r/Secret@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u:p@ss@h", "postgresql://u:***@h"),
+        ("postgresql://u:p#ss@h:5432/db?sslmode=require", "postgresql://u:***@h:5432/db?sslmode=require"),
+        ("postgres://u:p:ss@h/db", "postgres://u:***@h/db"),
+        ("postgresql://u:p%2Fss%40w%3Ard@h/db", "postgresql://u:***@h/db"),
+        ('connect("postgresql://u:a/b@c@h/db", timeout=3)', 'connect("postgresql://u:***@h/db", timeout=3)'),
+        ("dsn='postgres://app:x/y#z@db/harness' next", "dsn='postgres://app:***@db/harness' next"),
+        # The port-then-@ URL is the price of the above: its middle is masked as well.
+        ("http://host:8080/path@x", "http://host:***@x"),
+        # libpq's key=value DSNs: unquoted values run to whitespace, quoted ones may escape.
+        ("host=db user=app password=Sup3r/Secret dbname=x", "host=db user=app password=*** dbname=x"),
+        ("password=ab;cd,ef&gh host=x", "password=*** host=x"),
+        ("password='it\\'s a secret' host=h", "password='***' host=h"),
+        ("PGPASSWORD=hunter2 psql", "PGPASSWORD=*** psql"),
+        ("(password=abc)", "(password=***)"),
         # Things that only look close stay as they are.
         ("input_tokens=12 output_tokens=5", "input_tokens=12 output_tokens=5"),
         ("task-12345678 disk-abcdefghij", "task-12345678 disk-abcdefghij"),
         ("sk-short", "sk-short"),
-        ("http://host:8080/path@x", "http://host:8080/path@x"),
+        ("http://host:8080/path", "http://host:8080/path"),
         ("execution_key=abc", "execution_key=abc"),
         ("password=", "password="),
     ],
