@@ -292,6 +292,28 @@ async def test_stop_cuts_off_idle_dripping_and_stalled_clients_without_errors(
     assert [r for r in caplog.records if r.levelno >= 40] == []
 
 
+def test_on_uvloop_idle_dripping_and_stalled_clients_are_cut_off_and_probes_answer() -> None:
+    """The services run on uvloop, whose transports are not asyncio's: the same guarantees."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def scenario() -> None:
+        app = App()
+        async with serving(app, head_timeout=0.5, response_timeout=0.5, max_connections=32) as server:
+            silent = [await connect(server.port) for _ in range(100)]
+            dripping = await connect(server.port)
+            dripper = asyncio.create_task(drip(dripping, b"GET /healthz HTTP/1.1\r\n"))
+            _, stalled = await connect(server.port)
+            stalled.write(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            await probes_answer(server.port)
+            await wait_until(lambda: all(closed_by_server(c) for c in silent), "silent connections closed")
+            await dripper
+            await wait_until(lambda: server.connections == 0, "the stalled download cut off")
+            close_all([*silent, dripping])
+            stalled.close()
+
+    uvloop.run(scenario())
+
+
 async def test_start_twice_is_an_error() -> None:
     async with serving(App()) as server:
         with pytest.raises(RuntimeError, match="already started"):
