@@ -102,6 +102,9 @@ def test_permission_precedence() -> None:
 
     call = ToolCall("1", "act", {})
     tool = tools.get("act")
-    assert PermissionManager().check(tool, call) is PermissionLevel.ASK
-    assert PermissionManager(rules={"act": "deny"}).check(tool, call) is PermissionLevel.DENY
-    assert PermissionManager(default="deny").check(None, ToolCall("2", "other", {})) is PermissionLevel.DENY
+    assert PermissionManager().get_effective_permission(call.name, tool) is PermissionLevel.ASK
+    assert PermissionManager(rules={"act": "deny"}).get_effective_permission("act", tool) is PermissionLevel.DENY
+    manager = PermissionManager(PermissionLevel.DENY)
+    assert manager.get_effective_permission("other", None) is PermissionLevel.DENY
+    manager.set_permission("other", "allow")
+    assert manager.get_effective_permission("other", None) is PermissionLevel.ALLOW
