@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from harnessx._builtin_tools import install_builtin_tools, todos_of
@@ -307,7 +309,7 @@ class Agent:
             messages=self.memory.get_messages(),
             total_usage=self.total_usage,
             metadata=dict(self.session_metadata),
-            config=asdict(self.config),
+            config=self.config.to_dict(),
             extensions=await _extension_state(self),
             lifetime_iterations=self.lifetime_iterations,
             results=self.memory.stored_results(),
@@ -349,7 +351,8 @@ class Agent:
                 )
             agent._session_id = state.session_id
             agent.memory.set_messages(state.messages)
-            for result_id, content in state.results.items():
+            artifacts = await asyncio.to_thread(_artifacts, storage_dir, state)
+            for result_id, content in {**artifacts, **state.results}.items():
                 agent.memory.keep_result(result_id, content)
             agent.session_metadata = dict(state.metadata)
             agent.total_usage = state.total_usage
@@ -359,6 +362,26 @@ class Agent:
             await agent.aclose()
             raise
         return agent
+
+
+_ARTIFACT = re.compile(r"Full output saved to: artifact://([0-9a-f]{16,128})\]")
+
+
+def _artifacts(storage_dir: str | os.PathLike[str], state: SessionState) -> dict[str, str]:
+    """Whole texts of large results an original harnessx snapshot keeps as artifact files
+    (``<storage_dir>/artifacts/<session_id>/<key>``), by the tool call they answer."""
+    found: dict[str, str] = {}
+    folder = Path(storage_dir) / "artifacts" / state.session_id
+    for message in state.messages:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict) or block.get("type") != "tool_result":
+                continue
+            match = _ARTIFACT.search(str(block.get("content", ""))[:600])
+            path = folder / match.group(1) if match else None
+            if path is not None and path.is_file():
+                found[str(block.get("tool_use_id"))] = path.read_text(encoding="utf-8", errors="replace")
+    return found
 
 
 def _settled(state: RunState) -> list[dict[str, Any]]:

@@ -349,7 +349,14 @@ class AgentConfig:
     # ------------------------------------------------------- persistence
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """``asdict(config)``, minus this project's extension fields left at their defaults,
+        so that the original harnessx can read the snapshot too."""
+        data = asdict(self)
+        for group, name in _EXTENSION_FIELDS:
+            values = data.get(group)
+            if isinstance(values, dict) and values.get(name) == _EXTENSION_DEFAULTS[(group, name)]:
+                del values[name]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AgentConfig:
@@ -384,6 +391,15 @@ class AgentConfig:
         blob = json.dumps(self.fingerprint_fields(), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
+
+# Fields this project adds to the original's policies: (policy, field) and their defaults.
+_EXTENSION_DEFAULTS: dict[tuple[str, str], Any] = {
+    ("tools", "only"): None,
+    ("limits", "max_tool_calls_per_turn"): 64,
+    ("limits", "tool_concurrency"): 8,
+    ("retry", "retry_on_timeout"): True,
+}
+_EXTENSION_FIELDS = tuple(_EXTENSION_DEFAULTS)
 
 # The original's 0.3 flat keys, still found in old session files: name -> (policy, field).
 _FLAT_0_3_FIELDS: dict[str, tuple[str, str]] = {

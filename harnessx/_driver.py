@@ -48,11 +48,16 @@ class RunControl:
 
     def __init__(self) -> None:
         self.pause_requested = False
+        self.pause_reason = "paused"
         self.cancel_requested = False
         self.handoff_requested = False
         self._signal = asyncio.Event()
 
-    def request_pause(self) -> None:
+    def request_pause(self, reason: str = "paused") -> None:
+        """Pause at the next boundary; ``reason`` becomes the run's stop reason (``timeout``
+        for ``RuntimeConfig.max_session_duration_seconds``)."""
+        if not self.pause_requested:
+            self.pause_reason = reason
         self.pause_requested = True
         self._signal.set()
 
@@ -167,7 +172,7 @@ class Driver:
             if self.control.handoff_requested:
                 return
             if self.control.pause_requested:
-                await self.commit(state, self.engine.pause(state))
+                await self.commit(state, self.engine.pause(state, self.control.pause_reason))
                 return
             step = self.engine.next_step(state)
             try:

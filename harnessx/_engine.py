@@ -318,8 +318,20 @@ class Engine:
                 delta = _merge(delta, self._deny(state, entry))
         return delta
 
-    def pause(self, state: RunState) -> Delta:
-        return self._stop(state, RunStatus.PAUSED, "paused")
+    def pause(self, state: RunState, reason: str = "paused") -> Delta:
+        """Stop ``paused`` (resumable). ``timeout`` also records why, as the run's error."""
+        delta = self._stop(state, RunStatus.PAUSED, reason)
+        if reason == "timeout":
+            delta = Delta(
+                state.phase,
+                run={
+                    "status": RunStatus.PAUSED,
+                    "stop_reason": reason,
+                    "error": {"type": "TimeoutError", "message": "Session duration limit exceeded"},
+                },
+            )
+            delta.events.append(self._run_result_event(state, delta))
+        return delta
 
     def cancel(self, state: RunState, reason: str = "cancelled") -> Delta:
         return self._stop(state, RunStatus.CANCELLED, reason)

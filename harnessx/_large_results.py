@@ -43,9 +43,10 @@ def preview_result(result_id: str, content: str, max_result_chars: int) -> str:
     """The notice and preview the model gets instead of ``content``."""
     lines = content.splitlines()
     window = read_window(max_result_chars)
+    budget = min(PREVIEW_CHARS, max(100, max_result_chars // 2))
     call = f'read_tool_result(result_id="{result_id}"'
     if len(lines) <= PREVIEW_LINES * 2:
-        shown = content[:PREVIEW_CHARS]
+        shown = content[:budget]
         body = shown + ("\n[... preview ends here]" if len(shown) < len(content) else "")
         where = f"the first {len(shown):,} characters"
         follow = f"{call}, char_offset={len(shown)}, max_chars={window}) continues after the preview"
@@ -54,8 +55,8 @@ def preview_result(result_id: str, content: str, max_result_chars: int) -> str:
         tail = "\n".join(lines[-PREVIEW_LINES:])
         hidden = len(lines) - 2 * PREVIEW_LINES
         body = f"{head}\n\n[... {hidden:,} lines not shown ...]\n\n{tail}"
-        if len(body) > PREVIEW_CHARS:
-            body = body[:PREVIEW_CHARS] + "\n[... preview ends here]"
+        if len(body) > budget:
+            body = body[:budget] + "\n[... preview ends here]"
         where = f"lines 1-{PREVIEW_LINES} and the last {PREVIEW_LINES}"
         follow = (
             f"{call}, offset={PREVIEW_LINES}) continues after the head, up to {window:,} characters a read"

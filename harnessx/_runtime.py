@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from harnessx._handle import RunHandle
 from harnessx._journal import JournalRecord, RunJournal
 from harnessx._leases import LeaseKeeper
 from harnessx._observe import follow_events
+from harnessx._policies import check_positive
 from harnessx._recorder import BundleLimits, ExportPolicy, export_incident
 from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
@@ -54,16 +56,26 @@ _COMPATIBILITY_KEYS = ("model", "system_prompt", "tools")
 
 @dataclass
 class RuntimeConfig:
-    """Runtime settings. Leases last the backend's ``lease_seconds`` and are renewed every
-    ``renew_interval`` seconds (default: a third of the lease)."""
+    """Runtime settings.
+
+    ``max_session_duration_seconds`` bounds how long this runtime drives runs after it
+    binds a session (``start`` or ``resume``): a run still going then stops at its next
+    boundary, ``paused`` with stop reason ``timeout`` (resume it to continue). Leases last
+    the backend's ``lease_seconds`` and are renewed every ``renew_interval`` seconds
+    (default: a third of the lease)."""
 
     storage_dir: str = ".agent_sessions"
+    max_session_duration_seconds: float | None = None
     renew_interval: float | None = None
     poll_interval: float = 0.1
     flush_interval: float = 0.05
     flush_max_events: int = 64
 
     def __post_init__(self) -> None:
+        if not isinstance(self.storage_dir, str) or not self.storage_dir:
+            raise ConfigurationError("RuntimeConfig.storage_dir must be a non-empty path")
+        if self.max_session_duration_seconds is not None:
+            check_positive(self.max_session_duration_seconds, "RuntimeConfig.max_session_duration_seconds")
         if self.renew_interval is not None and self.renew_interval <= 0:
             raise ConfigurationError("RuntimeConfig.renew_interval must be positive")
 
@@ -117,6 +129,7 @@ class AgentRuntime:
         # None: as the session says (a new session is not recorded).
         self._recording_requested = recording
         self.recording = bool(recording)
+        self._bound_at: float | None = None
 
     def __repr__(self) -> str:
         return f"AgentRuntime(agent={self._ref or self._agent!r}, session_id={self._session_id!r})"
@@ -205,6 +218,7 @@ class AgentRuntime:
             raise RuntimeStateError(
                 f"this runtime is driving a run of session {self._session_id}; wait for it or stop() first"
             )
+        self._bound_at = time.monotonic()  # max_session_duration_seconds counts from here
         self._session_id = session_id
         self._state = "started"
 
@@ -381,6 +395,11 @@ class AgentRuntime:
             self.agent, lease, state, last_seq=last_seq, resumed=resumed, recording=self.recording
         )
         self._active = execution
+        limit = self.config.max_session_duration_seconds
+        if limit is not None and self._bound_at is not None:
+            left = max(0.0, limit - (time.monotonic() - self._bound_at))
+            timer = asyncio.get_running_loop().call_later(left, execution.control.request_pause, "timeout")
+            execution.task.add_done_callback(lambda _: timer.cancel())
         return RunHandle(self, state.session_id, state.run_id, start_seq=last_seq, task=execution.task)
 
     # ----------------------------------------------------------- decisions

@@ -370,6 +370,9 @@ class ToolRegistry:
         self._default_retry = _tool_retry(retry)
         self._inherits_timeout: set[str] = set()
         self._inherits_retry: set[str] = set()
+        # Results of direct execute() calls, for dedupe_calls (runs deduplicate from their
+        # own recorded calls instead, which a resume sees too).
+        self._call_results: dict[str, ToolResult] = {}
 
     # ------------------------------------------------------------- options
 
@@ -398,7 +401,8 @@ class ToolRegistry:
                 self._tools[name] = dataclasses.replace(self._tools[name], retry=policy.retry)
 
     def reset_call_cache(self) -> None:
-        """Kept for the original's API: deduplication here is per run, by its recorded calls."""
+        """Forget the results ``execute`` reuses under ``dedupe_calls``."""
+        self._call_results.clear()
 
     def _timeout(self, given: float | None) -> float:
         if given is not None:
@@ -633,10 +637,25 @@ class ToolRegistry:
         manager = permissions if permissions is not None else PermissionManager()
         if not await manager.check_permission(call, tool):
             return ToolResult(call.id, PERMISSION_DENIED, True)
+        key = _call_key(call) if self._dedupe else None
+        if key is not None and key in self._call_results:
+            reused = self._call_results[key]
+            return ToolResult(call.id, reused.content, reused.is_error)
         try:
-            return await tool.invoke(call.input, call.id)
+            result = await tool.invoke(call.input, call.id)
         except TimeoutError as exc:
-            return ToolResult(call.id, f"TimeoutError: {exc}", True)
+            result = ToolResult(call.id, f"TimeoutError: {exc}", True)
+        if key is not None:
+            self._call_results[key] = result
+        return result
+
+
+def _call_key(call: ToolCall) -> str | None:
+    """Name and arguments, argument order aside; ``None`` when they do not serialize."""
+    try:
+        return f"{call.name}:{json.dumps(call.input, sort_keys=True)}"
+    except (TypeError, ValueError):
+        return None
 
 
 def normalize_tool_registry(

@@ -100,7 +100,9 @@ def run_file(python: str, tests: Path, name: str, timeout: float) -> FileResult:
         shutil.copytree(tests, work / "tests")
         (work / "pytest.ini").write_text(PYTEST_INI)
         report = work / "report.xml"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "HARNESSX_"))}
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "HARNESSX_"))
+        }
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         command = [
             python,
@@ -185,7 +187,8 @@ def table(ours: list[FileResult], reference: dict[str, FileResult] | None) -> st
     totals = FileResult("total")
     ref_total = 0
     for item in ours:
-        row = f"| `{item.name}` | {item.total} | {item.passed} | {item.failed} | {item.errors} | {item.skipped} |"
+        counts = (item.total, item.passed, item.failed, item.errors, item.skipped)
+        row = f"| `{item.name}` | " + " | ".join(str(n) for n in counts) + " |"
         if reference is not None:
             ref = reference.get(item.name)
             row += f" {ref.passed if ref else '?'} |"
@@ -207,7 +210,9 @@ def table(ours: list[FileResult], reference: dict[str, FileResult] | None) -> st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--sdist", type=Path, help="the original's sdist (default: pip download it)")
     source.add_argument("--source", type=Path, help="an unpacked sdist (its tests/ folder is used)")

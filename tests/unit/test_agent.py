@@ -19,7 +19,6 @@ from harnessx import (
     ProviderResponse,
     RetryPolicy,
     RunEventType,
-    RunStatus,
     RuntimeStateError,
     ScriptedProvider,
     ScriptedRequest,
@@ -292,7 +291,9 @@ async def test_permissions_deny_ask_and_approver() -> None:
     assert (await approved.run("go")).ok and answers == ["get_weather:get_weather"]
     declined = weather_agent(
         script,
-        permissions=PermissionManager(rules={"get_weather": "ask"}, approval_callback=lambda call, tool: False),
+        permissions=PermissionManager(
+            rules={"get_weather": "ask"}, approval_callback=lambda call, tool: False
+        ),
     )
     assert (await declined.run("go")).ok
     provider = declined.provider
