@@ -193,7 +193,9 @@ async def test_an_agent_sends_the_recorded_requests(server: ScriptedServer, wire
     server.reply_sse(by_event(second.body()))
     provider = make_provider(wire, server)
     # The recorded requests offered one tool: no task list, no read_tool_result built-in.
-    config = AgentConfig(model="smollm2", max_tokens=96, system_prompt=SYSTEM, temperature=1.0, planning=False)
+    config = AgentConfig(
+        model="smollm2", max_tokens=96, system_prompt=SYSTEM, temperature=1.0, planning=False
+    )
     calls: list[str] = []
 
     def get_weather(city: str) -> str:
