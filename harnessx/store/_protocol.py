@@ -273,6 +273,10 @@ class Store(Protocol):
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]: ...
 
+    async def tool_result(self, session_id: str, tool_call_id: str) -> str | None:
+        """The whole final result of the session's latest answered call with this tool call
+        id (what ``read_tool_result`` reads), or ``None``."""
+
     async def wait_for_events(self, run_id: str, max_wait: float) -> None:
         """Return soon after new events of ``run_id`` commit, or after ``max_wait`` seconds."""
 

@@ -43,6 +43,7 @@ TABLES = {
     "leadership",
     "events",
     "journal",
+    "tool_results",
     "workers",
     "harnessx_migrations",
 }
@@ -192,9 +193,11 @@ async def test_every_named_query_is_valid_sql(pg_database: str) -> None:
         whole = await conn.prepare(load_queries("postgres")["checkpoint"])
         full = [param.name for param in whole.get_parameters()]
         shapes = itertools.product(
-            (False, True), (False, True), (0, 1, 2), (0, 1, 2), (False, True), (False, True)
+            (False, True), (False, True), (0, 1, 2), (0, 1, 2), (False, True), (False, True), (False, True)
         )
-        for shape in (shape for shape in shapes if not (shape[0] and shape[4])):
+        for shape in (
+            shape for shape in shapes if not (shape[0] and shape[4]) and not (shape[6] and not shape[2])
+        ):
             try:
                 statement = await conn.prepare(checkpoint_statement(*shape))
             except asyncpg.PostgresError as exc:  # pragma: no cover - the message is the point
@@ -203,8 +206,13 @@ async def test_every_named_query_is_valid_sql(pg_database: str) -> None:
             expected = [
                 name.removesuffix("[]") if number in single else name for number, name in enumerate(full, 1)
             ]
-            # The journal's parameters ($38-$44) exist only in a recorded run's statement.
-            expected = expected if shape[5] else expected[:37]
+            # The journal's parameters ($38-$44) exist only in a recorded run's statement, the
+            # large results' ($45-$47, or $38-$40 without the journal's) only where it stores one.
+            expected = [
+                *expected[:37],
+                *(expected[37:44] if shape[5] else ()),
+                *(expected[44:] if shape[6] else ()),
+            ]
             assert [param.name for param in statement.get_parameters()] == expected, shape
 
 

@@ -147,14 +147,17 @@ UPDATE sessions SET control = $1 WHERE id = $2;
 -- channels to notify (NULL: not now; 'events' only while some process follows the session);
 -- $37 progress only: nothing of the run but its phase and event count changes, so they go
 -- to the session row alone (see migration 0003). $38-$44 (only in a statement with the
--- journal_added step, a recorded run's): the journal records, one array per journal column. That statement's run step only checks that
+-- journal_added step, a recorded run's): the journal records, one array per journal column.
+-- $45-$47 (only in a statement with the results_added step; numbered $38-$40 in one without
+-- the journal step): large tool results stored once (migration 0006), as execution keys,
+-- kinds and texts. A progress-only checkpoint's run step only checks that
 -- the session row holds this run's progress; if it does not, HX003 undoes everything and the
 -- client sends the checkpoint again with $37 false, which writes the run row and takes the
 -- session row's progress over for this run.
 -- JSON is passed as text and stored verbatim (json, not jsonb, columns).
 --
 -- _pg_checkpoint.checkpoint_statement leaves out the steps (new_run, messages_added, tools_moved,
--- events_added, journal_added) a checkpoint has nothing for, as the server sets up every step it is given.
+-- events_added, journal_added, results_added) a checkpoint has nothing for, as the server sets up every step it is given.
 -- Nothing reads them (the main query reads only the fence and run), and 'parameters', which
 -- nothing reads either (the planner drops it), keeps every parameter typed without them. So
 -- each WITH item starts with a line '<name> AS (' and ends with a line '),' (the last one
@@ -246,6 +249,12 @@ journal_added AS (
            unnest($38::text[]), unnest($39::text[]), unnest($40::text[]), unnest($41::text[]),
            unnest($42::text[]), unnest($43::text[]), unnest($44::json[]), $3
     FROM fence f
+),
+results_added AS (
+    INSERT INTO tool_results (execution_key, kind, run_id, body)
+    SELECT unnest($45::text[]), unnest($46::text[]), $5, unnest($47::text[])
+    FROM fence f
+    ON CONFLICT (execution_key, kind) DO UPDATE SET body = excluded.body
 )
 SELECT CASE
     WHEN NOT EXISTS (SELECT FROM fence) THEN
@@ -321,6 +330,24 @@ SELECT body::text FROM messages WHERE session_id = $1 ORDER BY seq;
 SELECT execution_key, iteration, idx, call::text, policy, status, attempt, approved, raw_result::text,
        result::text, generation
 FROM tool_calls WHERE run_id = $1 ORDER BY iteration, idx;
+
+-- name: run_tool_results
+-- The large results of a run's tool calls.
+SELECT execution_key, kind, body FROM tool_results WHERE run_id = $1;
+
+-- name: tool_call_results
+-- One tool call's result columns and its large results, if any (one row per stored body).
+SELECT tc.raw_result::text, tc.result::text, tr.kind, tr.body
+FROM tool_calls tc LEFT JOIN tool_results tr ON tr.execution_key = tc.execution_key
+WHERE tc.execution_key = $1;
+
+-- name: session_tool_call
+-- The latest answered call of a session with this tool call id (for read_tool_result).
+SELECT tc.execution_key
+FROM tool_calls tc JOIN runs r ON r.id = tc.run_id
+WHERE r.session_id = $1 AND tc.status = 'completed'
+  AND tc.execution_key = tc.run_id || ':' || tc.iteration || ':' || $2
+ORDER BY r.created_at DESC, tc.iteration DESC LIMIT 1;
 
 -- name: read_events
 -- A page of a run's events behind a cursor.

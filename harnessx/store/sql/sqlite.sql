@@ -132,6 +132,29 @@ SELECT execution_key, iteration, idx, call, policy, status, attempt, approved, r
        generation
 FROM tool_calls WHERE run_id = ? ORDER BY iteration, idx;
 
+-- name: upsert_tool_result
+-- Store a large tool result once (a retried call's new raw result replaces the old one).
+INSERT INTO tool_results (execution_key, kind, run_id, body) VALUES (?, ?, ?, ?)
+ON CONFLICT (execution_key, kind) DO UPDATE SET body = excluded.body;
+
+-- name: run_tool_results
+-- The large results of a run's tool calls.
+SELECT execution_key, kind, body FROM tool_results WHERE run_id = ?;
+
+-- name: tool_call_results
+-- One tool call's result columns and its large results, if any (one row per stored body).
+SELECT tc.raw_result, tc.result, tr.kind, tr.body
+FROM tool_calls tc LEFT JOIN tool_results tr ON tr.execution_key = tc.execution_key
+WHERE tc.execution_key = ?;
+
+-- name: session_tool_call
+-- The latest answered call of a session with this tool call id (for read_tool_result).
+SELECT tc.execution_key
+FROM tool_calls tc JOIN runs r ON r.id = tc.run_id
+WHERE r.session_id = ? AND tc.status = 'completed'
+  AND tc.execution_key = tc.run_id || ':' || tc.iteration || ':' || ?
+ORDER BY r.created_at DESC, tc.iteration DESC LIMIT 1;
+
 -- name: read_events
 -- A page of a run's events behind a cursor.
 SELECT seq, event_id, type, step_id, attempt_id, data, run_id
