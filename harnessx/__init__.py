@@ -8,14 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harnessx._agent import Agent
-from harnessx._config import AgentConfig, Limits, RetryPolicy, RuntimeState
+from harnessx._config import AgentConfig, Limits, RetryPolicy
 from harnessx._errors import (
     ConfigurationError,
     CorruptStateError,
-    CostLimitError,
     HarnessError,
     LeaseLostError,
-    MaxIterationsError,
     ProviderError,
     ResolutionError,
     RunAwaitingInput,
@@ -30,7 +28,6 @@ from harnessx._errors import (
     SchemaError,
     SessionBusyError,
     StorageError,
-    ToolApprovalRequired,
     TransientToolError,
     UnknownExecutionKey,
 )
@@ -38,21 +35,7 @@ from harnessx._events import RunEvent, RunEventType
 from harnessx._handle import RunHandle
 from harnessx._hooks import HookContext, HookEvent, Hooks
 from harnessx._journal import RecordingError
-from harnessx._memory import ConversationMemory
-from harnessx._messages import Message
 from harnessx._middleware import Middleware, ModelRequest
-from harnessx._permissions import CliPermissionManager, PermissionLevel, PermissionManager
-from harnessx._policies import (
-    DEFAULT_TIMEOUT_SECONDS,
-    DEFAULT_TOOL_TIMEOUT_SECONDS,
-    Fallback,
-    LoopGuard,
-    ProgressPolicy,
-    PromptCacheHint,
-    PromptCachePolicy,
-    ToolPolicy,
-    ToolRetry,
-)
 from harnessx._recorder import (
     BundleLimits,
     ExportPolicy,
@@ -65,21 +48,16 @@ from harnessx._recorder import (
 from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
 from harnessx._runtime import AgentRuntime, RuntimeConfig
-from harnessx._sessions import CheckpointData, PersistentMemory, RuntimeStatus, SessionState
 from harnessx._stream import RunStream
 from harnessx._tools import (
+    PermissionLevel,
+    PermissionManager,
     ReplayPolicy,
     Tool,
     ToolContext,
-    ToolDefinition,
-    ToolExecutionContext,
-    ToolNotFoundError,
     ToolRegistry,
     current_tool_context,
-    normalize_tool_registry,
 )
-from harnessx._unsupported import install_finder, unsupported_name
-from harnessx.execution import RunFailure
 from harnessx.providers import (
     AnthropicProvider,
     LLMProvider,
@@ -90,8 +68,6 @@ from harnessx.providers import (
     TokenUsage,
     ToolCall,
 )
-from harnessx.providers._fallback import FallbackProvider
-from harnessx.providers._registry import make_provider, register_provider
 from harnessx.providers._scripted import ScriptedProvider, ScriptedRequest
 from harnessx.store import SQLiteBackend
 
@@ -108,17 +84,9 @@ __all__ = [
     "AgentRuntime",
     "AnthropicProvider",
     "BundleLimits",
-    "CheckpointData",
-    "CliPermissionManager",
     "ConfigurationError",
-    "ConversationMemory",
     "CorruptStateError",
-    "CostLimitError",
-    "DEFAULT_TIMEOUT_SECONDS",
-    "DEFAULT_TOOL_TIMEOUT_SECONDS",
     "ExportPolicy",
-    "Fallback",
-    "FallbackProvider",
     "HarnessError",
     "HookContext",
     "HookEvent",
@@ -128,21 +96,14 @@ __all__ = [
     "LLMProvider",
     "LeaseLostError",
     "Limits",
-    "LoopGuard",
-    "MaxIterationsError",
-    "Message",
     "Middleware",
     "ModelRequest",
     "OpenAIProvider",
     "PendingTool",
     "PermissionLevel",
     "PermissionManager",
-    "PersistentMemory",
     "Playback",
     "PostgresBackend",
-    "ProgressPolicy",
-    "PromptCacheHint",
-    "PromptCachePolicy",
     "ProviderError",
     "ProviderResponse",
     "RecordingError",
@@ -155,7 +116,6 @@ __all__ = [
     "RunEvent",
     "RunEventType",
     "RunFailed",
-    "RunFailure",
     "RunHandle",
     "RunLimitReached",
     "RunPaused",
@@ -165,30 +125,21 @@ __all__ = [
     "RunStream",
     "RunTruncated",
     "RuntimeConfig",
-    "RuntimeState",
     "RuntimeStateError",
-    "RuntimeStatus",
     "SQLiteBackend",
     "SchemaError",
     "ScriptedProvider",
     "ScriptedRequest",
     "SessionBusyError",
-    "SessionState",
     "StopReason",
     "StorageError",
     "StreamChunk",
     "TokenUsage",
     "Tool",
-    "ToolApprovalRequired",
     "ToolCall",
     "ToolContext",
-    "ToolDefinition",
-    "ToolExecutionContext",
-    "ToolNotFoundError",
-    "ToolPolicy",
     "ToolRegistry",
     "ToolResult",
-    "ToolRetry",
     "TransientToolError",
     "UnknownExecutionKey",
     "VerificationReport",
@@ -196,13 +147,7 @@ __all__ = [
     "agents",
     "current_tool_context",
     "export_incident",
-    "make_provider",
-    "normalize_tool_registry",
-    "register_provider",
 ]
-
-
-install_finder()
 
 
 def __getattr__(name: str) -> object:
@@ -211,8 +156,4 @@ def __getattr__(name: str) -> object:
         from harnessx.store import PostgresBackend
 
         return PostgresBackend
-    # A name of the original harnessx this one does not have: say so, and where to look.
-    error = unsupported_name(name)
-    if error is not None:
-        raise error
     raise AttributeError(f"module 'harnessx' has no attribute {name!r}")

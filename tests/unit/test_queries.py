@@ -87,33 +87,17 @@ def test_postgres_queries_never_name_the_schema() -> None:
         assert "harness_x" not in query, name
 
 
-CHECKPOINT_STEPS = (
-    "new_run",
-    "run",
-    "messages_added",
-    "tools_moved",
-    "events_added",
-    "journal_added",
-    "results_added",
-)
-OPTIONAL_STEPS = (
-    "new_run",
-    "messages_added",
-    "tools_moved",
-    "events_added",
-    "journal_added",
-    "results_added",
-)
+CHECKPOINT_STEPS = ("new_run", "run", "messages_added", "tools_moved", "events_added", "journal_added")
+OPTIONAL_STEPS = ("new_run", "messages_added", "tools_moved", "events_added", "journal_added")
 SHAPES = [
-    (new_run, messages, tools, events, progress_only, journal, results)
+    (new_run, messages, tools, events, progress_only, journal)
     for new_run in (False, True)
     for messages in (False, True)
     for tools in (0, 1, 2)
     for events in (0, 1, 2)
     for progress_only in (False, True)
     for journal in (False, True)
-    for results in (False, True)
-    if not (new_run and progress_only) and not (results and not tools)
+    if not (new_run and progress_only)
 ]
 TOOL_PARAMS, EVENT_PARAMS, JOURNAL_PARAMS = range(7, 17), range(17, 23), range(38, 45)
 
@@ -122,15 +106,13 @@ def with_items(statement: str) -> list[str]:
     return re.findall(r"^(?:WITH )?([a-z_]+) AS \($", statement, re.MULTILINE)
 
 
-@pytest.mark.parametrize(
-    ("new_run", "messages", "tools", "events", "progress_only", "journal", "results"), SHAPES
-)
+@pytest.mark.parametrize(("new_run", "messages", "tools", "events", "progress_only", "journal"), SHAPES)
 def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(
-    new_run: bool, messages: bool, tools: int, events: int, progress_only: bool, journal: bool, results: bool
+    new_run: bool, messages: bool, tools: int, events: int, progress_only: bool, journal: bool
 ) -> None:
     full = load_queries("postgres")["checkpoint"]
     assert with_items(full) == ["parameters", "fence", *CHECKPOINT_STEPS]
-    statement = checkpoint_statement(new_run, messages, tools, events, progress_only, journal, results)
+    statement = checkpoint_statement(new_run, messages, tools, events, progress_only, journal)
     wanted = {
         "new_run": new_run,
         "run": True,  # the main query reads it: a commit whose run step wrote nothing fails
@@ -138,7 +120,6 @@ def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(
         "tools_moved": bool(tools),
         "events_added": bool(events),
         "journal_added": journal,
-        "results_added": results,
     }
     assert with_items(statement) == ["parameters", "fence", *(s for s in CHECKPOINT_STEPS if wanted[s])]
     # Progress alone: the run step only reads (the run row is not written).
@@ -162,12 +143,8 @@ def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(
                 assert f"unnest(${number})" in statement, number
     # The journal's parameters exist only in a recorded run's statement (which types them).
     for number in JOURNAL_PARAMS:
-        assert (f"unnest(${number}::" in statement) is journal or (results and not journal and number <= 40)
-    # The large results' parameters follow the last one before them, without a gap.
-    first = 45 if journal else 38
-    for number in range(first, first + 3):
-        assert (f"unnest(${number}::text[])" in statement) is results, number
-    assert f"${first + 3 if results else first}" not in statement
+        assert (f"unnest(${number}::" in statement) is journal, number
+    assert "$45" not in statement
 
 
 def test_leaving_out_a_step_the_statement_lacks_is_an_error() -> None:
