@@ -8,12 +8,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harnessx._agent import Agent
-from harnessx._config import AgentConfig, Limits, RetryPolicy
+from harnessx._config import AgentConfig, Limits, RetryPolicy, RuntimeState
 from harnessx._errors import (
     ConfigurationError,
     CorruptStateError,
+    CostLimitError,
     HarnessError,
     LeaseLostError,
+    MaxIterationsError,
     ProviderError,
     ResolutionError,
     RunAwaitingInput,
@@ -28,6 +30,7 @@ from harnessx._errors import (
     SchemaError,
     SessionBusyError,
     StorageError,
+    ToolApprovalRequired,
     TransientToolError,
     UnknownExecutionKey,
 )
@@ -35,7 +38,21 @@ from harnessx._events import RunEvent, RunEventType
 from harnessx._handle import RunHandle
 from harnessx._hooks import HookContext, HookEvent, Hooks
 from harnessx._journal import RecordingError
+from harnessx._memory import ConversationMemory
+from harnessx._messages import Message
 from harnessx._middleware import Middleware, ModelRequest
+from harnessx._permissions import CliPermissionManager, PermissionLevel, PermissionManager
+from harnessx._policies import (
+    DEFAULT_TIMEOUT_SECONDS,
+    DEFAULT_TOOL_TIMEOUT_SECONDS,
+    Fallback,
+    LoopGuard,
+    ProgressPolicy,
+    PromptCacheHint,
+    PromptCachePolicy,
+    ToolPolicy,
+    ToolRetry,
+)
 from harnessx._recorder import (
     BundleLimits,
     ExportPolicy,
@@ -48,16 +65,21 @@ from harnessx._recorder import (
 from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
 from harnessx._runtime import AgentRuntime, RuntimeConfig
+from harnessx._sessions import CheckpointData, PersistentMemory, RuntimeStatus, SessionState
 from harnessx._stream import RunStream
 from harnessx._tools import (
-    PermissionLevel,
-    PermissionManager,
     ReplayPolicy,
     Tool,
     ToolContext,
+    ToolDefinition,
+    ToolExecutionContext,
+    ToolNotFoundError,
     ToolRegistry,
     current_tool_context,
+    normalize_tool_registry,
 )
+from harnessx._unsupported import install_finder, unsupported_name
+from harnessx.execution import RunFailure
 from harnessx.providers import (
     AnthropicProvider,
     LLMProvider,
@@ -68,6 +90,8 @@ from harnessx.providers import (
     TokenUsage,
     ToolCall,
 )
+from harnessx.providers._fallback import FallbackProvider
+from harnessx.providers._registry import make_provider, register_provider
 from harnessx.providers._scripted import ScriptedProvider, ScriptedRequest
 from harnessx.store import SQLiteBackend
 
@@ -84,9 +108,17 @@ __all__ = [
     "AgentRuntime",
     "AnthropicProvider",
     "BundleLimits",
+    "CheckpointData",
+    "CliPermissionManager",
     "ConfigurationError",
+    "ConversationMemory",
     "CorruptStateError",
+    "CostLimitError",
+    "DEFAULT_TIMEOUT_SECONDS",
+    "DEFAULT_TOOL_TIMEOUT_SECONDS",
     "ExportPolicy",
+    "Fallback",
+    "FallbackProvider",
     "HarnessError",
     "HookContext",
     "HookEvent",
@@ -96,14 +128,21 @@ __all__ = [
     "LLMProvider",
     "LeaseLostError",
     "Limits",
+    "LoopGuard",
+    "MaxIterationsError",
+    "Message",
     "Middleware",
     "ModelRequest",
     "OpenAIProvider",
     "PendingTool",
     "PermissionLevel",
     "PermissionManager",
+    "PersistentMemory",
     "Playback",
     "PostgresBackend",
+    "ProgressPolicy",
+    "PromptCacheHint",
+    "PromptCachePolicy",
     "ProviderError",
     "ProviderResponse",
     "RecordingError",
@@ -116,6 +155,7 @@ __all__ = [
     "RunEvent",
     "RunEventType",
     "RunFailed",
+    "RunFailure",
     "RunHandle",
     "RunLimitReached",
     "RunPaused",
@@ -125,21 +165,30 @@ __all__ = [
     "RunStream",
     "RunTruncated",
     "RuntimeConfig",
+    "RuntimeState",
     "RuntimeStateError",
+    "RuntimeStatus",
     "SQLiteBackend",
     "SchemaError",
     "ScriptedProvider",
     "ScriptedRequest",
     "SessionBusyError",
+    "SessionState",
     "StopReason",
     "StorageError",
     "StreamChunk",
     "TokenUsage",
     "Tool",
+    "ToolApprovalRequired",
     "ToolCall",
     "ToolContext",
+    "ToolDefinition",
+    "ToolExecutionContext",
+    "ToolNotFoundError",
+    "ToolPolicy",
     "ToolRegistry",
     "ToolResult",
+    "ToolRetry",
     "TransientToolError",
     "UnknownExecutionKey",
     "VerificationReport",
@@ -147,7 +196,13 @@ __all__ = [
     "agents",
     "current_tool_context",
     "export_incident",
+    "make_provider",
+    "normalize_tool_registry",
+    "register_provider",
 ]
+
+
+install_finder()
 
 
 def __getattr__(name: str) -> object:
@@ -156,4 +211,8 @@ def __getattr__(name: str) -> object:
         from harnessx.store import PostgresBackend
 
         return PostgresBackend
+    # A name of the original harnessx this one does not have: say so, and where to look.
+    error = unsupported_name(name)
+    if error is not None:
+        raise error
     raise AttributeError(f"module 'harnessx' has no attribute {name!r}")

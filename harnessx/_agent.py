@@ -3,35 +3,49 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
+import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from harnessx._builtin_tools import install_builtin_tools, todos_of
 from harnessx._config import AgentConfig
 from harnessx._driver import Driver, RunSettings
 from harnessx._engine import Engine
 from harnessx._errors import ConfigurationError, RuntimeStateError
 from harnessx._hooks import Hooks
+from harnessx._memory import ConversationMemory
 from harnessx._middleware import Middleware
+from harnessx._permissions import PermissionLevel, PermissionManager
 from harnessx._results import RunResult, RunStatus
 from harnessx._runlog import MemoryRunLog
+from harnessx._sessions import PersistentMemory, SessionState
 from harnessx._state import RunState
 from harnessx._stream import OnReset, RunStream, text_of
-from harnessx._tools import PermissionLevel, PermissionManager, ToolRegistry
-from harnessx.providers._base import LLMProvider
+from harnessx._tools import ToolDefinition, ToolRegistry, normalize_tool_registry
+from harnessx.providers._base import LLMProvider, TokenUsage
 
-__all__ = ["SNAPSHOT_VERSION", "Agent", "build_provider"]
+__all__ = ["Agent", "build_provider"]
 
-SNAPSHOT_VERSION = 1
+_UNSUPPORTED_ARGUMENTS = {
+    "sandbox": "sandboxes",
+    "mcp": "MCP servers",
+    "skills": "skills",
+    "knowledge": "knowledge bundles",
+    "subagents": "subagents",
+}
 
 
 def build_provider(config: AgentConfig) -> LLMProvider:
-    """The built-in provider ``config`` names, or the one the environment's API key implies."""
-    name = (config.provider or os.environ.get("HARNESSX_PROVIDER") or "").strip().lower()
-    if not name:
+    """The provider ``config`` names (a failover chain with ``fallbacks``); with
+    ``provider=None``, the one the environment's API key implies."""
+    from harnessx.providers._registry import make_provider
+
+    name = config.provider
+    if name is None:
         if os.environ.get("ANTHROPIC_API_KEY"):
             name = "anthropic"
         elif os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
@@ -42,22 +56,17 @@ def build_provider(config: AgentConfig) -> LLMProvider:
                 "AgentConfig(provider='anthropic' or 'openai'), or set ANTHROPIC_API_KEY or "
                 "OPENAI_API_KEY (OPENAI_BASE_URL for a local OpenAI-compatible server)"
             )
-    model = config.model or None
-    if name == "anthropic":
-        from harnessx.providers._anthropic import AnthropicProvider
+    if config.fallbacks:
+        from harnessx.providers._fallback import FallbackProvider
 
-        return AnthropicProvider(model, retry=config.retry)
-    if name in ("openai", "openai-compatible"):
-        from harnessx.providers._openai import OpenAIProvider
-
-        return OpenAIProvider(model, retry=config.retry)
-    raise ConfigurationError(f"unknown provider {config.provider!r}: use 'anthropic' or 'openai'")
+        return FallbackProvider.from_config(config)
+    return make_provider(name, model=config.model, retry=config.retry)
 
 
 class Agent:
     """An LLM agent run in this process. One run at a time.
 
-    The conversation lives in memory across ``run`` calls; ``save_session`` writes it to
+    The conversation lives in ``memory`` across ``run`` calls; ``save_session`` writes it to
     disk and ``Agent.load_session`` continues it in another process. For runs that must
     survive a crash, hand the agent to an ``AgentRuntime``.
     """
@@ -66,16 +75,37 @@ class Agent:
         self,
         config: AgentConfig | None = None,
         provider: LLMProvider | None = None,
-        tools: ToolRegistry | Iterable[Callable[..., Any]] | None = None,
+        tools: ToolRegistry | Iterable[Callable[..., Any] | ToolDefinition] | None = None,
+        memory: ConversationMemory | None = None,
         permissions: PermissionManager | Mapping[str, PermissionLevel | str] | None = None,
         hooks: Hooks | None = None,
         middleware: Middleware | None = None,
+        sandbox: Any = None,
+        mcp: Any = None,
+        skills: Any = None,
+        knowledge: Any = None,
         extensions: Iterable[Any] | None = None,
+        subagents: Any = None,
     ) -> None:
+        given = {
+            "sandbox": sandbox,
+            "mcp": mcp,
+            "skills": skills,
+            "knowledge": knowledge,
+            "subagents": subagents,
+        }
+        for argument, value in given.items():
+            if value is not None:
+                raise ConfigurationError(
+                    f"Agent({argument}=...): {_UNSUPPORTED_ARGUMENTS[argument]} of the original harnessx "
+                    "are not supported by this harnessx yet; see docs/compatibility.md"
+                )
         self.config = config or AgentConfig()
         self._provider = provider
         self._owns_provider = False
-        self.tools = _as_registry(tools)
+        self.tools = normalize_tool_registry(tools, policy=self.config.tools)
+        self._owns_memory = memory is None
+        self.memory = memory or ConversationMemory(max_result_chars=self.config.limits.max_result_chars)
         self.permissions = (
             permissions
             if isinstance(permissions, PermissionManager)
@@ -84,14 +114,42 @@ class Agent:
         self.hooks = hooks or Hooks()
         self.middleware = middleware or Middleware()
         self.extensions = list(extensions or [])
-        self.session_id = uuid.uuid4().hex
-        self.messages: list[dict[str, Any]] = []
+        install_builtin_tools(self.tools, planning=self.config.planning)
+        self._session_id = str(uuid.uuid4())
+        self.session_metadata: dict[str, Any] = {}
+        self.total_usage = TokenUsage()
+        self.lifetime_iterations = 0
         self._busy = False
         self._closed = False
 
     def __repr__(self) -> str:
         names = self.tools.names()
         return f"Agent(model={self.config.model!r}, tools={names!r}, session_id={self.session_id!r})"
+
+    # ------------------------------------------------------------- identity
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    @session_id.setter
+    def session_id(self, value: str) -> None:
+        self._session_id = value
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation in the engine's form (``memory.get_messages()`` gives the
+        content-block form)."""
+        return self.memory.engine_messages()
+
+    @messages.setter
+    def messages(self, value: list[dict[str, Any]]) -> None:
+        self.memory.replace_engine_messages(value)
+
+    @property
+    def todos(self) -> list[dict[str, str]]:
+        """The task list the planning tools keep (``[{"content", "status"}]``)."""
+        return todos_of(self.memory.engine_messages())
 
     # ------------------------------------------------------------- resources
 
@@ -107,7 +165,13 @@ class Agent:
 
     @property
     def closed(self) -> bool:
+        """True once ``aclose()`` has started; the agent accepts no more runs."""
         return self._closed
+
+    @property
+    def busy(self) -> bool:
+        """True while a run is in progress."""
+        return self._busy
 
     async def aclose(self) -> None:
         """Close a provider the agent built itself (an injected one is the caller's)."""
@@ -116,6 +180,8 @@ class Agent:
         self._closed = True
         if self._owns_provider and self._provider is not None:
             await self._provider.aclose()
+        if self._owns_memory:
+            await self.memory.aclose()
 
     async def __aenter__(self) -> Agent:
         return self
@@ -126,13 +192,13 @@ class Agent:
     # ------------------------------------------------------------ definition
 
     def engine(self, *, durable: bool) -> Engine:
-        """The step rules for this agent; durable runs never consult an approver."""
+        """The step rules for this agent; durable runs record approvals instead of asking."""
         return Engine(
             tools=self.tools,
             permissions=self.permissions,
-            limits=self.config.effective_limits,
-            allowed_tools=self.config.tools,
-            interactive_approval=not durable and self.permissions.approver is not None,
+            limits=self.config.limits,
+            allowed_tools=self.config.offered_tools,
+            interactive_approval=not durable,
         )
 
     def run_settings(self) -> RunSettings:
@@ -146,8 +212,10 @@ class Agent:
             permissions=self.permissions,
             hooks=self.hooks,
             middleware=self.middleware,
-            offered_tools=config.tools,
+            offered_tools=config.offered_tools,
             agent=self,
+            progress=config.progress,
+            limits=config.limits,
         )
 
     def fingerprint(self) -> dict[str, Any]:
@@ -201,11 +269,12 @@ class Agent:
     async def _drive(self, message: str, log: MemoryRunLog) -> RunResult:
         try:
             provider = self.provider  # fail before the run starts if none can be built
+            history = self.memory.engine_messages()
             state = RunState(
                 session_id=self.session_id,
                 run_id=uuid.uuid4().hex,
-                messages=list(self.messages),
-                history_length=len(self.messages),
+                messages=history,
+                history_length=len(history),
             )
             engine = self.engine(durable=False)
             driver = Driver(
@@ -213,7 +282,13 @@ class Agent:
             )
             await driver.commit(state, engine.start(state, message))
             result = await driver.drive(state)
-            self.messages = _settled(state)
+            self.memory.replace_engine_messages(_settled(state))
+            for entry in state.tools.values():
+                final = entry.result or entry.raw_result
+                if final is not None and len(final.content) > self.config.limits.max_result_chars:
+                    self.memory.keep_result(entry.call.id, final.content)
+            self.total_usage = self.total_usage + result.usage
+            self.lifetime_iterations += state.iteration + 1
             return result
         finally:
             self._busy = False
@@ -221,65 +296,92 @@ class Agent:
 
     # -------------------------------------------------------------- sessions
 
-    def save_session(self, storage_dir: str | os.PathLike[str]) -> Path:
+    async def save_session(self, storage_dir: str | os.PathLike[str] = ".agent_sessions") -> str:
         """Write the conversation, configuration and extension state to
-        ``storage_dir/<session_id>.json`` atomically; returns the path."""
-        folder = Path(storage_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        snapshot = {
-            "version": SNAPSHOT_VERSION,
-            "session_id": self.session_id,
-            "config": self.config.to_dict(),
-            "messages": self.messages,
-            "extensions": _extension_state(self.extensions),
-        }
-        path = folder / f"{self.session_id}.json"
-        temporary = path.with_suffix(".json.tmp")
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(snapshot, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-        return path
+        ``storage_dir/<session_id>.json`` atomically; returns the session id.
+
+        A snapshot is taken between runs and never resumes a run that was interrupted
+        halfway; use ``AgentRuntime`` for that."""
+        if self._busy or self._closed:
+            raise RuntimeStateError("cannot snapshot an agent that is running or closed")
+        state = SessionState(
+            session_id=self.session_id,
+            messages=self.memory.get_messages(),
+            total_usage=self.total_usage,
+            metadata=dict(self.session_metadata),
+            config=self.config.to_dict(),
+            extensions=await _extension_state(self),
+            lifetime_iterations=self.lifetime_iterations,
+            results=self.memory.stored_results(),
+        )
+        await asyncio.to_thread(PersistentMemory(storage_dir).save_session, state)
+        return self.session_id
 
     @classmethod
-    def load_session(cls, session_id: str, storage_dir: str | os.PathLike[str], **kwargs: Any) -> Agent:
-        """An agent that continues a saved conversation. ``kwargs`` go to ``Agent(...)``;
-        a ``config`` among them replaces the saved one."""
-        path = Path(storage_dir) / f"{session_id}.json"
-        if not path.exists():
-            raise ConfigurationError(f"no saved session {session_id!r} in {Path(storage_dir).resolve()}")
-        try:
-            snapshot = json.loads(path.read_text(encoding="utf-8"))
-            version = snapshot.get("version")
-            if version != SNAPSHOT_VERSION:
+    async def load_session(
+        cls, session_id: str, storage_dir: str | os.PathLike[str] = ".agent_sessions", **kwargs: Any
+    ) -> Agent:
+        """An agent that continues a saved conversation. ``kwargs`` go to ``Agent(...)``
+        (provider, tools and extensions are code: pass them again); a ``config`` among them
+        must equal the saved one."""
+        state = await asyncio.to_thread(PersistentMemory(storage_dir).load_session, session_id)
+        if state.config:
+            try:
+                saved = AgentConfig.from_dict(state.config)
+            except (TypeError, ValueError) as exc:
                 raise ConfigurationError(
-                    f"session file {path} has snapshot version {version!r}; this harnessx reads "
-                    f"version {SNAPSHOT_VERSION}: upgrade harnessx to load it"
+                    f"the configuration saved with session {session_id!r} cannot be read ({exc}); pass "
+                    "the session to a harnessx that wrote it, or start a new session"
+                ) from exc
+            explicit = kwargs.get("config")
+            if explicit is not None and asdict(explicit) != asdict(saved):
+                raise ConfigurationError(
+                    f"the config passed to load_session differs from the one saved with session "
+                    f"{session_id!r}: "
+                    "leave config= out to use the saved one"
                 )
-            config = kwargs.pop("config", None) or AgentConfig.from_dict(snapshot["config"])
-            messages = list(snapshot["messages"])
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            if isinstance(exc, ConfigurationError):
-                raise
-            raise ConfigurationError(
-                f"session file {path} is not a readable harnessx snapshot ({exc}); "
-                "restore it from a backup or start a new session"
-            ) from exc
-        agent = cls(config=config, **kwargs)
-        agent.session_id = session_id
-        agent.messages = messages
-        _restore_extensions(agent.extensions, snapshot.get("extensions") or {})
+            kwargs["config"] = saved
+        agent = cls(**kwargs)
+        try:
+            missing = sorted(set(state.extensions) - {_extension_name(e) for e in agent.extensions})
+            if missing:
+                raise ConfigurationError(
+                    f"session {session_id!r} was saved with extension state for {missing}: pass those "
+                    "extensions to load_session(..., extensions=[...])"
+                )
+            agent._session_id = state.session_id
+            agent.memory.set_messages(state.messages)
+            artifacts = await asyncio.to_thread(_artifacts, storage_dir, state)
+            for result_id, content in {**artifacts, **state.results}.items():
+                agent.memory.keep_result(result_id, content)
+            agent.session_metadata = dict(state.metadata)
+            agent.total_usage = state.total_usage
+            agent.lifetime_iterations = state.lifetime_iterations
+            await _restore_extensions(agent, state.extensions)
+        except BaseException:
+            await agent.aclose()
+            raise
         return agent
 
 
-def _as_registry(tools: ToolRegistry | Iterable[Callable[..., Any]] | None) -> ToolRegistry:
-    if isinstance(tools, ToolRegistry):
-        return tools
-    registry = ToolRegistry()
-    for fn in tools or ():
-        registry.register()(fn)
-    return registry
+_ARTIFACT = re.compile(r"Full output saved to: artifact://([0-9a-f]{16,128})\]")
+
+
+def _artifacts(storage_dir: str | os.PathLike[str], state: SessionState) -> dict[str, str]:
+    """Whole texts of large results an original harnessx snapshot keeps as artifact files
+    (``<storage_dir>/artifacts/<session_id>/<key>``), by the tool call they answer."""
+    found: dict[str, str] = {}
+    folder = Path(storage_dir) / "artifacts" / state.session_id
+    for message in state.messages:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict) or block.get("type") != "tool_result":
+                continue
+            match = _ARTIFACT.search(str(block.get("content", ""))[:600])
+            path = folder / match.group(1) if match else None
+            if path is not None and path.is_file():
+                found[str(block.get("tool_use_id"))] = path.read_text(encoding="utf-8", errors="replace")
+    return found
 
 
 def _settled(state: RunState) -> list[dict[str, Any]]:
@@ -310,17 +412,38 @@ def _extension_name(extension: Any) -> str:
     return str(getattr(extension, "name", None) or type(extension).__name__)
 
 
-def _extension_state(extensions: list[Any]) -> dict[str, Any]:
-    """State of extensions that can export it (``export_state() -> JSON-ready dict``)."""
-    return {
-        _extension_name(ext): ext.export_state()
-        for ext in extensions
-        if callable(getattr(ext, "export_state", None))
-    }
+async def _extension_state(agent: Agent) -> dict[str, Any]:
+    """State of extensions that save any: ``on_save_session(context)`` (the original's
+    protocol, sync or async) or ``export_state()``."""
+    saved: dict[str, Any] = {}
+    for extension in agent.extensions:
+        name = _extension_name(extension)
+        hook = getattr(extension, "on_save_session", None)
+        if callable(hook):
+            value = hook(_ExtensionContext(agent, name))
+            saved[name] = await value if asyncio.iscoroutine(value) else value
+        elif callable(getattr(extension, "export_state", None)):
+            saved[name] = extension.export_state()
+    return saved
 
 
-def _restore_extensions(extensions: list[Any], saved: dict[str, Any]) -> None:
-    for ext in extensions:
-        name = _extension_name(ext)
-        if name in saved and callable(getattr(ext, "import_state", None)):
-            ext.import_state(saved[name])
+async def _restore_extensions(agent: Agent, saved: dict[str, Any]) -> None:
+    for extension in agent.extensions:
+        name = _extension_name(extension)
+        if name not in saved:
+            continue
+        hook = getattr(extension, "on_load_session", None)
+        if callable(hook):
+            value = hook(_ExtensionContext(agent, name), saved[name])
+            if asyncio.iscoroutine(value):
+                await value
+        elif callable(getattr(extension, "import_state", None)):
+            extension.import_state(saved[name])
+
+
+class _ExtensionContext:
+    """What an extension's session hooks receive: the agent and the extension's name."""
+
+    def __init__(self, agent: Agent, name: str) -> None:
+        self.agent = agent
+        self.name = name

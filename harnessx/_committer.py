@@ -119,6 +119,10 @@ class StoreCommitter:
         ):
             await self.flush()
 
+    async def lookup_result(self, session_id: str, tool_call_id: str) -> str | None:
+        """A stored tool result of the session, for ``read_tool_result`` (see the driver)."""
+        return await self.store.tool_result(session_id, tool_call_id)
+
     async def flush(self) -> None:
         if self._buffer:
             buffered, self._buffer = self._buffer, []

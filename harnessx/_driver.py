@@ -8,28 +8,39 @@ it is committed — dispatch intent before a tool runs, the raw result before mi
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from harnessx._builtin_tools import RunView, planning_guidance, render_todos, run_view_scope, todos_of
+from harnessx._config import Limits
 from harnessx._engine import AskApproval, CallModel, CompleteResult, Dispatch, Engine, Stop
 from harnessx._errors import LeaseLostError, ProviderError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._hooks import HookEvent, Hooks
 from harnessx._journal import RunJournal
 from harnessx._middleware import Middleware, ModelRequest
+from harnessx._policies import ProgressPolicy
 from harnessx._results import RunResult, RunStatus, ToolResult
 from harnessx._runlog import Committer
-from harnessx._state import Delta, RunState
+from harnessx._state import Delta, RunState, ToolStatus
 from harnessx._tools import PermissionManager, ToolContext, ToolRegistry, tool_context_scope
-from harnessx.providers._base import LLMProvider, ProviderResponse, call_create
+from harnessx.providers._base import LLMProvider, ProviderResponse, StreamChunk, call_create
 
-__all__ = ["Driver", "RunControl", "RunSettings", "announce_checkpoint"]
+__all__ = ["Driver", "RunControl", "RunSettings", "announce_checkpoint", "current_agent"]
 
 logger = logging.getLogger("harnessx.driver")
 
 T = TypeVar("T")
+
+_agent_context: contextvars.ContextVar[Any] = contextvars.ContextVar("harnessx_agent", default=None)
+
+
+def current_agent() -> Any:
+    """The agent whose tool call is running, or ``None`` outside one."""
+    return _agent_context.get()
 
 
 class RunControl:
@@ -37,11 +48,16 @@ class RunControl:
 
     def __init__(self) -> None:
         self.pause_requested = False
+        self.pause_reason = "paused"
         self.cancel_requested = False
         self.handoff_requested = False
         self._signal = asyncio.Event()
 
-    def request_pause(self) -> None:
+    def request_pause(self, reason: str = "paused") -> None:
+        """Pause at the next boundary; ``reason`` becomes the run's stop reason (``timeout``
+        for ``RuntimeConfig.max_session_duration_seconds``)."""
+        if not self.pause_requested:
+            self.pause_reason = reason
         self.pause_requested = True
         self._signal.set()
 
@@ -91,6 +107,8 @@ class RunSettings:
     middleware: Middleware
     offered_tools: list[str] | None = None
     agent: Any = None
+    progress: ProgressPolicy | None = None
+    limits: Limits | None = None
 
 
 class Driver:
@@ -121,6 +139,11 @@ class Driver:
         await self.committer.commit(state, delta)
         state.apply(delta)
         await announce_checkpoint(self.settings.hooks, self.settings.agent, state)
+        todos_updated = getattr(HookEvent, "TODOS_UPDATED", None)
+        if todos_updated is not None:
+            for event in delta.events:
+                if event.type is RunEventType.TODOS_UPDATED:
+                    await self.settings.hooks.emit(todos_updated, self.settings.agent, dict(event.data))
 
     async def drive(self, state: RunState) -> RunResult:
         hooks, agent = self.settings.hooks, self.settings.agent
@@ -149,7 +172,7 @@ class Driver:
             if self.control.handoff_requested:
                 return
             if self.control.pause_requested:
-                await self.commit(state, self.engine.pause(state))
+                await self.commit(state, self.engine.pause(state, self.control.pause_reason))
                 return
             step = self.engine.next_step(state)
             try:
@@ -178,11 +201,17 @@ class Driver:
 
     async def _call_model(self, state: RunState) -> None:
         settings = self.settings
+        final = self.engine.final_call(state)
+        system = settings.system_prompt
+        guidance = planning_guidance(settings.tools)
+        if guidance:
+            system = f"{system}\n\n{guidance}" if system else guidance
         request = ModelRequest(
             model=settings.model,
-            messages=list(state.messages),
-            system=settings.system_prompt,
-            tools=settings.tools.specs(settings.offered_tools),
+            messages=_with_task_reminder(state.messages),
+            system=system,
+            # The one last call of a run at its limit is asked for an answer, not more work.
+            tools=[] if final else settings.tools.specs(settings.offered_tools),
             max_tokens=settings.max_tokens,
             temperature=settings.temperature,
         )
@@ -218,10 +247,10 @@ class Driver:
         kwargs = request.provider_kwargs()
         stream = getattr(provider, "stream", None)
         if stream is None:
-            return await call_create(provider, **kwargs)
+            return await self._noticed(state, call_create(provider, **kwargs))
         response: ProviderResponse | None = None
         step_id = f"model:{state.iteration}"
-        async for chunk in stream(**kwargs):
+        async for chunk in self._noticed_stream(state, stream(**kwargs)):
             if chunk.kind in ("text_delta", "thinking_delta") and chunk.data:
                 kind = RunEventType(chunk.kind)
                 event = RunEvent(
@@ -233,6 +262,53 @@ class Driver:
         if not isinstance(response, ProviderResponse):
             raise ProviderError(f"{type(provider).__name__}.stream() ended without a 'response' chunk")
         return response
+
+    async def _noticed(self, state: RunState, work: Awaitable[T]) -> T:
+        """Await a model call, adding a ``waiting`` event to the run stream while it is
+        silent (``ProgressPolicy``). Notices only: nothing is cancelled."""
+        policy = self.settings.progress
+        task = asyncio.ensure_future(work)
+        if policy is None or not policy.enabled or policy.first_after_seconds is None:
+            return await task
+        try:
+            waited = 0.0
+            delay = policy.first_after_seconds
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=delay)
+                if done:
+                    return task.result()
+                waited += delay
+                event = RunEvent(
+                    RunEventType.WAITING,
+                    {"on": "model", "seconds": round(waited, 1)},
+                    state.session_id,
+                    state.run_id,
+                    f"model:{state.iteration}",
+                    f"model:{state.iteration}",
+                )
+                await self.committer.provisional(state, event)
+                delay = policy.repeat_every_seconds
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    async def _noticed_stream(
+        self, state: RunState, chunks: AsyncIterator[StreamChunk]
+    ) -> AsyncIterator[StreamChunk]:
+        """A provider's stream, each wait for its next chunk watched like ``_noticed``."""
+        iterator = chunks.__aiter__()
+        try:
+            while True:
+                try:
+                    chunk = await self._noticed(state, iterator.__anext__())
+                except StopAsyncIteration:
+                    return
+                yield chunk
+        finally:
+            closer = getattr(iterator, "aclose", None)
+            if closer is not None:
+                await closer()
 
     # ------------------------------------------------------------------ tools
 
@@ -255,7 +331,11 @@ class Driver:
                     if task is cancel_wait:
                         continue
                     pending.discard(task)
-                    delta = self.engine.raw_result(state, tasks[task], task.result())
+                    outcome = task.result()
+                    if isinstance(outcome, TimeoutError):
+                        delta = self.engine.timed_out(state, tasks[task], str(outcome))
+                    else:
+                        delta = self.engine.raw_result(state, tasks[task], outcome)
                     if self.journal is not None:
                         self.journal.tools_returned(delta)
                     await self.commit(state, delta)
@@ -269,7 +349,7 @@ class Driver:
                 if not task.done():
                     task.cancel()
 
-    async def _invoke(self, state: RunState, key: str) -> ToolResult:
+    async def _invoke(self, state: RunState, key: str) -> ToolResult | TimeoutError:
         entry = state.tools[key]
         tool = self.settings.tools.get(entry.call.name)
         if tool is None:
@@ -285,12 +365,37 @@ class Driver:
         )
         hooks, agent = self.settings.hooks, self.settings.agent
         await hooks.emit(HookEvent.TOOL_START, agent, {"call": entry.call, "execution_key": key})
-        with tool_context_scope(context):
-            result = await tool.invoke(entry.call.input)
+        view = RunView(
+            messages=lambda: _with_current_results(state),
+            lookup_result=lambda result_id: self._lookup_result(state, result_id),
+            max_result_chars=self.settings.limits.max_result_chars if self.settings.limits else 12_000,
+        )
+        agent_token = _agent_context.set(agent)
+        try:
+            with tool_context_scope(context), run_view_scope(view):
+                result = await tool.invoke(entry.call.input, entry.call.id)
+        except TimeoutError as exc:
+            return exc
+        finally:
+            _agent_context.reset(agent_token)
         await hooks.emit(
             HookEvent.TOOL_END, agent, {"call": entry.call, "execution_key": key, "result": result}
         )
         return result
+
+    async def _lookup_result(self, state: RunState, result_id: str) -> str | None:
+        """The whole text of a tool result by its call id: this run's, then the agent's
+        memory (a plain run), then the store (a durable run)."""
+        for entry in sorted(state.tools.values(), key=lambda e: (e.iteration, e.index), reverse=True):
+            final = entry.result or entry.raw_result
+            if entry.call.id == result_id and final is not None:
+                return final.content
+        memory = getattr(self.settings.agent, "memory", None)
+        found = memory.stored_result(result_id) if memory is not None else None
+        if found is not None:
+            return str(found)
+        lookup = getattr(self.committer, "lookup_result", None)
+        return await lookup(state.session_id, result_id) if lookup is not None else None
 
     async def _complete_result(self, state: RunState, key: str) -> None:
         entry = state.tools[key]
@@ -308,8 +413,9 @@ class Driver:
     async def _ask_approval(self, state: RunState, keys: tuple[str, ...]) -> None:
         answers: dict[str, bool] = {}
         for key in keys:
-            answer = await self._cancellable(self.settings.permissions.ask(state.tools[key].call))
-            answers[key] = bool(answer)
+            call = state.tools[key].call
+            check = self.settings.permissions.check_permission(call, self.settings.tools.get(call.name))
+            answers[key] = bool(await self._cancellable(check))
         delta = self.engine.approvals_answered(state, answers)
         if self.journal is not None:
             for key, allowed in answers.items():
@@ -329,3 +435,35 @@ class Driver:
             cancel_wait.cancel()
             if not task.done():
                 task.cancel()
+
+
+def _with_task_reminder(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request's messages with the open task list shown at the end of the last user or
+    tool message: at the tail, not in the system prompt, so the cached prefix stays put."""
+    todos = todos_of(messages)
+    if not todos or all(item["status"] == "completed" for item in todos):
+        return list(messages)
+    out = list(messages)
+    for index in range(len(out) - 1, -1, -1):
+        message = out[index]
+        if message.get("role") in ("user", "tool") and isinstance(message.get("content"), str):
+            out[index] = {**message, "content": f"{message['content']}\n\n{render_todos(todos)}"}
+            break
+    return out
+
+
+def _with_current_results(state: RunState) -> list[dict[str, Any]]:
+    """The conversation plus the answers of this step's calls that already have one."""
+    extra = []
+    for entry in state.entries():
+        if entry.status is ToolStatus.COMPLETED and entry.result is not None:
+            extra.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": entry.call.id,
+                    "name": entry.call.name,
+                    "content": entry.result.content,
+                    "is_error": entry.result.is_error,
+                }
+            )
+    return [*state.messages, *extra]

@@ -13,12 +13,22 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from harnessx._builtin_tools import todos_of, todos_payload
 from harnessx._config import Limits
+from harnessx._errors import CostLimitError, MaxIterationsError
 from harnessx._events import RunEvent, RunEventType
+from harnessx._large_results import preview_result
+from harnessx._loopguard import call_signature, repetition_notice, trip_at
 from harnessx._results import RunStatus, ToolResult
 from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus, execution_key
 from harnessx._tools import PERMISSION_DENIED, PermissionLevel, PermissionManager, ReplayPolicy, ToolRegistry
-from harnessx.providers._base import STOP_REASONS_WITHOUT_TOOLS, ProviderResponse, StopReason, ToolCall
+from harnessx.providers._base import (
+    STOP_REASONS_WITHOUT_TOOLS,
+    ProviderResponse,
+    StopReason,
+    TokenUsage,
+    ToolCall,
+)
 
 __all__ = [
     "AskApproval",
@@ -66,6 +76,13 @@ Step = Delta | CallModel | Dispatch | CompleteResult | AskApproval | Stop
 
 _TERMINAL_PHASE_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 
+# What the model is told when a run reaches Limits.max_iterations and is asked for its last reply.
+FINAL_ANSWER_NOTICE = (
+    "[You have reached the step limit of this run. Do not call any tools. Reply now with what you did, "
+    "what is left to do, and your best answer so far.]"
+)
+NOT_RUN_AT_LIMIT = "Not executed: the run reached its step limit."
+
 
 class Engine:
     """Run rules for one agent definition: its tools, permissions and limits."""
@@ -78,12 +95,17 @@ class Engine:
         limits: Limits,
         allowed_tools: list[str] | None = None,
         interactive_approval: bool = False,
+        cost_baseline: TokenUsage | None = None,
     ) -> None:
+        """``interactive_approval`` is a plain run (ASK asks the approval callback there
+        and then); otherwise ASK records an approval to wait for. ``cost_baseline`` is
+        usage spent before this run that ``Limits.max_cost_dollars`` also counts."""
         self.tools = tools
         self.permissions = permissions
         self.limits = limits
         self.allowed_tools = allowed_tools
         self.interactive_approval = interactive_approval
+        self.cost_baseline = cost_baseline or TokenUsage()
 
     # ----------------------------------------------------------------- deciding
 
@@ -91,14 +113,43 @@ class Engine:
         if state.status is not RunStatus.RUNNING:
             return Stop()
         if state.phase is Phase.PREPARE_MODEL_CALL:
+            over = self._over_budget(state)
+            if over is not None:
+                return self.fail(state, CostLimitError(over))
             return CallModel()
         if state.phase is Phase.MODEL_CALL:
             return self._after_model_call(state)
         return self._tool_step(state)
 
+    def final_call(self, state: RunState) -> bool:
+        """Whether the model call at hand is the one last call a run at its limit gets."""
+        limit = self.limits.max_iterations
+        return bool(limit) and self.limits.final_answer_on_limit and state.iteration >= limit
+
+    def _over_budget(self, state: RunState) -> str | None:
+        budget = self.limits.max_cost_dollars
+        if budget is None:
+            return None
+        spent = self.cost_baseline + state.usage
+        cost = self.limits.cost_of(
+            spent.input_tokens, spent.output_tokens, spent.cache_read_tokens, spent.cache_write_tokens
+        )
+        if cost < budget:
+            return None
+        return (
+            f"estimated cost ${cost:.4f} reached the limit of ${budget:.4f} (Limits.max_cost_dollars); "
+            "raise the limit or narrow the task"
+        )
+
     def _after_model_call(self, state: RunState) -> Step:
         message = state.last_assistant() or {}
         calls = [ToolCall.from_dict(c) for c in message.get("tool_calls") or []]
+        if self.final_call(state):
+            # The last reply of a run at its limit ends it, whatever it holds; a call it made
+            # anyway is answered, so the conversation stays valid for the next run.
+            delta = self._finish(state, RunStatus.COMPLETED, "max_iterations", message.get("content", ""))
+            delta.messages = [_unanswered(call, NOT_RUN_AT_LIMIT) for call in calls]
+            return delta
         if calls:
             return self._prepare_tools(state, calls)
         if state.stop_reason == StopReason.PAUSE_TURN:
@@ -124,9 +175,42 @@ class Engine:
             approvals = tuple(e.execution_key for e in waiting if e.status is ToolStatus.APPROVAL)
             if self.interactive_approval and approvals:
                 return AskApproval(approvals)
-            return self._wait(state, "uncertain" if len(approvals) < len(waiting) else "approval")
-        results = [_tool_message(e) for e in entries]
-        return self._next_model_call(state, results)
+            return self._stop(state, RunStatus.AWAITING_INPUT, "awaiting_input")
+        return self._collect(state, entries)
+
+    def _collect(self, state: RunState, entries: list[ToolEntry]) -> Delta:
+        """Every call of this step has its result: answer them and go on."""
+        limit = self.limits.max_result_chars
+        results = [_tool_message(e, limit) for e in entries]
+        period = trip_at(self._signatures(state), self.limits.loop_guard)
+        if period is not None and results:
+            note = repetition_notice(period, self.limits.loop_guard.threshold)
+            results[0] = {**results[0], "content": f"{note}\n\n{results[0]['content']}"}
+        delta = self._next_model_call(state, results)
+        before = todos_of(state.messages)
+        after = todos_of([*state.messages, *results])
+        if after != before:
+            delta.events.insert(
+                0, self._event(state, RunEventType.TODOS_UPDATED, todos_payload(after), "run")
+            )
+        return delta
+
+    def _signatures(self, state: RunState) -> list[list[str]]:
+        """The run's completed calls, step by step, as loop-guard signatures."""
+        steps: dict[int, list[ToolEntry]] = {}
+        for entry in state.tools.values():
+            steps.setdefault(entry.iteration, []).append(entry)
+        out = []
+        for iteration in sorted(steps):
+            ordered = sorted(steps[iteration], key=lambda e: e.index)
+            out.append(
+                [
+                    call_signature(e.call.name, e.call.input, (e.result or ToolResult()).content)
+                    for e in ordered
+                    if e.status is ToolStatus.COMPLETED
+                ]
+            )
+        return out
 
     def _batch(self, prepared: list[ToolEntry]) -> tuple[str, ...]:
         """The next calls to run together: a run of concurrent tools, or one exclusive tool."""
@@ -203,6 +287,22 @@ class Engine:
         event = self._tool_event(state, RunEventType.TOOL_CALL_COMPLETE, moved, {"is_error": raw.is_error})
         return Delta(Phase.RAW_RESULT, tools=[moved], events=[event])
 
+    def timed_out(self, state: RunState, key: str, message: str) -> Delta:
+        """A call ran past its timeout. Its outcome is unknown: in a durable run a ``manual``
+        tool waits ``uncertain`` for a person; otherwise the model reads an error result."""
+        entry = state.tools[key]
+        if not self.interactive_approval and entry.policy == ReplayPolicy.MANUAL:
+            moved = entry.moved(status=ToolStatus.UNCERTAIN)
+            event = self._tool_event(
+                state,
+                RunEventType.RECOVERY_REQUIRED,
+                moved,
+                {"input": moved.call.input, "policy": moved.policy},
+            )
+            return Delta(Phase.RAW_RESULT, tools=[moved], events=[event])
+        text = f"{message}. It may have partly run; check its effects before calling it again."
+        return self.raw_result(state, key, ToolResult(entry.call.id, text, True))
+
     def completed_result(self, state: RunState, key: str, result: ToolResult) -> Delta:
         entry = state.tools[key]
         final = ToolResult(entry.call.id, result.content, result.is_error)
@@ -218,8 +318,20 @@ class Engine:
                 delta = _merge(delta, self._deny(state, entry))
         return delta
 
-    def pause(self, state: RunState) -> Delta:
-        return self._stop(state, RunStatus.PAUSED, "paused", waiting="paused")
+    def pause(self, state: RunState, reason: str = "paused") -> Delta:
+        """Stop ``paused`` (resumable). ``timeout`` also records why, as the run's error."""
+        delta = self._stop(state, RunStatus.PAUSED, reason)
+        if reason == "timeout":
+            delta = Delta(
+                state.phase,
+                run={
+                    "status": RunStatus.PAUSED,
+                    "stop_reason": reason,
+                    "error": {"type": "TimeoutError", "message": "Session duration limit exceeded"},
+                },
+            )
+            delta.events.append(self._run_result_event(state, delta))
+        return delta
 
     def cancel(self, state: RunState, reason: str = "cancelled") -> Delta:
         return self._stop(state, RunStatus.CANCELLED, reason)
@@ -319,14 +431,39 @@ class Engine:
             if problem is not None:
                 delta = _merge(delta, self._complete(state, entry, ToolResult(call.id, problem, True), None))
                 continue
-            level = self.permissions.check(tool, call)
+            reused = self._dedupe(state, call)
+            if reused is not None:
+                delta = _merge(
+                    delta,
+                    self._complete(state, entry, ToolResult(call.id, reused.content, reused.is_error), None),
+                )
+                continue
+            level = self.permissions.get_effective_permission(call.name, tool)
             if level is PermissionLevel.DENY:
                 delta = _merge(delta, self._deny(state, entry))
-            elif level is PermissionLevel.ASK:
+            elif level is PermissionLevel.ASK and not self._granted(call):
                 delta = _merge(delta, self._ask(state, entry))
             else:
                 delta.tools.append(entry)
         return delta
+
+    def _granted(self, call: ToolCall) -> bool:
+        """A plain run lets a tool granted for the session through without asking."""
+        return self.interactive_approval and self.permissions.granted(call.name)
+
+    def _dedupe(self, state: RunState, call: ToolCall) -> ToolResult | None:
+        """With ``dedupe_calls``, the result of an identical earlier call of this run."""
+        if not self.tools.dedupe_calls:
+            return None
+        for entry in state.tools.values():
+            if (
+                entry.iteration < state.iteration
+                and entry.status is ToolStatus.COMPLETED
+                and entry.call.name == call.name
+                and entry.call.input == call.input
+            ):
+                return entry.raw_result or entry.result
+        return None
 
     def _call_problem(self, call: ToolCall, index: int) -> str | None:
         """Why a model's call cannot run, phrased for the model to correct itself."""
@@ -355,10 +492,12 @@ class Engine:
                     delta, self._complete(state, entry, ToolResult(entry.call.id, problem, True), None)
                 )
                 continue
-            level = self.permissions.check(self.tools.get(entry.call.name), entry.call)
+            level = self.permissions.get_effective_permission(
+                entry.call.name, self.tools.get(entry.call.name)
+            )
             if level is PermissionLevel.DENY:
                 delta = _merge(delta, self._deny(state, entry))
-            elif level is PermissionLevel.ASK and not entry.approved:
+            elif level is PermissionLevel.ASK and not entry.approved and not self._granted(entry.call):
                 delta = _merge(delta, self._ask(state, entry))
         return delta if delta.tools else None
 
@@ -367,6 +506,9 @@ class Engine:
 
     def _ask(self, state: RunState, entry: ToolEntry) -> Delta:
         moved = entry.moved(status=ToolStatus.APPROVAL)
+        if self.interactive_approval:
+            # Asked in the same step (the approval callback); nothing is left waiting.
+            return Delta(Phase.PREPARE_TOOLS, tools=[moved])
         event = self._tool_event(state, RunEventType.APPROVAL_REQUIRED, moved, {"input": moved.call.input})
         return Delta(Phase.PREPARE_TOOLS, tools=[moved], events=[event])
 
@@ -379,11 +521,21 @@ class Engine:
 
     def _next_model_call(self, state: RunState, results: list[dict[str, Any]]) -> Delta:
         iteration = state.iteration + 1
-        if iteration >= self.limits.max_iterations:
-            message = state.last_assistant() or {}
-            delta = self._finish(state, RunStatus.COMPLETED, "max_iterations", message.get("content", ""))
-            delta.messages = results
-            return delta
+        limit = self.limits.max_iterations
+        if limit and iteration >= limit:
+            if not self.limits.final_answer_on_limit:
+                delta = self.fail(
+                    state,
+                    MaxIterationsError(
+                        f"the run reached its limit of {limit} model calls (Limits.max_iterations); "
+                        "raise the limit, or set Limits(final_answer_on_limit=True) to end with the "
+                        "model's account"
+                    ),
+                )
+                delta.messages = results
+                return delta
+            notice = {"role": "user", "content": FINAL_ANSWER_NOTICE}
+            return Delta(Phase.PREPARE_MODEL_CALL, messages=[*results, notice], run={"iteration": iteration})
         return Delta(Phase.PREPARE_MODEL_CALL, messages=results, run={"iteration": iteration})
 
     def _finish(self, state: RunState, status: RunStatus, stop_reason: str, output: str) -> Delta:
@@ -393,18 +545,10 @@ class Engine:
         delta.events.append(self._run_result_event(state, delta))
         return delta
 
-    def _wait(self, state: RunState, reason: str) -> Delta:
-        return self._stop(state, RunStatus.AWAITING_INPUT, "awaiting_input", waiting=reason)
-
-    def _stop(
-        self, state: RunState, status: RunStatus, stop_reason: str, *, waiting: str | None = None
-    ) -> Delta:
+    def _stop(self, state: RunState, status: RunStatus, stop_reason: str) -> Delta:
+        # No ``waiting`` event here: that type is the slow-model notice (ProgressPolicy);
+        # a stop for approval is told by its approval_required / recovery_required events.
         delta = Delta(state.phase, run={"status": status, "stop_reason": stop_reason})
-        if waiting is not None:
-            pending = [p.to_dict() for p in state.result().pending]
-            delta.events.append(
-                self._event(state, RunEventType.WAITING, {"reason": waiting, "pending": pending}, "run")
-            )
         delta.events.append(self._run_result_event(state, delta))
         return delta
 
@@ -444,15 +588,24 @@ def _merge(first: Delta, second: Delta) -> Delta:
     )
 
 
-def _tool_message(entry: ToolEntry) -> dict[str, Any]:
+def _tool_message(entry: ToolEntry, max_chars: int) -> dict[str, Any]:
+    """The answer the model reads: the result, or a preview of it when it is longer than
+    ``max_chars`` (the whole text stays on the tool entry, for ``read_tool_result``)."""
     result = entry.result or ToolResult(entry.call.id, "", True)
+    content = result.content
+    if len(content) > max_chars:
+        content = preview_result(entry.call.id, content, max_chars)
     return {
         "role": "tool",
         "tool_call_id": entry.call.id,
         "name": entry.call.name,
-        "content": result.content,
+        "content": content,
         "is_error": result.is_error,
     }
+
+
+def _unanswered(call: ToolCall, text: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": text, "is_error": True}
 
 
 def _unique_ids(calls: list[ToolCall]) -> list[ToolCall]:

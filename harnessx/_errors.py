@@ -8,6 +8,10 @@
     ├── ResolutionError                        resolve_tool called without exactly one choice
     ├── UnknownExecutionKey (also KeyError)    no pending tool has that execution key
     ├── TransientToolError                     a tool failed and had no effect; may be retried
+    ├── MaxIterationsError, CostLimitError     a run's limits stopped it (the run's error type)
+    ├── IncompleteStreamError (ConnectionError) a streamed reply stalled or ended early
+    ├── ContextOverflowError (also ValueError) a request did not fit the model's window
+    ├── MalformedToolInputError (ValueError)   a streamed tool call's arguments were unreadable
     ├── ProviderError                          the model provider failed after its retries
     ├── StorageError                           the store failed or refused a write
     │   ├── SessionBusyError                   another run or another live process holds it
@@ -38,10 +42,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConfigurationError",
+    "ContextOverflowError",
     "CorruptStateError",
+    "CostLimitError",
     "HarnessError",
+    "IncompleteStreamError",
     "LeadershipLostError",
     "LeaseLostError",
+    "MalformedToolInputError",
+    "MaxIterationsError",
     "ProviderError",
     "ResolutionError",
     "RunAwaitingInput",
@@ -56,6 +65,7 @@ __all__ = [
     "SchemaError",
     "SessionBusyError",
     "StorageError",
+    "ToolApprovalRequired",
     "TransientToolError",
     "UnknownExecutionKey",
 ]
@@ -85,8 +95,46 @@ class UnknownExecutionKey(HarnessError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ToolApprovalRequired(HarnessError, RuntimeError):
+    """A permission changed between a call's preparation and its dispatch so that it now
+    needs an approval of its own."""
+
+
 class TransientToolError(HarnessError):
     """Raised by a tool handler: the call failed *and had no effect*, so it may be retried."""
+
+
+class MaxIterationsError(HarnessError):
+    """A run reached ``Limits.max_iterations`` with ``final_answer_on_limit=False``."""
+
+
+class CostLimitError(HarnessError):
+    """A run's estimated cost reached ``Limits.max_cost_dollars``."""
+
+
+class IncompleteStreamError(HarnessError, ConnectionError):
+    """A streamed reply stalled, or ended before the provider said it was complete; retried
+    like a dropped connection."""
+
+
+class ContextOverflowError(HarnessError, ValueError):
+    """The request did not fit the model's context window."""
+
+    def __init__(
+        self, message: str, *, estimated_tokens: int | None = None, context_window: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.estimated_tokens = estimated_tokens
+        self.context_window = context_window
+
+
+class MalformedToolInputError(HarnessError, ValueError):
+    """A streamed tool call's arguments could not be read as JSON."""
+
+    def __init__(self, message: str, *, name: str | None = None, raw_json: str = "") -> None:
+        super().__init__(message)
+        self.name = name
+        self.raw_json = raw_json
 
 
 class ProviderError(HarnessError):

@@ -22,7 +22,9 @@ class RunEventType(StrEnum):
     - ``error``: the run failed.
     - ``approval_required`` / ``recovery_required``: a tool call waits for a decision.
     - ``attempt_reset``: discard provisional text of the interrupted model attempt.
-    - ``waiting``: the run stopped to wait (approval, reconciliation or pause).
+    - ``todos_updated``: the task list changed (``{todos, completed, total, in_progress}``).
+    - ``waiting``: a model call has been silent for a while (``{on, seconds}``; see
+      ``ProgressPolicy``). A notice, not a stop.
     - ``run_result``: the last event of an execution, carrying the ``RunResult`` as a dict.
     """
 
@@ -37,6 +39,7 @@ class RunEventType(StrEnum):
     APPROVAL_REQUIRED = "approval_required"
     RECOVERY_REQUIRED = "recovery_required"
     ATTEMPT_RESET = "attempt_reset"
+    TODOS_UPDATED = "todos_updated"
     WAITING = "waiting"
     RUN_RESULT = "run_result"
 

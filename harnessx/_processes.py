@@ -21,8 +21,6 @@ import click
 from click.core import ParameterSource
 
 from harnessx._errors import ConfigurationError
-from harnessx._health import parse_address
-from harnessx._http_server import ListenError, listen
 from harnessx._logging import configure_logging
 from harnessx._redaction import redact
 from harnessx.store._protocol import Store
@@ -111,6 +109,10 @@ def _chosen_dsn(ctx: click.Context, dsn: str | None) -> str | None:
 
 def _listen_address(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int] | None:
     """``HOST:PORT``, ``:PORT``, ``[IPV6]:PORT`` as ``(host, port)``, or ``off`` as None."""
+    # Imported here: the HTTP stack (Starlette, uvicorn) is for the services, and the
+    # ``harnessx`` command, which shares these options' module, should not pay for loading it.
+    from harnessx._health import parse_address
+
     if value.strip().lower() == "off":
         return None
     try:
@@ -134,6 +136,8 @@ def metrics_option(*, default: str) -> Callable[[F], F]:
 def listen_for_metrics(address: tuple[str, int] | None) -> list[socket.socket] | None:
     """Listening sockets for ``--metrics-addr`` (None when it is ``off``), bound before anything
     else starts; a clash or a bad address is a one-line error saying what to pass instead."""
+    from harnessx._http_server import ListenError, listen  # see _listen_address
+
     if address is None:
         return None
     host, port = address

@@ -36,6 +36,7 @@ from harnessx._handle import RunHandle
 from harnessx._journal import JournalRecord, RunJournal
 from harnessx._leases import LeaseKeeper
 from harnessx._observe import follow_events
+from harnessx._policies import check_positive
 from harnessx._recorder import BundleLimits, ExportPolicy, export_incident
 from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
@@ -55,16 +56,26 @@ _COMPATIBILITY_KEYS = ("model", "system_prompt", "tools")
 
 @dataclass
 class RuntimeConfig:
-    """Runtime settings. Leases last the backend's ``lease_seconds`` and are renewed every
-    ``renew_interval`` seconds (default: a third of the lease)."""
+    """Runtime settings.
+
+    ``max_session_duration_seconds`` bounds how long this runtime drives runs after it
+    binds a session (``start`` or ``resume``): a run still going then stops at its next
+    boundary, ``paused`` with stop reason ``timeout`` (resume it to continue). Leases last
+    the backend's ``lease_seconds`` and are renewed every ``renew_interval`` seconds
+    (default: a third of the lease)."""
 
     storage_dir: str = ".agent_sessions"
+    max_session_duration_seconds: float | None = None
     renew_interval: float | None = None
     poll_interval: float = 0.1
     flush_interval: float = 0.05
     flush_max_events: int = 64
 
     def __post_init__(self) -> None:
+        if not isinstance(self.storage_dir, str) or not self.storage_dir:
+            raise ConfigurationError("RuntimeConfig.storage_dir must be a non-empty path")
+        if self.max_session_duration_seconds is not None:
+            check_positive(self.max_session_duration_seconds, "RuntimeConfig.max_session_duration_seconds")
         if self.renew_interval is not None and self.renew_interval <= 0:
             raise ConfigurationError("RuntimeConfig.renew_interval must be positive")
 
@@ -118,6 +129,7 @@ class AgentRuntime:
         # None: as the session says (a new session is not recorded).
         self._recording_requested = recording
         self.recording = bool(recording)
+        self._bound_at: float | None = None
 
     def __repr__(self) -> str:
         return f"AgentRuntime(agent={self._ref or self._agent!r}, session_id={self._session_id!r})"
@@ -206,6 +218,7 @@ class AgentRuntime:
             raise RuntimeStateError(
                 f"this runtime is driving a run of session {self._session_id}; wait for it or stop() first"
             )
+        self._bound_at = time.monotonic()  # max_session_duration_seconds counts from here
         self._session_id = session_id
         self._state = "started"
 
@@ -354,7 +367,7 @@ class AgentRuntime:
         if record is None or record.status in ("completed", "cancelled"):
             return None
         try:
-            lease = await self._claim(store, session_id)
+            lease = await store.claim(session_id, self._holder)
         except SessionBusyError:
             if not self.pooled:
                 raise
@@ -376,28 +389,17 @@ class AgentRuntime:
             raise
         return handle
 
-    async def _claim(self, store: Store, session_id: str) -> Lease:
-        """Claim the session to resume, decide or control its latest run. A holder whose run
-        is no longer running has committed its last boundary and is letting go (a worker
-        that just paused it, a process recording a decision): wait for it, up to a lease,
-        rather than act as if it still drove the run (following a run nobody drives would
-        wait for ever). ``SessionBusyError`` while the run is running: someone drives it."""
-        deadline = time.monotonic() + store.lease_seconds
-        while True:
-            try:
-                return await store.claim(session_id, self._holder)
-            except SessionBusyError:
-                record = await store.latest_run(session_id)
-                if record is None or record.status == "running" or time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(0.02)
-
     def _launch(self, lease: Lease, state: RunState, *, last_seq: int, resumed: bool = False) -> RunHandle:
         assert self._executor is not None
         execution = self._executor.launch(
             self.agent, lease, state, last_seq=last_seq, resumed=resumed, recording=self.recording
         )
         self._active = execution
+        limit = self.config.max_session_duration_seconds
+        if limit is not None and self._bound_at is not None:
+            left = max(0.0, limit - (time.monotonic() - self._bound_at))
+            timer = asyncio.get_running_loop().call_later(left, execution.control.request_pause, "timeout")
+            execution.task.add_done_callback(lambda _: timer.cancel())
         return RunHandle(self, state.session_id, state.run_id, start_seq=last_seq, task=execution.task)
 
     # ----------------------------------------------------------- decisions
@@ -460,7 +462,7 @@ class AgentRuntime:
         self._adopt_recording(session)
         self._bind(record.session_id)
         self._refuse_while_driving()
-        lease = await self._claim(store, record.session_id)
+        lease = await store.claim(record.session_id, self._holder)
         try:
             state = await store.load_state(run_id)
             delta = decide(state, key)
@@ -507,7 +509,7 @@ class AgentRuntime:
         if request == "pause" and record.status != "running":
             return
         try:
-            lease = await self._claim(store, sid)
+            lease = await store.claim(sid, self._holder)
         except SessionBusyError:
             # Another live process drives it: leave the request where its heartbeat reads it.
             await store.set_control(sid, request)

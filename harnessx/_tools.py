@@ -1,19 +1,31 @@
-"""Tools: registration, permissions, replay policy, and calling a handler safely."""
+"""Tools: registration, replay policy, and calling a handler safely.
+
+A tool is a ``ToolDefinition``: the JSON schema the model sees and the handler the
+harness calls. ``ToolRegistry`` holds an agent's tools by name. Permissions live in
+``_permissions``; the context a running handler can read (``current_tool_context()``)
+lives here.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
+import dataclasses
 import functools
 import inspect
 import json
-from collections.abc import Callable, Iterator, Mapping
+import logging
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
 from harnessx._config import RetryPolicy
-from harnessx._errors import ConfigurationError, RuntimeStateError, TransientToolError
+from harnessx._errors import ConfigurationError, HarnessError, RuntimeStateError, TransientToolError
+from harnessx._permissions import PERMISSION_DENIED, PermissionLevel, PermissionManager
+from harnessx._policies import DEFAULT_TOOL_TIMEOUT_SECONDS, ToolPolicy, ToolRetry
 from harnessx._results import ToolResult
 from harnessx._schema import bind_arguments, function_schema
 from harnessx._validation import validate_arguments
@@ -26,20 +38,22 @@ __all__ = [
     "ReplayPolicy",
     "Tool",
     "ToolContext",
+    "ToolDefinition",
+    "ToolExecutionContext",
+    "ToolNotFoundError",
     "ToolRegistry",
     "current_tool_context",
+    "is_transient_error",
+    "looks_transient",
+    "normalize_tool_registry",
     "tool_context_scope",
 ]
 
-PERMISSION_DENIED = "Permission denied"
+logger = logging.getLogger("harnessx.tools")
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class PermissionLevel(StrEnum):
-    ALLOW = "allow"
-    ASK = "ask"
-    DENY = "deny"
+# The prefix of every result made from a handler's failure (the original harnessx's wording).
+TOOL_ERROR_PREFIX = "Tool execution error: "
 
 
 class ReplayPolicy(StrEnum):
@@ -55,27 +69,34 @@ class ReplayPolicy(StrEnum):
     MANUAL = "manual"
 
 
+class ToolNotFoundError(HarnessError, LookupError):
+    """No tool of that name is registered."""
+
+
 @dataclass(frozen=True)
 class ToolContext:
-    """What a running tool knows about its call.
+    """What a running tool knows about its call (``current_tool_context()``).
 
-    ``fencing_token`` is the generation of the lease under which the call was dispatched
-    (``None`` outside a durable run). An external system that remembers the highest token
-    it saw per ``execution_key`` or per resource can reject a zombie's late effect.
+    ``fencing_token`` (an extension) is the generation of the lease under which the call
+    was dispatched (``None`` outside a durable run). An external system that remembers the
+    highest token it saw per ``execution_key`` or per resource can reject a zombie's late
+    effect. ``ToolExecutionContext`` is the same class under the original harnessx's name.
     """
 
     session_id: str
     run_id: str
     execution_key: str
     attempt: int
-    tool_name: str
-    tool_call_id: str
+    tool_name: str = ""
+    tool_call_id: str = ""
     fencing_token: int | None = None
 
     @property
     def generation(self) -> int | None:
         return self.fencing_token
 
+
+ToolExecutionContext = ToolContext
 
 _current: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
     "harnessx_tool_context", default=None
@@ -106,23 +127,96 @@ class tool_context_scope:
             _current.reset(self._token)
 
 
+def _replay_policy(value: ReplayPolicy | str) -> ReplayPolicy:
+    try:
+        return ReplayPolicy(value)
+    except ValueError:
+        raise ConfigurationError(
+            f"unknown replay_policy {value!r}: use 'safe', 'idempotent' or 'manual'"
+        ) from None
+
+
+def _tool_retry(value: ToolRetry | RetryPolicy | Mapping[str, Any] | None) -> ToolRetry | None:
+    if value is None or isinstance(value, ToolRetry):
+        return value
+    if isinstance(value, RetryPolicy):  # this project's 0.1 form of register(retry=...)
+        return ToolRetry(value.attempts, value.backoff_seconds, max(value.max_backoff_seconds, 1e-9))
+    if isinstance(value, Mapping):
+        return ToolRetry.from_dict(value)
+    raise ConfigurationError(f"a tool's retry must be a ToolRetry, got {type(value).__name__}")
+
+
 @dataclass
-class Tool:
-    """A registered tool. ``handler`` is called with keyword arguments from the model."""
+class ToolDefinition:
+    """A registered tool: its schema (for the model) and its handler (for the harness).
+
+    ``timeout_seconds`` bounds one call (a timed-out call gets an error result in a plain
+    run; in a durable run a ``manual`` tool's timed-out call becomes ``uncertain``).
+    ``retry`` re-runs a ``safe`` / ``idempotent`` tool after a transient failure (``None``:
+    the registry's default, else ``ToolRetry()``). ``retry_if_result`` may call a result
+    that came back a transient failure.
+    """
 
     name: str
     description: str
     input_schema: dict[str, Any]
     handler: Callable[..., Any]
-    permission: PermissionLevel | None = None
+    permission_level: PermissionLevel | None = None
     concurrent: bool = True
+    # Given as a member or its string; always a ReplayPolicy member (a str) once built.
     replay_policy: ReplayPolicy = ReplayPolicy.MANUAL
-    timeout_seconds: float | None = None
-    retry: RetryPolicy | None = None
+    timeout_seconds: float | None = DEFAULT_TOOL_TIMEOUT_SECONDS
+    retry: ToolRetry | None = None
+    retry_if_result: Callable[[ToolResult], bool] | None = None
+    # Whether the handler gets keyword arguments converted to its annotations (False for
+    # register_with_schema, whose handler receives the JSON arguments as given).
     bind: bool = field(default=True, repr=False)
 
+    def __post_init__(self) -> None:
+        if (
+            not isinstance(self.name, str)
+            or not self.name
+            or not self.name.replace("_", "a").replace("-", "a").isalnum()
+        ):
+            raise ConfigurationError(
+                f"tool name {self.name!r} is not valid: use letters, digits, '_' and '-' only"
+            )
+        if not callable(self.handler):
+            raise ConfigurationError(f"tool '{self.name}': the handler must be callable")
+        if not isinstance(self.description, str):
+            raise ConfigurationError(f"tool '{self.name}': the description must be a string")
+        if not isinstance(self.input_schema, dict) or self.input_schema.get("type", "object") != "object":
+            raise ConfigurationError(f"tool '{self.name}': input_schema must be a JSON Schema object type")
+        if self.permission_level is not None:
+            self.permission_level = PermissionLevel(self.permission_level)
+        if not isinstance(self.concurrent, bool):
+            raise ConfigurationError(f"tool '{self.name}': concurrent must be True or False")
+        self.replay_policy = _replay_policy(self.replay_policy)
+        if self.timeout_seconds is not None and (
+            isinstance(self.timeout_seconds, bool)
+            or not isinstance(self.timeout_seconds, int | float)
+            or not math.isfinite(self.timeout_seconds)
+            or self.timeout_seconds <= 0
+        ):
+            raise ConfigurationError(f"tool '{self.name}': timeout_seconds must be finite and positive")
+        self.retry = _tool_retry(self.retry)
+        if self.retry_if_result is not None and not callable(self.retry_if_result):
+            raise ConfigurationError(f"tool '{self.name}': retry_if_result must be callable")
+
+    @property
+    def permission(self) -> PermissionLevel | None:
+        """The level the tool was registered with (``permission_level``)."""
+        return self.permission_level
+
+    @property
+    def policy(self) -> ReplayPolicy:
+        return ReplayPolicy(self.replay_policy)
+
     def spec(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        schema = copy.deepcopy(self.input_schema)
+        schema.setdefault("type", "object")
+        schema.setdefault("properties", {})
+        return {"name": self.name, "description": self.description, "input_schema": schema}
 
     def check_arguments(self, call: ToolCall) -> str | None:
         """An error message the model can act on, or ``None`` when the arguments fit."""
@@ -133,63 +227,189 @@ class Tool:
             return f"Invalid arguments for tool '{self.name}': " + "; ".join(problems)
         return None
 
-    async def invoke(self, arguments: dict[str, Any]) -> ToolResult:
-        """Call the handler (retrying ``TransientToolError`` when ``retry`` allows).
+    def effective_retry(self) -> ToolRetry | None:
+        """The retry that applies: none for a ``manual`` tool (its failure may have had an
+        effect), else the tool's own, else ``ToolRetry()``."""
+        if self.policy is ReplayPolicy.MANUAL:
+            return None
+        return self.retry or ToolRetry()
 
-        Exceptions become error results; only cancellation propagates.
+    async def invoke(self, arguments: dict[str, Any], call_id: str = "") -> ToolResult:
+        """Call the handler, retrying a transient failure when ``effective_retry`` allows.
+
+        A handler's exception becomes an error result; a timeout raises ``TimeoutError``
+        (the caller decides what an unknown outcome means); cancellation propagates.
         """
-        attempts = self.retry.attempts if self.retry else 1
-        for attempt in range(1, attempts + 1):
+        retry = self.effective_retry()
+        attempts = retry.attempts if retry else 1
+        attempt = 0
+        while True:
+            attempt += 1
             try:
-                value = await self._call_once(arguments)
-            except TransientToolError as exc:
-                if attempt < attempts and self.retry is not None:
-                    await asyncio.sleep(self.retry.backoff(attempt))
-                    continue
-                return ToolResult(
-                    content=f"Error: tool '{self.name}' failed transiently: {exc}", is_error=True
-                )
+                result = _to_result(await self._call_once(arguments), call_id)
             except TimeoutError:
-                return ToolResult(
-                    content=f"Error: tool '{self.name}' timed out after {self.timeout_seconds} s",
-                    is_error=True,
-                )
+                if attempt < attempts and retry is not None:
+                    await asyncio.sleep(retry.wait_for(attempt))
+                    continue
+                raise TimeoutError(f"Tool '{self.name}' timed out after {self.timeout_seconds:g}s") from None
             except Exception as exc:
-                return ToolResult(content=f"Error: {type(exc).__name__}: {exc}", is_error=True)
-            return _to_result(value)
-        raise AssertionError("unreachable")  # pragma: no cover
+                transient = is_transient_error(exc)
+                if transient and attempt < attempts and retry is not None:
+                    logger.warning(
+                        "tool %s failed (attempt %d/%d), retrying: %s", self.name, attempt, attempts, exc
+                    )
+                    await asyncio.sleep(retry.wait_for(attempt))
+                    continue
+                if isinstance(exc, TransientToolError):
+                    return ToolResult(call_id, f"{TOOL_ERROR_PREFIX}{exc}", True)
+                logger.warning("tool %s failed: %s: %s", self.name, type(exc).__name__, exc)
+                return ToolResult(call_id, f"{TOOL_ERROR_PREFIX}{type(exc).__name__}: {exc}", True)
+            if retry is not None and attempt < attempts and self._wants_retry(retry, result):
+                await asyncio.sleep(retry.wait_for(attempt))
+                continue
+            return result
+
+    def _wants_retry(self, retry: ToolRetry, result: ToolResult) -> bool:
+        if self.retry_if_result is not None:
+            try:
+                if self.retry_if_result(result):
+                    return True
+            except Exception:
+                logger.exception("retry_if_result of tool %s raised; the result is kept", self.name)
+        return retry.retry_error_results and result.is_error and looks_transient(result.content)
 
     async def _call_once(self, arguments: dict[str, Any]) -> Any:
         kwargs = bind_arguments(self.handler, arguments) if self.bind else dict(arguments)
         if inspect.iscoroutinefunction(self.handler):
-            call = self.handler(**kwargs)
+            call: Any = self.handler(**kwargs)
         else:
             # A thread keeps a blocking handler off the event loop; to_thread copies the
             # context, so current_tool_context() works inside it too.
             call = asyncio.to_thread(functools.partial(self.handler, **kwargs))
         if self.timeout_seconds is None:
-            return await call
-        return await asyncio.wait_for(call, self.timeout_seconds)
-
-
-def _to_result(value: Any) -> ToolResult:
-    if isinstance(value, ToolResult):
+            value = await call
+        else:
+            value = await asyncio.wait_for(call, self.timeout_seconds)
+        if inspect.isawaitable(value):
+            value = await value
         return value
+
+
+Tool = ToolDefinition
+
+
+def is_transient_error(exc: BaseException) -> bool:
+    """Whether a failure may clear on its own and had no effect worth fearing."""
+    if isinstance(exc, TransientToolError | ConnectionError | TimeoutError):
+        return True
+    return bool(getattr(exc, "retryable", False))
+
+
+_TRANSIENT_WORDS = (
+    "rate limit",
+    "rate_limit",
+    "too many requests",
+    "overloaded",
+    "temporarily unavailable",
+    "service unavailable",
+    "try again later",
+    "timed out",
+    "timeout",
+    "connection reset",
+    "bad gateway",
+    "gateway timeout",
+)
+
+
+def looks_transient(text: str) -> bool:
+    """True when an error's text reads as throttling, overload or a timeout."""
+    lowered = str(text).lower()
+    return any(word in lowered for word in _TRANSIENT_WORDS)
+
+
+def _to_result(value: Any, call_id: str) -> ToolResult:
+    if isinstance(value, ToolResult):
+        return ToolResult(call_id or value.tool_call_id, value.content, value.is_error)
     if value is None:
-        return ToolResult(content="")
+        return ToolResult(call_id, "")
     if isinstance(value, str):
-        return ToolResult(content=value)
-    try:
-        return ToolResult(content=json.dumps(value, default=str))
-    except (TypeError, ValueError):
-        return ToolResult(content=str(value))
+        return ToolResult(call_id, value)
+    if isinstance(value, dict | list):
+        try:
+            return ToolResult(call_id, json.dumps(value, ensure_ascii=False, default=str))
+        except (TypeError, ValueError):
+            pass
+    return ToolResult(call_id, str(value))
 
 
 class ToolRegistry:
-    """The tools an agent may call, by name."""
+    """The tools an agent may call, by name.
 
-    def __init__(self) -> None:
-        self._tools: dict[str, Tool] = {}
+    ``default_timeout_seconds``, ``dedupe_calls`` and ``retry`` set the registry's own
+    options; an ``AgentConfig.tools`` ``ToolPolicy`` fills in those left unset.
+    """
+
+    def __init__(
+        self,
+        *,
+        default_timeout_seconds: float | None = None,
+        dedupe_calls: bool | None = None,
+        retry: ToolRetry | None = None,
+        sandbox: Any = None,
+    ) -> None:
+        if sandbox is not None:
+            raise ConfigurationError(
+                "ToolRegistry(sandbox=...): sandboxes of the original harnessx are not supported by this "
+                "harnessx yet; see docs/compatibility.md"
+            )
+        if default_timeout_seconds is not None and default_timeout_seconds <= 0:
+            raise ConfigurationError("default_timeout_seconds must be positive")
+        self._tools: dict[str, ToolDefinition] = {}
+        self._default_timeout = default_timeout_seconds
+        self._dedupe = dedupe_calls
+        self._default_retry = _tool_retry(retry)
+        self._inherits_timeout: set[str] = set()
+        self._inherits_retry: set[str] = set()
+        # Results of direct execute() calls, for dedupe_calls (runs deduplicate from their
+        # own recorded calls instead, which a resume sees too).
+        self._call_results: dict[str, ToolResult] = {}
+
+    # ------------------------------------------------------------- options
+
+    @property
+    def policy(self) -> ToolPolicy:
+        """The options in effect, including any adopted from an ``AgentConfig``."""
+        return ToolPolicy(self._default_timeout, bool(self._dedupe), self._default_retry)
+
+    @property
+    def dedupe_calls(self) -> bool:
+        return bool(self._dedupe)
+
+    def adopt_policy(self, policy: ToolPolicy) -> None:
+        """Fill in the options this registry was created without (its own values win)."""
+        if self._default_timeout is None and policy.default_timeout_seconds is not None:
+            self._default_timeout = policy.default_timeout_seconds
+            for name in self._inherits_timeout & self._tools.keys():
+                self._tools[name] = dataclasses.replace(
+                    self._tools[name], timeout_seconds=self._default_timeout
+                )
+        if self._dedupe is None and policy.dedupe_calls:
+            self._dedupe = True
+        if self._default_retry is None and policy.retry is not None:
+            self._default_retry = policy.retry
+            for name in self._inherits_retry & self._tools.keys():
+                self._tools[name] = dataclasses.replace(self._tools[name], retry=policy.retry)
+
+    def reset_call_cache(self) -> None:
+        """Forget the results ``execute`` reuses under ``dedupe_calls``."""
+        self._call_results.clear()
+
+    def _timeout(self, given: float | None) -> float:
+        if given is not None:
+            return given
+        return self._default_timeout if self._default_timeout is not None else DEFAULT_TOOL_TIMEOUT_SECONDS
+
+    # -------------------------------------------------------- registration
 
     def register(
         self,
@@ -200,7 +420,8 @@ class ToolRegistry:
         concurrent: bool = True,
         replay_policy: ReplayPolicy | str = ReplayPolicy.MANUAL,
         timeout_seconds: float | None = None,
-        retry: RetryPolicy | None = None,
+        retry: ToolRetry | RetryPolicy | None = None,
+        retry_if_result: Callable[[ToolResult], bool] | None = None,
         replace: bool = False,
     ) -> Callable[[F], F]:
         """Decorator: register a sync or async function as a tool.
@@ -208,30 +429,91 @@ class ToolRegistry:
         The input schema comes from the type hints, the description from the docstring's
         summary, and argument descriptions from its ``Args:`` section.
         """
-
         # Settings are checked now, at the decorator call, not at decoration time.
-        policy = _policy(replay_policy)
+        policy = _replay_policy(replay_policy)
         level = PermissionLevel(permission) if permission is not None else None
+        own_retry = _tool_retry(retry)
+        if timeout_seconds is not None and timeout_seconds <= 0:
+            raise ConfigurationError("timeout_seconds must be positive")
 
         def decorate(handler: F) -> F:
             summary, schema = function_schema(handler)
-            self._add(
-                Tool(
-                    name=name or handler.__name__,
-                    description=description if description is not None else summary,
+            tool_name = name if name is not None else getattr(handler, "__name__", "")
+            self._store(
+                ToolDefinition(
+                    name=tool_name,
+                    description=description if description is not None else (summary or tool_name),
                     input_schema=schema,
                     handler=handler,
-                    permission=level,
+                    permission_level=level,
                     concurrent=concurrent,
                     replay_policy=policy,
-                    timeout_seconds=timeout_seconds,
-                    retry=retry,
+                    timeout_seconds=self._timeout(timeout_seconds),
+                    retry=own_retry or self._default_retry,
+                    retry_if_result=retry_if_result,
                 ),
                 replace=replace,
+                inherits_timeout=timeout_seconds is None,
+                inherits_retry=own_retry is None,
             )
             return handler
 
         return decorate
+
+    def register_tool(
+        self,
+        tool: Callable[..., Any] | ToolDefinition,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        permission: PermissionLevel | str | None = None,
+        concurrent: bool | None = None,
+        replay_policy: ReplayPolicy | str | None = None,
+        timeout_seconds: float | None = None,
+        retry: ToolRetry | RetryPolicy | None = None,
+        retry_if_result: Callable[[ToolResult], bool] | None = None,
+        replace: bool = False,
+    ) -> ToolDefinition:
+        """Register a function or a ``ToolDefinition`` directly (no decorator)."""
+        if isinstance(tool, ToolDefinition):
+            overrides: dict[str, Any] = {
+                "name": name,
+                "description": description,
+                "permission_level": PermissionLevel(permission) if permission is not None else None,
+                "concurrent": concurrent,
+                "replay_policy": _replay_policy(replay_policy) if replay_policy is not None else None,
+                "timeout_seconds": timeout_seconds,
+                "retry": _tool_retry(retry),
+                "retry_if_result": retry_if_result,
+            }
+            definition = dataclasses.replace(tool, **{k: v for k, v in overrides.items() if v is not None})
+            # A definition still at the class default never chose a timeout: it takes the
+            # registry's, and follows a policy adopted later, as a decorated function does.
+            inherits_timeout = (
+                timeout_seconds is None and tool.timeout_seconds == DEFAULT_TOOL_TIMEOUT_SECONDS
+            )
+            if inherits_timeout:
+                definition = dataclasses.replace(definition, timeout_seconds=self._timeout(None))
+            inherits_retry = definition.retry is None
+            if inherits_retry and self._default_retry is not None:
+                definition = dataclasses.replace(definition, retry=self._default_retry)
+            return self._store(
+                definition, replace=replace, inherits_timeout=inherits_timeout, inherits_retry=inherits_retry
+            )
+        if not callable(tool):
+            raise ConfigurationError(f"register_tool needs a function or a ToolDefinition, got {tool!r}")
+        self.register(
+            name=name,
+            description=description,
+            permission=permission,
+            concurrent=True if concurrent is None else concurrent,
+            replay_policy=ReplayPolicy.MANUAL if replay_policy is None else replay_policy,
+            timeout_seconds=timeout_seconds,
+            retry=retry,
+            retry_if_result=retry_if_result,
+            replace=replace,
+        )(tool)
+        return self._tools[name if name is not None else tool.__name__]
 
     def register_with_schema(
         self,
@@ -244,109 +526,169 @@ class ToolRegistry:
         concurrent: bool = True,
         replay_policy: ReplayPolicy | str = ReplayPolicy.MANUAL,
         timeout_seconds: float | None = None,
-        retry: RetryPolicy | None = None,
+        retry: ToolRetry | RetryPolicy | None = None,
+        retry_if_result: Callable[[ToolResult], bool] | None = None,
         replace: bool = False,
-    ) -> Tool:
+    ) -> ToolDefinition:
         """Register a handler with an explicit JSON schema; it receives the arguments as given."""
-        if not isinstance(input_schema, dict) or input_schema.get("type", "object") != "object":
-            raise ConfigurationError(f"tool '{name}': input_schema must be a JSON Schema object type")
-        tool = Tool(
-            name=name,
-            description=description,
-            input_schema=input_schema,
-            handler=handler,
-            permission=PermissionLevel(permission) if permission is not None else None,
-            concurrent=concurrent,
-            replay_policy=_policy(replay_policy),
-            timeout_seconds=timeout_seconds,
-            retry=retry,
-            bind=False,
+        own_retry = _tool_retry(retry)
+        return self._store(
+            ToolDefinition(
+                name=name,
+                description=description,
+                input_schema=input_schema,
+                handler=handler,
+                permission_level=PermissionLevel(permission) if permission is not None else None,
+                concurrent=concurrent,
+                replay_policy=_replay_policy(replay_policy),
+                timeout_seconds=self._timeout(timeout_seconds),
+                retry=own_retry or self._default_retry,
+                retry_if_result=retry_if_result,
+                bind=False,
+            ),
+            replace=replace,
+            inherits_timeout=timeout_seconds is None,
+            inherits_retry=own_retry is None,
         )
-        self._add(tool, replace=replace)
-        return tool
 
-    def _add(self, tool: Tool, *, replace: bool) -> None:
-        if not tool.name or not tool.name.replace("_", "a").replace("-", "a").isalnum():
-            raise ConfigurationError(
-                f"tool name {tool.name!r} is not valid: use letters, digits, '_' and '-' only"
-            )
+    def _store(
+        self, tool: ToolDefinition, *, replace: bool, inherits_timeout: bool, inherits_retry: bool
+    ) -> ToolDefinition:
         if tool.name in self._tools and not replace:
             raise ConfigurationError(
                 f"a tool named '{tool.name}' is already registered; pass replace=True to replace it"
             )
-        if tool.timeout_seconds is not None and tool.timeout_seconds <= 0:
-            raise ConfigurationError(f"tool '{tool.name}': timeout_seconds must be positive")
-        self._tools[tool.name] = tool
+        owned = dataclasses.replace(tool, input_schema=copy.deepcopy(tool.input_schema))
+        self._tools[owned.name] = owned
+        for names, inherits in (
+            (self._inherits_timeout, inherits_timeout),
+            (self._inherits_retry, inherits_retry),
+        ):
+            names.discard(owned.name)
+            if inherits:
+                names.add(owned.name)
+        return owned
 
-    def unregister(self, name: str) -> None:
-        self._tools.pop(name, None)
+    def unregister(self, name: str) -> bool:
+        """Remove a tool; ``True`` if it was registered."""
+        self._inherits_timeout.discard(name)
+        self._inherits_retry.discard(name)
+        return self._tools.pop(name, None) is not None
 
-    def get(self, name: str) -> Tool | None:
+    # ------------------------------------------------------------- lookups
+
+    def get(self, name: str) -> ToolDefinition | None:
         return self._tools.get(name)
+
+    def get_tool(self, name: str) -> ToolDefinition:
+        """The tool named ``name``; ``ToolNotFoundError`` if there is none."""
+        tool = self._tools.get(name)
+        if tool is None:
+            raise ToolNotFoundError(f"no tool named {name!r}; registered: {', '.join(self._tools) or 'none'}")
+        return tool
+
+    def has_tool(self, name: str) -> bool:
+        return name in self._tools
+
+    def get_tools(self) -> list[ToolDefinition]:
+        return list(self._tools.values())
+
+    def list_tools(self) -> list[str]:
+        return list(self._tools)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def get_tool_params(self) -> list[dict[str, Any]]:
+        """Every tool as the model sees it: ``{name, description, input_schema}``."""
+        return [t.spec() for t in self._tools.values()]
+
+    def specs(self, only: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        wanted = set(only) if only is not None else None
+        return [t.spec() for t in self._tools.values() if wanted is None or t.name in wanted]
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
-    def __iter__(self) -> Iterator[Tool]:
+    def __iter__(self) -> Iterator[ToolDefinition]:
         return iter(list(self._tools.values()))
 
     def __len__(self) -> int:
         return len(self._tools)
 
-    def names(self) -> list[str]:
-        return sorted(self._tools)
-
-    def specs(self, only: list[str] | None = None) -> list[dict[str, Any]]:
-        return [t.spec() for t in self._tools.values() if only is None or t.name in only]
-
     def fingerprint(self) -> dict[str, str]:
         """Name -> replay policy: what a resumed run must find again to be compatible."""
-        return {t.name: t.replay_policy.value for t in self._tools.values()}
+        return {t.name: t.policy.value for t in self._tools.values()}
+
+    # ----------------------------------------------------------- executing
+
+    async def execute(
+        self, tool_call: ToolCall, *, permissions: PermissionManager | None = None
+    ) -> ToolResult:
+        """Check, authorize and run one call outside an agent run (``ASK`` needs the
+        manager's approval callback; without a manager unspecified tools are allowed)."""
+        call = copy.deepcopy(tool_call)
+        tool = self._tools.get(call.name)
+        if tool is None:
+            return ToolResult(call.id, f"ToolNotFoundError: no tool named {call.name!r}", True)
+        problem = tool.check_arguments(call)
+        if problem is not None:
+            return ToolResult(call.id, problem, True)
+        manager = permissions if permissions is not None else PermissionManager()
+        if not await manager.check_permission(call, tool):
+            return ToolResult(call.id, PERMISSION_DENIED, True)
+        key = _call_key(call) if self._dedupe else None
+        if key is not None and key in self._call_results:
+            reused = self._call_results[key]
+            return ToolResult(call.id, reused.content, reused.is_error)
+        try:
+            result = await tool.invoke(call.input, call.id)
+        except TimeoutError as exc:
+            result = ToolResult(call.id, f"TimeoutError: {exc}", True)
+        if key is not None:
+            self._call_results[key] = result
+        return result
 
 
-def _policy(value: ReplayPolicy | str) -> ReplayPolicy:
+def _call_key(call: ToolCall) -> str | None:
+    """Name and arguments, argument order aside; ``None`` when they do not serialize."""
     try:
-        return ReplayPolicy(value)
-    except ValueError:
+        return f"{call.name}:{json.dumps(call.input, sort_keys=True)}"
+    except (TypeError, ValueError):
+        return None
+
+
+def normalize_tool_registry(
+    tools: ToolRegistry | Iterable[Any] | None, *, policy: ToolPolicy | None = None, sandbox: Any = None
+) -> ToolRegistry:
+    """A ``ToolRegistry`` from what ``Agent(tools=...)`` accepts: a registry (adopting
+    ``policy``), or functions and ``ToolDefinition``\\ s."""
+    if sandbox is not None:
         raise ConfigurationError(
-            f"unknown replay_policy {value!r}: use 'safe', 'idempotent' or 'manual'"
-        ) from None
-
-
-class PermissionManager:
-    """Decides ALLOW / ASK / DENY per call.
-
-    Order of precedence: a rule set here for the tool's name, then the permission the tool
-    was registered with, then ``default``. ``approver`` (sync or async, ``(ToolCall) ->
-    bool``) answers ASK for a plain ``Agent.run``; without one an ASK call stops the run
-    ``awaiting_input``. Durable runs never call the approver: their approvals persist.
-    """
-
-    def __init__(
-        self,
-        default: PermissionLevel | str = PermissionLevel.ALLOW,
-        rules: Mapping[str, PermissionLevel | str] | None = None,
-        approver: Callable[[ToolCall], Any] | None = None,
-    ) -> None:
-        self.default = PermissionLevel(default)
-        self.rules: dict[str, PermissionLevel] = {k: PermissionLevel(v) for k, v in (rules or {}).items()}
-        self.approver = approver
-
-    def set(self, tool_name: str, level: PermissionLevel | str) -> None:
-        self.rules[tool_name] = PermissionLevel(level)
-
-    def check(self, tool: Tool | None, call: ToolCall) -> PermissionLevel:
-        if call.name in self.rules:
-            return self.rules[call.name]
-        if tool is not None and tool.permission is not None:
-            return tool.permission
-        return self.default
-
-    async def ask(self, call: ToolCall) -> bool | None:
-        """The approver's answer, or ``None`` when no approver is configured."""
-        if self.approver is None:
-            return None
-        answer = self.approver(call)
-        if inspect.isawaitable(answer):
-            answer = await answer
-        return bool(answer)
+            "sandboxes of the original harnessx are not supported by this harnessx yet; "
+            "see docs/compatibility.md"
+        )
+    if isinstance(tools, ToolRegistry):
+        if policy is not None:
+            tools.adopt_policy(policy)
+        return tools
+    registry = ToolRegistry()
+    if policy is not None:
+        registry.adopt_policy(policy)  # before registering, so its defaults apply
+    if tools is None:
+        return registry
+    if isinstance(tools, str | bytes) or not isinstance(tools, Iterable):
+        raise ConfigurationError(
+            f"Agent(tools=...) takes a ToolRegistry or a list of functions, got {type(tools).__name__}"
+        )
+    for item in tools:
+        if isinstance(item, str):
+            raise ConfigurationError(
+                f"Agent(tools=[{item!r}]): the original harnessx's built-in tool bundles are not "
+                "supported by this harnessx yet; see docs/compatibility.md"
+            )
+        if isinstance(item, ToolDefinition) or callable(item):
+            registry.register_tool(item)
+        else:
+            raise ConfigurationError(f"unsupported item in Agent(tools=[...]): {item!r}")
+    return registry

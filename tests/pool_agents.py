@@ -1,9 +1,7 @@
 """Agents for the pool tests, importable by worker processes as ``pool_agents:registry``.
 
 Tools append a JSON line per invocation to ``$HX_LEDGER``; while ``$HX_SLOW_TOOL`` is set,
-each tool call sleeps that many seconds (so a test can kill a worker mid-call), and
-``$HX_HANG_FIRST_ATTEMPT`` seconds on a call's first attempt only. The factory of agent
-``fragile`` raises while the file ``$HX_FACTORY_BROKEN`` exists (a deploy missing a secret).
+each tool call sleeps that many seconds (so a test can kill a worker mid-call).
 """
 
 from __future__ import annotations
@@ -52,8 +50,6 @@ def _ledger(name: str, item: str) -> str:
         with open(ledger, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(line) + "\n")
     slow = float(os.environ.get("HX_SLOW_TOOL", "0") or 0)
-    if context.attempt == 1:
-        slow += float(os.environ.get("HX_HANG_FIRST_ATTEMPT", "0") or 0)
     if slow:
         time.sleep(slow)
     return f"{name} did {item}"
@@ -76,14 +72,6 @@ def _agent(policy: str) -> Agent:
     return agent
 
 
-def _fragile() -> Agent:
-    broken = os.environ.get("HX_FACTORY_BROKEN")
-    if broken and os.path.exists(broken):
-        raise RuntimeError("the model's API key is missing from this deploy")
-    return _agent("safe")
-
-
 registry = AgentRegistry()
 for _policy in ("safe", "idempotent", "manual"):
     registry.register(_policy, lambda policy=_policy: _agent(policy), version="v1")
-registry.register("fragile", _fragile, version="v1")

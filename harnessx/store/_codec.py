@@ -8,7 +8,7 @@ what to do: never as a bare ``JSONDecodeError`` or ``ValueError`` from deep insi
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harnessx._errors import CorruptStateError
@@ -21,17 +21,30 @@ from harnessx.store._integrity import call_problem, state_problem
 from harnessx.store._protocol import RunRecord
 
 __all__ = [
+    "LARGE_RESULT",
     "corrupt_run",
     "decode_state",
     "dumps",
+    "event_data",
     "event_from_row",
+    "event_result_key",
+    "final_result",
+    "has_result_refs",
     "journal_record_from_row",
     "loads",
     "run_record",
     "run_values",
+    "tool_entry_bodies",
     "tool_entry_columns",
     "tool_entry_values",
 ]
+
+# A tool result longer than this (in characters) is stored once, as a row of tool_results
+# written when the result first appears; the tool call's columns and the tool_result event
+# then carry a small reference ({"content_ref": ...}) in place of the text. Shorter results
+# stay inline, so an ordinary checkpoint writes what it always wrote.
+LARGE_RESULT = 16_384
+_REF = "content_ref"
 
 
 # One encoder for every row: json.dumps with options builds a new encoder on each call, which
@@ -88,7 +101,6 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         stop_reason,
     ) = row[:11]
     error, usage_incomplete, history_length = row[11:14]
-    queued, start_attempts = (bool(row[14]), _int_or(row[15], 0)) if len(row) > 14 else (False, 0)
     result: dict[str, Any] = {
         "session_id": session_id,
         "run_id": run_id,
@@ -125,8 +137,6 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         str(phase),
         event_count,
         result,
-        queued=queued,
-        start_attempts=start_attempts,
         problem=problem,
     )
 
@@ -153,9 +163,13 @@ def corrupt_run(run_id: str, session_id: str, problem: str) -> CorruptStateError
 
 
 def decode_state(
-    record: RunRecord, message_bodies: Sequence[Any], tool_rows: Sequence[Sequence[Any]]
+    record: RunRecord,
+    message_bodies: Sequence[Any],
+    tool_rows: Sequence[Sequence[Any]],
+    result_bodies: Mapping[tuple[str, str], str] | None = None,
 ) -> RunState:
-    """A run's state from its rows, checked (``_integrity``); ``CorruptStateError`` otherwise."""
+    """A run's state from its rows, checked (``_integrity``); ``CorruptStateError`` otherwise.
+    ``result_bodies`` maps ``(execution_key, kind)`` to a large result's text."""
     if record.problem is not None:
         raise corrupt_run(record.id, record.session_id, record.problem)
     data = record.result
@@ -164,7 +178,7 @@ def decode_state(
         for index, body in enumerate(message_bodies):
             message = _decoded(body, f"message {index + 1} of the session")
             messages.append(message)
-        entries = [_tool_entry(row) for row in tool_rows]
+        entries = [_tool_entry(row, result_bodies or {}) for row in tool_rows]
         state = RunState(
             session_id=record.session_id,
             run_id=record.id,
@@ -188,7 +202,7 @@ def decode_state(
     return state
 
 
-def _tool_entry(row: Sequence[Any]) -> ToolEntry:
+def _tool_entry(row: Sequence[Any], bodies: Mapping[tuple[str, str], str]) -> ToolEntry:
     key, iteration, index, call, policy, status, attempt, approved, raw_result, result, generation = row
     where = f"tool call {key}"
     try:
@@ -201,6 +215,8 @@ def _tool_entry(row: Sequence[Any]) -> ToolEntry:
         for part in (raw, final):
             if part is not None and not isinstance(part, dict):
                 raise _Undecodable("a result is not an object")
+        raw = _dereferenced(raw, str(key), bodies, None)
+        final = _dereferenced(final, str(key), bodies, raw)
         return ToolEntry(
             execution_key=str(key),
             iteration=_int(iteration, "iteration"),
@@ -218,10 +234,117 @@ def _tool_entry(row: Sequence[Any]) -> ToolEntry:
         raise _Undecodable(f"{where}: {exc}") from exc
 
 
+def _large(result: ToolResult | None) -> bool:
+    return result is not None and len(result.content) > LARGE_RESULT
+
+
+def _same(first: ToolResult | None, second: ToolResult | None) -> bool:
+    return (
+        first is not None
+        and second is not None
+        and first.content == second.content
+        and first.is_error == second.is_error
+    )
+
+
+def _column(result: ToolResult | None, ref: str | None) -> str | None:
+    if result is None:
+        return None
+    if ref is None:
+        return dumps(result.to_dict())
+    return dumps({"tool_call_id": result.tool_call_id, "is_error": result.is_error, _REF: ref})
+
+
+def tool_entry_bodies(entry: ToolEntry) -> list[tuple[str, str]]:
+    """The ``(kind, text)`` rows of tool_results this move of ``entry`` writes: a large raw
+    result when it arrives (``raw_completed``), and a large final result when it arrives
+    (``completed``) unless it is the raw result unchanged."""
+    bodies = []
+    raw, result = entry.raw_result, entry.result
+    if entry.status is ToolStatus.RAW_COMPLETED and raw is not None and _large(raw):
+        bodies.append(("raw", raw.content))
+    if (
+        entry.status is ToolStatus.COMPLETED
+        and result is not None
+        and _large(result)
+        and not _same(result, raw)
+    ):
+        bodies.append(("result", result.content))
+    return bodies
+
+
+def _dereferenced(
+    part: dict[str, Any] | None, key: str, bodies: Mapping[tuple[str, str], str], raw: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """A stored result with its reference replaced by the text it names."""
+    if part is None or _REF not in part:
+        return part
+    ref = part[_REF]
+    # A final result that is the raw one unchanged names "raw": ``raw`` is already whole.
+    text = raw.get("content") if ref == "raw" and raw is not None else bodies.get((key, str(ref)))
+    if not isinstance(text, str):
+        raise _Undecodable(f"its {ref} result is stored apart, and that row is missing")
+    return {
+        "tool_call_id": part.get("tool_call_id", ""),
+        "content": text,
+        "is_error": bool(part.get("is_error")),
+    }
+
+
+def has_result_refs(tool_rows: Sequence[Sequence[Any]]) -> bool:
+    """Whether any of these tool_calls rows keeps a result apart (their raw_result and
+    result columns are the 9th and 10th)."""
+    return any(_REF in str(row[8] or "") or _REF in str(row[9] or "") for row in tool_rows)
+
+
+def final_result(raw_result: Any, result: Any, key: str, bodies: Mapping[tuple[str, str], str]) -> str | None:
+    """The text of a tool call's final result (its raw one while it has no final one), from
+    its columns and its stored bodies; ``None`` when it has neither."""
+    try:
+        raw = _dereferenced(_decoded(raw_result, "raw result"), key, bodies, None)
+        final = _dereferenced(_decoded(result, "result"), key, bodies, raw)
+    except _Undecodable as exc:
+        raise CorruptStateError(f"tool call {key} in the harnessx store: {exc}; {_ADVICE}") from exc
+    chosen = final or raw
+    return None if chosen is None else str(chosen.get("content", ""))
+
+
+def event_data(event: RunEvent) -> str:
+    """An event's data as stored. A ``tool_result`` event of a large result refers to its
+    tool call instead of repeating the text (the live event keeps it)."""
+    data = event.data
+    if event.type is RunEventType.TOOL_RESULT and isinstance(data, dict):
+        content = data.get("content")
+        key = data.get("execution_key") or (event.step_id[5:] if event.step_id.startswith("tool:") else None)
+        if isinstance(content, str) and len(content) > LARGE_RESULT and key:
+            return dumps({**data, "content": None, "execution_key": key, _REF: "tool_call"})
+    return dumps(data)
+
+
+def event_result_key(data: Any) -> str | None:
+    """The tool call whose final result a stored event refers to, if it does."""
+    if isinstance(data, str) and _REF not in data:
+        return None
+    decoded = data if isinstance(data, dict) else _safe_loads(data)
+    if isinstance(decoded, dict) and decoded.get(_REF) == "tool_call":
+        return str(decoded.get("execution_key") or "")
+    return None
+
+
+def _safe_loads(text: Any) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
 def tool_entry_columns(entry: ToolEntry) -> tuple[Any, ...]:
     """execution_key, iteration, idx, call, policy, status, attempt, approved, raw_result,
-    result: a tool entry's own columns, as both dialects store them."""
+    result: a tool entry's own columns, as both dialects store them (a large result as a
+    reference to its tool_results row; see ``tool_entry_bodies``)."""
     raw, result = entry.raw_result, entry.result
+    raw_ref = "raw" if _large(raw) else None
+    result_ref = ("raw" if _same(result, raw) else "result") if _large(result) else None
     return (
         entry.execution_key,
         entry.iteration,
@@ -231,8 +354,8 @@ def tool_entry_columns(entry: ToolEntry) -> tuple[Any, ...]:
         entry.status.value,
         entry.attempt,
         bool(entry.approved),
-        dumps(raw.to_dict()) if raw else None,
-        dumps(result.to_dict()) if result else None,
+        _column(raw, raw_ref),
+        _column(result, result_ref),
     )
 
 
@@ -242,12 +365,22 @@ def tool_entry_values(entry: ToolEntry, run_id: str, generation: int, now: float
     return (key, run_id, *columns, generation, now)
 
 
-def event_from_row(row: Sequence[Any], session_id: str = "") -> RunEvent:
+def event_from_row(
+    row: Sequence[Any], session_id: str = "", results: Mapping[str, str] | None = None
+) -> RunEvent:
+    """An events row; ``results`` gives the final result text of each tool call a stored
+    ``tool_result`` event refers to (``event_result_key``)."""
     seq, event_id, kind, step_id, attempt_id, data, run_id = row
     try:
         decoded = _decoded(data, "its data")
         if decoded is not None and not isinstance(decoded, dict):
             raise _Undecodable("its data is not an object")
+        if decoded is not None and decoded.get(_REF) == "tool_call":
+            text = (results or {}).get(str(decoded.get("execution_key")))
+            if text is None:
+                raise _Undecodable("it refers to a tool call whose result is missing")
+            decoded = {k: v for k, v in decoded.items() if k != _REF}
+            decoded["content"] = text
         return RunEvent(
             type=RunEventType(kind),
             data=decoded or {},

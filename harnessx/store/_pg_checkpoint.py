@@ -11,7 +11,8 @@ at some cost each, and arrays cost more than plain values on both sides of the w
   them to the session row alone (schema 3): its run step reads instead of updating, as even
   an UPDATE that matches no row costs the server nearly as much as one that does;
 - only a recorded run's checkpoint has the journal step (schema 4), and only it sends that
-  step's parameters, which the step types itself: a run that is not recorded pays nothing.
+  step's parameters, which the step types itself: a run that is not recorded pays nothing;
+- likewise only a checkpoint that stores a large tool result (schema 6) has that step.
 
 Statements are built once per shape and cached; asyncpg prepares each once per connection.
 """
@@ -26,7 +27,7 @@ from typing import Any
 from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
 from harnessx._state import ToolEntry
-from harnessx.store._codec import dumps, tool_entry_columns
+from harnessx.store._codec import dumps, event_data, tool_entry_bodies, tool_entry_columns
 from harnessx.store._queries import load_queries
 
 __all__ = ["PROGRESS_NOT_HELD", "checkpoint", "checkpoint_statement", "without_steps"]
@@ -48,11 +49,18 @@ PROGRESS_NOT_HELD = "HX003"
 
 @functools.cache
 def checkpoint_statement(
-    new_run: bool, messages: bool, tools: int, events: int, progress_only: bool = False, journal: bool = False
+    new_run: bool,
+    messages: bool,
+    tools: int,
+    events: int,
+    progress_only: bool = False,
+    journal: bool = False,
+    results: bool = False,
 ) -> str:
     """The checkpoint query for one shape. ``tools`` and ``events`` count rows: 0 (the step
     is left out), 1 (plain values) or 2 (arrays: two or more rows); ``journal``: the
-    statement appends journal records (parameters 38-44)."""
+    statement appends journal records (parameters 38-44); ``results``: it stores large tool
+    results (the three parameters after the last one before them)."""
     if new_run and progress_only:
         raise ValueError("a new run's checkpoint writes its run row")
     unused = {
@@ -61,9 +69,14 @@ def checkpoint_statement(
         *(() if tools else ("tools_moved",)),
         *(() if events else ("events_added",)),
         *(() if journal else ("journal_added",)),
+        *(() if results else ("results_added",)),
     }
     replaced = {"run": _PROGRESS_RUN} if progress_only else {}
     statement = without_steps(Q["checkpoint"], unused, replaced)
+    if results and not journal:
+        # Parameters must be numbered without gaps: the results step's follow $37.
+        for old, new in ((45, 38), (46, 39), (47, 40)):
+            statement = statement.replace(f"${old}::", f"${new}::")
     single = [*(_TOOL_PARAMS if tools == 1 else ()), *(_EVENT_PARAMS if events == 1 else ())]
     return _single_valued(statement, single)
 
@@ -134,6 +147,7 @@ def checkpoint(
     ``progress_only``: of the run, only the phase and the event count change (see
     migration 0003); never for a new run."""
     progress_only = progress_only and new_run is None
+    bodies = [(entry.execution_key, kind, text) for entry in tools for kind, text in tool_entry_bodies(entry)]
     shape = (
         new_run is not None,
         bool(messages),
@@ -141,6 +155,7 @@ def checkpoint(
         min(len(events), 2),
         progress_only,
         bool(journal),
+        bool(bodies),
     )
     statement = checkpoint_statement(*shape)
     queued = bool(new_run and new_run["queued"])
@@ -166,6 +181,7 @@ def checkpoint(
             work_channel if queued else None,
             progress_only,
             *(_journal_params(journal) if journal else ()),
+            *(_columns(bodies, 3) if bodies else ()),
         ),
     )
 
@@ -178,7 +194,7 @@ def _event_row(event: RunEvent) -> tuple[Any, ...]:
         event.type.value,
         event.step_id,
         event.attempt_id,
-        dumps(event.data),
+        event_data(event),
     )
 
 

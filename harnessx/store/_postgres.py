@@ -73,7 +73,11 @@ from harnessx._state import Delta, RunState, ToolEntry
 from harnessx.store._codec import (
     decode_state,
     dumps,
+    event_data,
     event_from_row,
+    event_result_key,
+    final_result,
+    has_result_refs,
     journal_record_from_row,
     loads,
     run_record,
@@ -128,7 +132,15 @@ Q = load_queries("postgres")
 # sqlite.sql queries without a twin in postgres.sql, and what does their work here.
 SQLITE_ONLY_QUERIES = {
     **dict.fromkeys(
-        ("fence", "insert_run", "update_run", "set_event_count", "insert_message", "upsert_tool_call"),
+        (
+            "fence",
+            "insert_run",
+            "update_run",
+            "set_event_count",
+            "insert_message",
+            "upsert_tool_call",
+            "upsert_tool_result",
+        ),
         "checkpoint",
     ),
     "insert_event": "checkpoint",
@@ -985,8 +997,13 @@ class PostgresBackend:
             raise StorageError(f"no run {run_id!r} in {self._where}")
         record = run_record(tuple(row))
         bodies = await conn.fetch(Q["session_messages"], record.session_id)
-        tools = await conn.fetch(Q["run_tool_calls"], run_id)
-        return decode_state(record, [body for (body,) in bodies], [tuple(r) for r in tools])
+        tools = [tuple(r) for r in await conn.fetch(Q["run_tool_calls"], run_id)]
+        results = {}
+        if has_result_refs(tools):
+            results = {
+                (key, kind): text for key, kind, text in await conn.fetch(Q["run_tool_results"], run_id)
+            }
+        return decode_state(record, [body for (body,) in bodies], tools, results)
 
     async def incident_snapshot(
         self, session_id: str, run_id: str, *, max_records: int = 100_000
@@ -1027,10 +1044,33 @@ class PostgresBackend:
         return int(count)
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
-        rows = await self._run(
-            "reading events", lambda conn: conn.fetch(Q["read_events"], run_id, after, limit)
-        )
-        return [event_from_row(tuple(row)) for row in rows]
+        async def read(conn: Any) -> list[RunEvent]:
+            rows = [tuple(r) for r in await conn.fetch(Q["read_events"], run_id, after, limit)]
+            keys = {key for row in rows if (key := event_result_key(row[5]))}
+            if not keys:
+                return [event_from_row(row) for row in rows]
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                results = {key: await self._final_result(conn, key) or "" for key in keys}
+            return [event_from_row(row, results=results) for row in rows]
+
+        return await self._run("reading events", read)
+
+    async def _final_result(self, conn: Any, key: str) -> str | None:
+        rows = await conn.fetch(Q["tool_call_results"], key)
+        if not rows:
+            return None
+        bodies = {(key, kind): text for _, _, kind, text in rows if kind is not None}
+        return final_result(rows[0][0], rows[0][1], key, bodies)
+
+    async def tool_result(self, session_id: str, tool_call_id: str) -> str | None:
+        """The whole final result of the session's latest answered call with this id."""
+
+        async def read(conn: Any) -> str | None:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                key = await conn.fetchval(Q["session_tool_call"], session_id, tool_call_id)
+                return await self._final_result(conn, str(key)) if key is not None else None
+
+        return await self._run("reading a tool result", read)
 
     async def recent_sessions(self, limit: int) -> list[SessionSummary]:
         rows = await self._run("listing sessions", lambda conn: conn.fetch(Q["recent_sessions"], limit))
@@ -1055,19 +1095,6 @@ class PostgresBackend:
             raise _lease_lost(lease)
         self._notifications.wake_work()
 
-    async def defer_start(
-        self, lease: Lease, run_id: str, *, attempts: int, retry_in: float, events: list[RunEvent]
-    ) -> None:
-        await self._settle(lease, run_id, Q["defer_start"], (attempts, float(retry_in)), events)
-
-    async def clear_start_attempts(self, lease: Lease, run_id: str) -> None:
-        await self._run(
-            "clearing failed start attempts",
-            lambda conn: conn.execute(
-                Q["clear_start_attempts"], lease.session_id, lease.owner, lease.generation, run_id
-            ),
-        )
-
     async def end_run(
         self,
         lease: Lease,
@@ -1084,15 +1111,15 @@ class PostgresBackend:
     async def _settle(
         self, lease: Lease, run_id: str, query: str, args: tuple[Any, ...], events: list[RunEvent]
     ) -> None:
-        """``defer_start`` or ``end_run``: fenced, the events numbered after the run's last,
-        applied at most once however often a lost reply makes the call repeat."""
+        """``end_run``'s statement: fenced, the events numbered after the run's last, applied
+        at most once however often a lost reply makes the call repeat."""
         call_id = secrets.token_hex(16)
         columns = (
             [e.event_id for e in events],
             [e.type.value for e in events],
             [e.step_id for e in events],
             [e.attempt_id for e in events],
-            [dumps(e.data) for e in events],
+            [event_data(e) for e in events],
         )
         _, first, _ = await self._run(
             "settling a run that cannot be driven",

@@ -94,10 +94,8 @@ class SessionRecord:
 class RunRecord:
     """A run's row without its conversation: enough to decide what to do with it.
 
-    ``queued``: waiting in the pool's queue. ``start_attempts``: consecutive times a worker
-    claimed it and could not start it (see ``Store.defer_start``). ``problem``: what in the
-    row does not decode (``load_state`` refuses such a run; the fields that did not decode
-    hold defaults here).
+    ``problem``: what in the row does not decode (``load_state`` refuses such a run; the
+    fields that did not decode hold defaults here).
     """
 
     id: str
@@ -108,8 +106,6 @@ class RunRecord:
     phase: str
     event_count: int
     result: dict[str, Any] = field(default_factory=dict)
-    queued: bool = False
-    start_attempts: int = 0
     problem: str | None = None
 
 
@@ -277,6 +273,10 @@ class Store(Protocol):
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]: ...
 
+    async def tool_result(self, session_id: str, tool_call_id: str) -> str | None:
+        """The whole final result of the session's latest answered call with this tool call
+        id (what ``read_tool_result`` reads), or ``None``."""
+
     async def wait_for_events(self, run_id: str, max_wait: float) -> None:
         """Return soon after new events of ``run_id`` commit, or after ``max_wait`` seconds."""
 
@@ -297,18 +297,6 @@ class Store(Protocol):
     # the pool
     async def requeue(self, lease: Lease, run_id: str) -> None:
         """Queue a running run again, fenced by the holder's lease (a drain hand-off)."""
-
-    async def defer_start(
-        self, lease: Lease, run_id: str, *, attempts: int, retry_in: float, events: list[RunEvent]
-    ) -> None:
-        """A worker claimed the run and could not start it (its agent could not be built):
-        record ``attempts`` (the consecutive failed starts so far) and queue the run again,
-        claimable no sooner than ``retry_in`` seconds from now. ``events`` (saying so) are
-        appended after the run's last; this call sets their cursors. Fenced by ``lease``;
-        applied at most once even when a lost reply makes the call repeat."""
-
-    async def clear_start_attempts(self, lease: Lease, run_id: str) -> None:
-        """The run has started: earlier failed starts no longer count. Fenced by ``lease``."""
 
     async def end_run(
         self,

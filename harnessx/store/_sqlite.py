@@ -38,11 +38,16 @@ from harnessx._state import Delta, RunState
 from harnessx.store._codec import (
     decode_state,
     dumps,
+    event_data,
     event_from_row,
+    event_result_key,
+    final_result,
+    has_result_refs,
     journal_record_from_row,
     loads,
     run_record,
     run_values,
+    tool_entry_bodies,
     tool_entry_values,
 )
 from harnessx.store._migrations import MigrationReport, check_applied, check_objects, pending, report
@@ -452,6 +457,8 @@ class SQLiteBackend:
             )
         for entry in delta.tools:
             conn.execute(Q["upsert_tool_call"], tool_entry_values(entry, state.run_id, lease.generation, now))
+            for kind, body in tool_entry_bodies(entry):
+                conn.execute(Q["upsert_tool_result"], (entry.execution_key, kind, state.run_id, body))
         last_seq = self._insert_events(conn, lease, events, now)
         self._insert_journal(conn, lease, state.run_id, journal)
         values = run_values(state, delta)
@@ -475,7 +482,7 @@ class SQLiteBackend:
                     event.type.value,
                     event.step_id,
                     event.attempt_id,
-                    dumps(event.data),
+                    event_data(event),
                     lease.generation,
                     now,
                 ),
@@ -607,7 +614,12 @@ class SQLiteBackend:
         record = run_record(row)
         bodies = [body for (body,) in conn.execute(Q["session_messages"], (record.session_id,))]
         tools = conn.execute(Q["run_tool_calls"], (run_id,)).fetchall()
-        return decode_state(record, bodies, tools)
+        results = {}
+        if has_result_refs(tools):
+            results = {
+                (key, kind): body for key, kind, body in conn.execute(Q["run_tool_results"], (run_id,))
+            }
+        return decode_state(record, bodies, tools, results)
 
     @staticmethod
     def _reading(body: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
@@ -669,25 +681,6 @@ class SQLiteBackend:
 
         await self._call(self._write, body)
 
-    async def defer_start(
-        self, lease: Lease, run_id: str, *, attempts: int, retry_in: float, events: list[RunEvent]
-    ) -> None:
-        def body(conn: sqlite3.Connection) -> None:
-            now = time.time()
-            self._fence(conn, lease, 0)
-            last = self._append_numbered(conn, lease, run_id, events, now)
-            conn.execute(Q["defer_start"], (attempts, now, now + retry_in, last, now, run_id))
-
-        await self._call(self._write, body)
-        self._notify(run_id)
-
-    async def clear_start_attempts(self, lease: Lease, run_id: str) -> None:
-        def body(conn: sqlite3.Connection) -> None:
-            self._fence(conn, lease, 0)
-            conn.execute(Q["clear_start_attempts"], (run_id,))
-
-        await self._call(self._write, body)
-
     async def end_run(
         self,
         lease: Lease,
@@ -740,7 +733,7 @@ class SQLiteBackend:
             # BEGIN IMMEDIATE serialises claimers, which is what SKIP LOCKED buys on PostgreSQL.
             now = time.time()
             claimed = []
-            queued = conn.execute(Q["queued_runs"], (now, now, refs, refs, limit)).fetchall()
+            queued = conn.execute(Q["queued_runs"], (now, refs, refs, limit)).fetchall()
             for run_id, session_id in queued:
                 (generation,) = conn.execute(
                     Q["take_lease"], (owner, now + self.lease_seconds, session_id)
@@ -895,10 +888,29 @@ class SQLiteBackend:
         return None if row is None else _summary(row)
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
-        rows = await self._call(
-            lambda conn: conn.execute(Q["read_events"], (run_id, after, limit)).fetchall()
-        )
-        return [event_from_row(row) for row in rows]
+        def body(conn: sqlite3.Connection) -> list[RunEvent]:
+            rows = conn.execute(Q["read_events"], (run_id, after, limit)).fetchall()
+            keys = {key for row in rows if (key := event_result_key(row[5]))}
+            results = {key: self._final_result(conn, key) or "" for key in keys}
+            return [event_from_row(row, results=results) for row in rows]
+
+        return await self._call(self._reading(body))
+
+    def _final_result(self, conn: sqlite3.Connection, key: str) -> str | None:
+        rows = conn.execute(Q["tool_call_results"], (key,)).fetchall()
+        if not rows:
+            return None
+        bodies = {(key, kind): text for _, _, kind, text in rows if kind is not None}
+        return final_result(rows[0][0], rows[0][1], key, bodies)
+
+    async def tool_result(self, session_id: str, tool_call_id: str) -> str | None:
+        """The whole final result of the session's latest answered call with this id."""
+
+        def body(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(Q["session_tool_call"], (session_id, tool_call_id)).fetchone()
+            return self._final_result(conn, str(row[0])) if row else None
+
+        return await self._call(self._reading(body))
 
 
 def _summary(row: Any) -> SessionSummary:

@@ -192,7 +192,10 @@ async def test_an_agent_sends_the_recorded_requests(server: ScriptedServer, wire
     server.reply_sse(by_event(first.body()))
     server.reply_sse(by_event(second.body()))
     provider = make_provider(wire, server)
-    config = AgentConfig(model="smollm2", max_tokens=96, system_prompt=SYSTEM, temperature=1.0)
+    # The recorded requests offered one tool: no task list, no read_tool_result built-in.
+    config = AgentConfig(
+        model="smollm2", max_tokens=96, system_prompt=SYSTEM, temperature=1.0, planning=False
+    )
     calls: list[str] = []
 
     def get_weather(city: str) -> str:
@@ -201,6 +204,7 @@ async def test_an_agent_sends_the_recorded_requests(server: ScriptedServer, wire
 
     try:
         async with Agent(config, provider=provider) as agent:
+            agent.tools.unregister("read_tool_result")
             agent.tools.register_with_schema(TOOL["name"], TOOL["description"], WEATHER_SCHEMA, get_weather)
             result = await agent.run(QUESTION)
     finally:

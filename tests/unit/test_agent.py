@@ -17,13 +17,14 @@ from harnessx import (
     PermissionLevel,
     PermissionManager,
     ProviderResponse,
+    RetryPolicy,
     RunEventType,
-    RunStatus,
     RuntimeStateError,
     ScriptedProvider,
     ScriptedRequest,
     StopReason,
     ToolCall,
+    ToolDefinition,
     ToolResult,
     TransientToolError,
     current_tool_context,
@@ -114,13 +115,17 @@ async def test_stream_text_yields_only_text() -> None:
 
 
 async def test_stream_text_raises_when_run_does_not_complete() -> None:
-    from harnessx import RunAwaitingInput
+    from harnessx import RunFailed
 
-    agent = weather_agent(TWO_TOOL_SCRIPT, permissions={"get_weather": "ask"})
-    with pytest.raises(RunAwaitingInput) as caught:
+    def broken(request: ScriptedRequest) -> str:
+        raise ValueError("the model is down")
+
+    agent = weather_agent([], config=AgentConfig(retry=RetryPolicy(attempts=1)))
+    agent._provider = ScriptedProvider(broken)
+    with pytest.raises(RunFailed) as caught:
         async for _ in agent.stream_text("Weather?"):
             pass
-    assert caught.value.result.needs_input
+    assert caught.value.result.failed
 
 
 async def test_malformed_arguments_and_unknown_tool_become_error_results() -> None:
@@ -170,9 +175,8 @@ async def test_tool_exception_timeout_and_transient_retry() -> None:
         await asyncio.sleep(5)
         return "never"
 
-    from harnessx import RetryPolicy
-
-    @agent.tools.register(retry=RetryPolicy(attempts=3, backoff_seconds=0))
+    # Retry applies to tools that may run again (safe / idempotent), never to manual ones.
+    @agent.tools.register(replay_policy="safe", retry=RetryPolicy(attempts=3, backoff_seconds=0))
     def flaky() -> str:
         """Fails twice, then works."""
         attempts.append(1)
@@ -260,25 +264,36 @@ async def test_permissions_deny_ask_and_approver() -> None:
     assert isinstance(provider, ScriptedProvider)
     assert provider.requests[1].tool_results[0]["content"] == "Permission denied"
 
-    waiting = weather_agent(script, permissions={"get_weather": "ask"})
-    result = await waiting.run("go")
-    assert result.needs_input and result.status is RunStatus.AWAITING_INPUT
-    (pending,) = result.pending
-    assert pending.status == "approval" and pending.call.name == "get_weather"
-    assert pending.execution_key == f"{result.run_id}:0:1"
+    # A plain run with no one to ask fails closed: the model reads "Permission denied".
+    unasked = weather_agent(script, permissions={"get_weather": "ask"})
+    result = await unasked.run("go")
+    assert result.ok and not result.pending
+    provider = unasked.provider
+    assert isinstance(provider, ScriptedProvider)
+    assert provider.requests[1].tool_results[0]["content"] == "Permission denied"
+
+    granted = weather_agent(script, permissions={"get_weather": "ask"})
+    granted.permissions.grant_session("get_weather")
+    assert (await granted.run("go")).ok
+    provider = granted.provider
+    assert isinstance(provider, ScriptedProvider)
+    assert provider.requests[1].tool_results[0]["content"] != "Permission denied"
 
     answers: list[str] = []
 
-    async def approver(call: ToolCall) -> bool:
-        answers.append(call.name)
+    async def approve(call: ToolCall, tool: ToolDefinition) -> bool:
+        answers.append(f"{call.name}:{tool.name}")
         return True
 
     approved = weather_agent(
-        script, permissions=PermissionManager(rules={"get_weather": "ask"}, approver=approver)
+        script, permissions=PermissionManager(rules={"get_weather": "ask"}, approval_callback=approve)
     )
-    assert (await approved.run("go")).ok and answers == ["get_weather"]
+    assert (await approved.run("go")).ok and answers == ["get_weather:get_weather"]
     declined = weather_agent(
-        script, permissions=PermissionManager(rules={"get_weather": "ask"}, approver=lambda call: False)
+        script,
+        permissions=PermissionManager(
+            rules={"get_weather": "ask"}, approval_callback=lambda call, tool: False
+        ),
     )
     assert (await declined.run("go")).ok
     provider = declined.provider
@@ -294,7 +309,10 @@ async def test_limits_truncation_refusal_and_tool_calls_ignored_on_those_stops()
     assert result.limited and not result.ok and result.stop_reason == "max_iterations"
     provider = limited.provider
     assert isinstance(provider, ScriptedProvider)
-    assert len(provider.requests) == 3
+    # Three model calls, then one last call with no tools offered, for the model's account.
+    assert len(provider.requests) == 4
+    assert provider.requests[-1].tools == [] and all(r.tools for r in provider.requests[:3])
+    assert "step limit" in provider.requests[-1].messages[-1]["content"]
 
     truncated = await weather_agent(
         [
@@ -354,9 +372,15 @@ async def test_one_run_at_a_time() -> None:
 async def test_agent_without_provider_constructs_then_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "HARNESSX_PROVIDER"):
         monkeypatch.delenv(name, raising=False)
+    # The original's defaults: an Anthropic model, whose missing key fails the run clearly.
     agent = Agent()
+    assert (agent.config.provider, agent.config.model) == ("anthropic", "claude-sonnet-4-6")
+    failed = await agent.run("hi")
+    assert failed.failed and failed.error is not None and "ANTHROPIC_API_KEY" in failed.error["message"]
+    # provider=None picks one from the environment, and says what to set when there is none.
+    auto = Agent(config=AgentConfig(provider=None))
     with pytest.raises(ConfigurationError, match="ANTHROPIC_API_KEY"):
-        await agent.run("hi")
+        await auto.run("hi")
     # The failed attempt does not leave the agent stuck.
     agent._provider = ScriptedProvider(["now it works"])
     assert (await agent.run("hi")).output == "now it works"
@@ -400,7 +424,7 @@ async def test_middleware_transforms_requests_and_results() -> None:
     await agent.run("go")
     provider = agent.provider
     assert isinstance(provider, ScriptedProvider)
-    assert provider.requests[0].system == "YOU ARE A HELPFUL ASSISTANT."
+    assert provider.requests[0].system.startswith("YOU ARE A HELPFUL ASSISTANT.")
     assert provider.requests[1].tool_results[0]["content"] == "[sunny in Oslo]"
 
 
@@ -423,11 +447,11 @@ async def test_save_and_load_session_continues_conversation(tmp_path: Path) -> N
         TWO_TOOL_SCRIPT, config=AgentConfig(system_prompt="Be brief."), extensions=[counter]
     )
     await agent.run("Weather?")
-    path = agent.save_session(tmp_path)
-    assert path.name == f"{agent.session_id}.json"
+    assert await agent.save_session(tmp_path) == agent.session_id
+    assert (tmp_path / f"{agent.session_id}.json").exists()
 
     restored_counter = Counter()
-    loaded = Agent.load_session(
+    loaded = await Agent.load_session(
         agent.session_id, tmp_path, provider=ScriptedProvider(TWO_TOOL_SCRIPT), extensions=[restored_counter]
     )
     assert loaded.config.system_prompt == "Be brief."
@@ -436,13 +460,15 @@ async def test_save_and_load_session_continues_conversation(tmp_path: Path) -> N
     assert result.output == "You asked about Oslo."
 
     (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(ConfigurationError, match="not a readable harnessx snapshot"):
-        Agent.load_session("bad", tmp_path)
+    with pytest.raises(ConfigurationError, match="not a readable snapshot"):
+        await Agent.load_session("bad", tmp_path)
     with pytest.raises(ConfigurationError, match="no saved session"):
-        Agent.load_session("missing", tmp_path)
+        await Agent.load_session("missing", tmp_path)
     (tmp_path / "future.json").write_text(json.dumps({"version": 99}))
     with pytest.raises(ConfigurationError, match="upgrade harnessx"):
-        Agent.load_session("future", tmp_path)
+        await Agent.load_session("future", tmp_path)
+    with pytest.raises(ConfigurationError, match="differs from the one saved"):
+        await Agent.load_session(agent.session_id, tmp_path, config=AgentConfig(), extensions=[Counter()])
 
 
 async def test_injected_provider_not_closed_but_built_one_is(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -460,7 +486,7 @@ async def test_injected_provider_not_closed_but_built_one_is(monkeypatch: pytest
         await agent.run("again")
 
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
-    built = Agent(config=AgentConfig(model="local"))
+    built = Agent(config=AgentConfig(model="local", provider=None))
     provider = built.provider
     await built.aclose()
     await built.aclose()  # idempotent

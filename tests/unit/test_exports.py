@@ -123,6 +123,7 @@ def test_enum_values() -> None:
         "approval_required",
         "recovery_required",
         "attempt_reset",
+        "todos_updated",
         "waiting",
         "run_result",
     }

@@ -87,17 +87,33 @@ def test_postgres_queries_never_name_the_schema() -> None:
         assert "harness_x" not in query, name
 
 
-CHECKPOINT_STEPS = ("new_run", "run", "messages_added", "tools_moved", "events_added", "journal_added")
-OPTIONAL_STEPS = ("new_run", "messages_added", "tools_moved", "events_added", "journal_added")
+CHECKPOINT_STEPS = (
+    "new_run",
+    "run",
+    "messages_added",
+    "tools_moved",
+    "events_added",
+    "journal_added",
+    "results_added",
+)
+OPTIONAL_STEPS = (
+    "new_run",
+    "messages_added",
+    "tools_moved",
+    "events_added",
+    "journal_added",
+    "results_added",
+)
 SHAPES = [
-    (new_run, messages, tools, events, progress_only, journal)
+    (new_run, messages, tools, events, progress_only, journal, results)
     for new_run in (False, True)
     for messages in (False, True)
     for tools in (0, 1, 2)
     for events in (0, 1, 2)
     for progress_only in (False, True)
     for journal in (False, True)
-    if not (new_run and progress_only)
+    for results in (False, True)
+    if not (new_run and progress_only) and not (results and not tools)
 ]
 TOOL_PARAMS, EVENT_PARAMS, JOURNAL_PARAMS = range(7, 17), range(17, 23), range(38, 45)
 
@@ -106,13 +122,15 @@ def with_items(statement: str) -> list[str]:
     return re.findall(r"^(?:WITH )?([a-z_]+) AS \($", statement, re.MULTILINE)
 
 
-@pytest.mark.parametrize(("new_run", "messages", "tools", "events", "progress_only", "journal"), SHAPES)
+@pytest.mark.parametrize(
+    ("new_run", "messages", "tools", "events", "progress_only", "journal", "results"), SHAPES
+)
 def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(
-    new_run: bool, messages: bool, tools: int, events: int, progress_only: bool, journal: bool
+    new_run: bool, messages: bool, tools: int, events: int, progress_only: bool, journal: bool, results: bool
 ) -> None:
     full = load_queries("postgres")["checkpoint"]
     assert with_items(full) == ["parameters", "fence", *CHECKPOINT_STEPS]
-    statement = checkpoint_statement(new_run, messages, tools, events, progress_only, journal)
+    statement = checkpoint_statement(new_run, messages, tools, events, progress_only, journal, results)
     wanted = {
         "new_run": new_run,
         "run": True,  # the main query reads it: a commit whose run step wrote nothing fails
@@ -120,6 +138,7 @@ def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(
         "tools_moved": bool(tools),
         "events_added": bool(events),
         "journal_added": journal,
+        "results_added": results,
     }
     assert with_items(statement) == ["parameters", "fence", *(s for s in CHECKPOINT_STEPS if wanted[s])]
     # Progress alone: the run step only reads (the run row is not written).
@@ -143,8 +162,12 @@ def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(
                 assert f"unnest(${number})" in statement, number
     # The journal's parameters exist only in a recorded run's statement (which types them).
     for number in JOURNAL_PARAMS:
-        assert (f"unnest(${number}::" in statement) is journal, number
-    assert "$45" not in statement
+        assert (f"unnest(${number}::" in statement) is journal or (results and not journal and number <= 40)
+    # The large results' parameters follow the last one before them, without a gap.
+    first = 45 if journal else 38
+    for number in range(first, first + 3):
+        assert (f"unnest(${number}::text[])" in statement) is results, number
+    assert f"${first + 3 if results else first}" not in statement
 
 
 def test_leaving_out_a_step_the_statement_lacks_is_an_error() -> None:

@@ -102,6 +102,90 @@ def test_permission_precedence() -> None:
 
     call = ToolCall("1", "act", {})
     tool = tools.get("act")
-    assert PermissionManager().check(tool, call) is PermissionLevel.ASK
-    assert PermissionManager(rules={"act": "deny"}).check(tool, call) is PermissionLevel.DENY
-    assert PermissionManager(default="deny").check(None, ToolCall("2", "other", {})) is PermissionLevel.DENY
+    assert PermissionManager().get_effective_permission(call.name, tool) is PermissionLevel.ASK
+    assert (
+        PermissionManager(rules={"act": "deny"}).get_effective_permission("act", tool) is PermissionLevel.DENY
+    )
+    manager = PermissionManager(PermissionLevel.DENY)
+    assert manager.get_effective_permission("other", None) is PermissionLevel.DENY
+    manager.set_permission("other", "allow")
+    assert manager.get_effective_permission("other", None) is PermissionLevel.ALLOW
+
+
+# ----------------------------------------------------- the original harnessx's tool API
+
+
+def test_register_tool_and_tool_definitions() -> None:
+    from harnessx import DEFAULT_TOOL_TIMEOUT_SECONDS, ToolDefinition, ToolNotFoundError, ToolRetry
+
+    tools = ToolRegistry(default_timeout_seconds=9.0)
+
+    def lookup(city: str) -> str:
+        """Look a city up."""
+        return city
+
+    definition = tools.register_tool(lookup, permission=PermissionLevel.ASK, replay_policy="safe")
+    assert isinstance(definition, ToolDefinition) and definition.name == "lookup"
+    assert definition.permission_level is PermissionLevel.ASK and definition.replay_policy == "safe"
+    assert definition.timeout_seconds == 9.0 and definition.description == "Look a city up."
+    built = ToolDefinition("echo", "Echo.", {"type": "object", "properties": {}}, lambda: "e")
+    assert built.timeout_seconds == DEFAULT_TOOL_TIMEOUT_SECONDS == 25.0
+    assert tools.register_tool(built, retry=ToolRetry(2)).retry == ToolRetry(2)
+    assert tools.has_tool("echo") and tools.list_tools() == ["lookup", "echo"]
+    assert [t["name"] for t in tools.get_tool_params()] == ["lookup", "echo"]
+    with pytest.raises(ToolNotFoundError, match="no tool named 'nope'"):
+        tools.get_tool("nope")
+    assert tools.unregister("echo") and not tools.unregister("echo")
+    with pytest.raises(ConfigurationError, match="already registered"):
+        tools.register_tool(lookup)
+
+
+async def test_execute_checks_arguments_permissions_and_reuses_with_dedupe() -> None:
+    ran: list[str] = []
+    tools = ToolRegistry(dedupe_calls=True)
+
+    @tools.register(permission="ask")
+    async def act(item: str) -> str:
+        """Act on an item."""
+        ran.append(item)
+        return f"did {item}"
+
+    assert (await tools.execute(ToolCall("1", "act", {"item": 3}))).is_error  # wrong type
+    assert (await tools.execute(ToolCall("2", "act", {"item": "a"}))).content == "Permission denied"
+    allow = PermissionManager(approval_callback=lambda call, tool: True)
+    first = await tools.execute(ToolCall("3", "act", {"item": "a"}), permissions=allow)
+    second = await tools.execute(ToolCall("4", "act", {"item": "a"}), permissions=allow)
+    assert (first.content, second.content, second.tool_call_id, ran) == ("did a", "did a", "4", ["a"])
+    tools.reset_call_cache()
+    await tools.execute(ToolCall("5", "act", {"item": "a"}), permissions=allow)
+    assert ran == ["a", "a"]
+
+
+async def test_permission_manager_api() -> None:
+    from harnessx import CliPermissionManager
+
+    tools = ToolRegistry()
+    tools.register(name="write", permission="ask")(lambda: "w")
+    tool = tools.get_tool("write")
+    asked: list[str] = []
+
+    async def callback(call: ToolCall, definition: object) -> bool:
+        asked.append(call.name)
+        return False
+
+    manager = PermissionManager(PermissionLevel.ALLOW, approval_callback=callback)
+    call = ToolCall("1", "write", {})
+    assert manager.get_effective_permission("write", tool) is PermissionLevel.ASK
+    assert await manager.check_permission(call, tool) is False and asked == ["write"]
+    manager.grant_session("write")
+    assert await manager.check_permission(call, tool) is True and asked == ["write"]
+    manager.reset_session_grants()
+    manager.set_permission("write", PermissionLevel.DENY)
+    manager.grant_session("write")
+    assert await manager.check_permission(call, tool) is False  # a grant never overrides DENY
+    with pytest.raises(ConfigurationError):
+        PermissionManager("sometimes")
+    bad = PermissionManager(PermissionLevel.ASK, approval_callback=lambda call, tool: "yes")
+    with pytest.raises(ConfigurationError, match="must return True or False"):
+        await bad.check_permission(call, tool)
+    assert CliPermissionManager().default_level is PermissionLevel.ASK

@@ -147,14 +147,17 @@ UPDATE sessions SET control = $1 WHERE id = $2;
 -- channels to notify (NULL: not now; 'events' only while some process follows the session);
 -- $37 progress only: nothing of the run but its phase and event count changes, so they go
 -- to the session row alone (see migration 0003). $38-$44 (only in a statement with the
--- journal_added step, a recorded run's): the journal records, one array per journal column. That statement's run step only checks that
+-- journal_added step, a recorded run's): the journal records, one array per journal column.
+-- $45-$47 (only in a statement with the results_added step; numbered $38-$40 in one without
+-- the journal step): large tool results stored once (migration 0006), as execution keys,
+-- kinds and texts. A progress-only checkpoint's run step only checks that
 -- the session row holds this run's progress; if it does not, HX003 undoes everything and the
 -- client sends the checkpoint again with $37 false, which writes the run row and takes the
 -- session row's progress over for this run.
 -- JSON is passed as text and stored verbatim (json, not jsonb, columns).
 --
 -- _pg_checkpoint.checkpoint_statement leaves out the steps (new_run, messages_added, tools_moved,
--- events_added, journal_added) a checkpoint has nothing for, as the server sets up every step it is given.
+-- events_added, journal_added, results_added) a checkpoint has nothing for, as the server sets up every step it is given.
 -- Nothing reads them (the main query reads only the fence and run), and 'parameters', which
 -- nothing reads either (the planner drops it), keeps every parameter typed without them. So
 -- each WITH item starts with a line '<name> AS (' and ends with a line '),' (the last one
@@ -246,6 +249,12 @@ journal_added AS (
            unnest($38::text[]), unnest($39::text[]), unnest($40::text[]), unnest($41::text[]),
            unnest($42::text[]), unnest($43::text[]), unnest($44::json[]), $3
     FROM fence f
+),
+results_added AS (
+    INSERT INTO tool_results (execution_key, kind, run_id, body)
+    SELECT unnest($45::text[]), unnest($46::text[]), $5, unnest($47::text[])
+    FROM fence f
+    ON CONFLICT (execution_key, kind) DO UPDATE SET body = excluded.body
 )
 SELECT CASE
     WHEN NOT EXISTS (SELECT FROM fence) THEN
@@ -275,15 +284,13 @@ FROM runs r WHERE r.id = $1 AND s.id = r.session_id;
 -- name: get_run
 -- One run by id.
 SELECT id, session_id, request_id, request_message, status, phase, event_count, iteration, usage::text,
-       output, stop_reason, error::text, usage_incomplete, history_length, queued_at IS NOT NULL,
-       start_attempts
+       output, stop_reason, error::text, usage_incomplete, history_length
 FROM runs_now WHERE id = $1;
 
 -- name: find_run
 -- The run a request id created in a session.
 SELECT id, session_id, request_id, request_message, status, phase, event_count, iteration, usage::text,
-       output, stop_reason, error::text, usage_incomplete, history_length, queued_at IS NOT NULL,
-       start_attempts
+       output, stop_reason, error::text, usage_incomplete, history_length
 FROM runs_now WHERE session_id = $1 AND request_id = $2;
 
 -- name: recent_sessions
@@ -311,8 +318,7 @@ WHERE s.id = $1;
 -- name: latest_run
 -- The session's newest run.
 SELECT id, session_id, request_id, request_message, status, phase, event_count, iteration, usage::text,
-       output, stop_reason, error::text, usage_incomplete, history_length, queued_at IS NOT NULL,
-       start_attempts
+       output, stop_reason, error::text, usage_incomplete, history_length
 FROM runs_now WHERE session_id = $1 ORDER BY created_at DESC, created_seq DESC LIMIT 1;
 
 -- name: session_messages
@@ -324,6 +330,24 @@ SELECT body::text FROM messages WHERE session_id = $1 ORDER BY seq;
 SELECT execution_key, iteration, idx, call::text, policy, status, attempt, approved, raw_result::text,
        result::text, generation
 FROM tool_calls WHERE run_id = $1 ORDER BY iteration, idx;
+
+-- name: run_tool_results
+-- The large results of a run's tool calls.
+SELECT execution_key, kind, body FROM tool_results WHERE run_id = $1;
+
+-- name: tool_call_results
+-- One tool call's result columns and its large results, if any (one row per stored body).
+SELECT tc.raw_result::text, tc.result::text, tr.kind, tr.body
+FROM tool_calls tc LEFT JOIN tool_results tr ON tr.execution_key = tc.execution_key
+WHERE tc.execution_key = $1;
+
+-- name: session_tool_call
+-- The latest answered call of a session with this tool call id (for read_tool_result).
+SELECT tc.execution_key
+FROM tool_calls tc JOIN runs r ON r.id = tc.run_id
+WHERE r.session_id = $1 AND tc.status = 'completed'
+  AND tc.execution_key = tc.run_id || ':' || tc.iteration || ':' || $2
+ORDER BY r.created_at DESC, tc.iteration DESC LIMIT 1;
 
 -- name: read_events
 -- A page of a run's events behind a cursor.
@@ -345,48 +369,6 @@ WITH fence AS (
 )
 SELECT EXISTS (SELECT 1 FROM fence),
        (SELECT count(pg_notify(harnessx_channel('work'), id)) FROM queued);
-
--- name: defer_start
--- A worker could not start run $4 (lease $1-$3): count the attempt ($5) and queue the run
--- again, held back for $6 seconds, appending the events saying so ($8-$12) as end_run does,
--- under the call's unique id $7 (same results, same HX001).
-WITH fence AS (
-    UPDATE sessions SET last_checkpoint = $7
-    WHERE id = $1 AND lease_owner = $2 AND generation = $3 AND lease_expires_at > clock_timestamp()
-      AND last_checkpoint IS DISTINCT FROM $7
-    RETURNING id
-), last AS (
-    SELECT coalesce(max(seq), 0) AS seq FROM events WHERE run_id = $4
-), added AS (
-    INSERT INTO events (run_id, seq, event_id, type, step_id, attempt_id, data, generation, created_at)
-    SELECT $4, l.seq + e.n, e.event_id, e.type, e.step_id, e.attempt_id, e.data, $3, now()
-    FROM fence f, last l,
-         unnest($8::text[], $9::text[], $10::text[], $11::text[], $12::json[])
-             WITH ORDINALITY AS e (event_id, type, step_id, attempt_id, data, n)
-    RETURNING seq
-), deferred AS (
-    UPDATE runs
-    SET start_attempts = $5, queued_at = now(), not_before = now() + make_interval(secs => $6),
-        event_count = greatest(event_count, (SELECT max(seq) FROM added)), updated_at = now()
-    WHERE id = $4 AND session_id IN (SELECT id FROM fence)
-    RETURNING id
-)
-SELECT CASE
-           WHEN EXISTS (SELECT FROM fence) OR EXISTS (
-               SELECT FROM sessions WHERE id = $1 AND last_checkpoint = $7
-           ) THEN true
-           ELSE harnessx_raise('HX001', 'lease on session ' || $1 || ' (generation ' || $3 || ') no longer holds')
-       END,
-       coalesce((SELECT min(seq) FROM added),
-                (SELECT min(seq) FROM events WHERE run_id = $4 AND event_id = ANY ($8::text[]))),
-       (SELECT count(pg_notify(harnessx_channel('events'), $4)) FROM deferred);
-
--- name: clear_start_attempts
--- A worker started run $4 under lease $1-$3: earlier failed attempts no longer count.
-UPDATE runs SET start_attempts = 0
-WHERE id = $4 AND start_attempts <> 0
-  AND session_id IN (SELECT id FROM sessions
-                     WHERE id = $1 AND lease_owner = $2 AND generation = $3);
 
 -- name: end_run
 -- End run $4 (lease $1-$3) without loading its state (it cannot be loaded, or cannot be
@@ -413,7 +395,7 @@ WITH fence AS (
     UPDATE runs
     SET status = $5, stop_reason = $6, error = $7::json, generation = $3, updated_at = now(),
         event_count = greatest(event_count, (SELECT max(seq) FROM added)),
-        queued_at = NULL, not_before = NULL, start_attempts = 0
+        queued_at = NULL
     WHERE id = $4 AND session_id IN (SELECT id FROM fence)
     RETURNING id
 )
@@ -433,8 +415,7 @@ SELECT id, control FROM sessions
 WHERE lease_owner COLLATE "C" >= $1 AND lease_owner COLLATE "C" < $2 AND control IS NOT NULL;
 
 -- name: claim_queued
--- Take up to $3 queued runs whose sessions no unexpired lease holds and whose back-off
--- (not_before) has passed (best first), skipping rows
+-- Take up to $3 queued runs whose sessions no unexpired lease holds (best first), skipping rows
 -- other claimers have locked: lease each session for $1 and dequeue the run (marked with the
 -- call's id $5), in one statement.
 WITH candidates AS (
@@ -442,7 +423,6 @@ WITH candidates AS (
     FROM runs r JOIN sessions s ON s.id = r.session_id
     WHERE r.queued_at IS NOT NULL
       AND (s.lease_owner IS NULL OR s.lease_expires_at <= clock_timestamp())
-      AND (r.not_before IS NULL OR r.not_before <= clock_timestamp())
       AND ($2::text[] IS NULL OR s.agent_ref = ANY ($2::text[]))
     ORDER BY r.priority DESC, r.queued_at
     LIMIT $3
@@ -457,8 +437,7 @@ WITH candidates AS (
     FROM picked p WHERE s.id = p.session_id
     RETURNING s.id, s.generation
 ), dequeued AS (
-    UPDATE runs r SET queued_at = NULL, not_before = NULL, claimed_by = $5
-    FROM picked p WHERE r.id = p.run_id RETURNING r.id
+    UPDATE runs r SET queued_at = NULL, claimed_by = $5 FROM picked p WHERE r.id = p.run_id RETURNING r.id
 )
 SELECT p.run_id, l.id, l.generation
 FROM picked p JOIN leased l ON l.id = p.session_id

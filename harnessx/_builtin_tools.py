@@ -1,0 +1,285 @@
+"""Tools every agent gets: ``read_tool_result``, and ``write_todos`` / ``read_todos`` with
+``AgentConfig(planning=True)`` (the default).
+
+``read_tool_result`` reads a tool result that reached the conversation only as a preview
+(see ``_large_results``). The task list is not kept anywhere but the conversation: it is
+the input of the latest ``write_todos`` call that succeeded, so it is committed with the
+run like every other message, survives a crash and a resume, and travels with session
+snapshots. An application's own tool of the same name wins over a built-in one.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from harnessx._large_results import read_section
+from harnessx._permissions import PermissionLevel
+from harnessx._tools import ToolRegistry
+
+__all__ = [
+    "PLANNING_GUIDANCE",
+    "TODO_STATUSES",
+    "RunView",
+    "install_builtin_tools",
+    "is_builtin",
+    "normalize_todos",
+    "render_todos",
+    "run_view_scope",
+    "todos_of",
+    "todos_payload",
+]
+
+TODO_STATUSES = ("pending", "in_progress", "completed")
+MAX_TODOS = 50
+MAX_TODO_CHARS = 200
+_MARKS = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}
+
+PLANNING_GUIDANCE = (
+    "Planning: for a task of three or more steps, call write_todos first with one item per step, and "
+    "update it in the same turn as the tool calls that do the work, keeping exactly one item in_progress. "
+    "When the work is done, give your answer; the list needs no final update."
+)
+
+_WRITE_TODOS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "todos": {
+            "type": "array",
+            "maxItems": MAX_TODOS,
+            "description": "The whole list on every call, completed items included.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "content": {"type": "string", "description": "One step, as a short imperative sentence."},
+                    "status": {"type": "string", "enum": list(TODO_STATUSES)},
+                },
+                "required": ["content", "status"],
+            },
+        }
+    },
+    "required": ["todos"],
+}
+
+_WRITE_TODOS_DESCRIPTION = (
+    "Keep a task list for multi-step work; each call replaces the whole list. Call it before a task of "
+    "three or more steps and again as steps finish, sending every item each time (completed ones too), "
+    "with exactly one item in_progress."
+)
+
+
+@dataclass
+class RunView:
+    """What built-in tools may read of the run they are called in."""
+
+    messages: Callable[[], list[dict[str, Any]]]
+    lookup_result: Callable[[str], Awaitable[str | None]]
+    max_result_chars: int
+
+
+_view: contextvars.ContextVar[RunView | None] = contextvars.ContextVar("harnessx_run_view", default=None)
+
+
+class run_view_scope:
+    def __init__(self, view: RunView) -> None:
+        self._view = view
+        self._token: contextvars.Token[RunView | None] | None = None
+
+    def __enter__(self) -> RunView:
+        self._token = _view.set(self._view)
+        return self._view
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _view.reset(self._token)
+
+
+def _current_view() -> RunView | None:
+    return _view.get()
+
+
+# --------------------------------------------------------------------- the task list
+
+
+def normalize_todos(todos: Any) -> tuple[list[dict[str, str]], list[str]]:
+    """A model's task list, checked and cleaned, and the items moved back to pending
+    because another one was already in progress. ``ValueError`` for a list it cannot use."""
+    if not isinstance(todos, list):
+        raise ValueError("todos must be a list of {content, status} objects")
+    if len(todos) > MAX_TODOS:
+        raise ValueError(f"too many todos: {len(todos)}; at most {MAX_TODOS}")
+    cleaned: list[dict[str, str]] = []
+    for index, item in enumerate(todos):
+        if not isinstance(item, dict):
+            raise ValueError(f"todo {index} must be an object with content and status")
+        content = str(item.get("content", "")).strip()
+        if not content:
+            raise ValueError(f"todo {index} has no content")
+        status = str(item.get("status", "pending")).strip().lower()
+        if status not in TODO_STATUSES:
+            raise ValueError(f"todo {index} has status {status!r}; use one of {', '.join(TODO_STATUSES)}")
+        cleaned.append({"content": content[:MAX_TODO_CHARS], "status": status})
+    active = [item for item in cleaned if item["status"] == "in_progress"]
+    for item in active[1:]:
+        item["status"] = "pending"
+    return cleaned, [item["content"] for item in active[1:]]
+
+
+def render_todos(todos: list[dict[str, str]]) -> str:
+    """The list as the model reads it."""
+    if not todos:
+        return ""
+    done = sum(1 for item in todos if item["status"] == "completed")
+    lines = [f"  {_MARKS.get(item['status'], '[ ]')} {item['content']}" for item in todos]
+    return f"[Task list, {done}/{len(todos)} complete]\n" + "\n".join(lines)
+
+
+def _calls(messages: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """Each tool call of the conversation with its answer (``None`` while unanswered)."""
+    answers = {str(m.get("tool_call_id")): m for m in messages if m.get("role") == "tool"}
+    for message in messages:
+        if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or []:
+                yield call, answers.get(str(call.get("id")))
+
+
+def todos_of(
+    messages: list[dict[str, Any]], extra: Iterable[tuple[dict[str, Any], bool]] = ()
+) -> list[dict[str, str]]:
+    """The task list: the input of the latest ``write_todos`` call answered without error.
+
+    ``extra`` adds calls of the current step that have a result but are not in the
+    conversation yet, as ``(call, is_error)``."""
+    current: list[dict[str, str]] = []
+    answered = [
+        (call, bool(answer.get("is_error"))) for call, answer in _calls(messages) if answer is not None
+    ]
+    for call, is_error in [*answered, *extra]:
+        if call.get("name") != "write_todos" or is_error:
+            continue
+        try:
+            current, _ = normalize_todos((call.get("input") or {}).get("todos"))
+        except ValueError:
+            continue
+    return current
+
+
+def todos_payload(todos: list[dict[str, str]]) -> dict[str, Any]:
+    """The data of a ``todos_updated`` event and ``TODOS_UPDATED`` hook."""
+    return {
+        "todos": [dict(item) for item in todos],
+        "completed": sum(1 for item in todos if item["status"] == "completed"),
+        "total": len(todos),
+        "in_progress": next((item["content"] for item in todos if item["status"] == "in_progress"), None),
+    }
+
+
+async def write_todos(todos: list[dict[str, Any]]) -> str:
+    cleaned, demoted = normalize_todos(todos)
+    done = sum(1 for item in cleaned if item["status"] == "completed")
+    reply = f"Task list recorded: {done}/{len(cleaned)} complete."
+    if demoted:
+        kept = next(item["content"] for item in cleaned if item["status"] == "in_progress")
+        moved = ", ".join(f'"{content}"' for content in demoted)
+        reply += f' Only one item can be in progress: "{kept}" stays, {moved} went back to pending.'
+    return reply
+
+
+async def read_todos() -> str:
+    """Read the current task list."""
+    view = _current_view()
+    todos = todos_of(view.messages()) if view is not None else []
+    return render_todos(todos) or "The task list is empty."
+
+
+# ---------------------------------------------------------------- large results
+
+
+async def read_tool_result(
+    result_id: str,
+    offset: int = 0,
+    limit: int = 2000,
+    max_chars: int = 0,
+    char_offset: int = 0,
+    pattern: str = "",
+) -> str:
+    """Read a tool result that was too large for the conversation and reached it as a preview.
+
+    Prefer pattern: it returns only the passages that match. Reading in order returns as much
+    as fits in one reply; the header of each reply says where to continue. Do not call the
+    original tool again for the same information.
+
+    Args:
+        result_id: The tool call id the preview's notice names.
+        pattern: A regular expression (case-insensitive) to find instead of reading in order.
+        offset: First line to return, counting from 0.
+        limit: Number of lines to return, at most 2000.
+        max_chars: Character cap for one read; 0 means the most one reply may hold.
+        char_offset: Character position to continue from inside the selected lines.
+    """
+    view = _current_view()
+    content = await view.lookup_result(result_id) if view is not None else None
+    if content is None:
+        raise LookupError(f"no stored result with id {result_id!r}; only results too large to show are kept")
+    return read_section(
+        result_id,
+        content,
+        offset,
+        limit,
+        max_chars=max_chars,
+        char_offset=char_offset,
+        pattern=pattern,
+        max_result_chars=view.max_result_chars if view is not None else 12_000,
+    )
+
+
+# ---------------------------------------------------------------- installing
+
+_BUILTIN = "__harnessx_builtin__"
+
+
+def is_builtin(handler: Any) -> bool:
+    return bool(getattr(handler, _BUILTIN, False))
+
+
+for _handler in (read_tool_result, write_todos, read_todos):
+    setattr(_handler, _BUILTIN, True)
+
+
+def _ours_or_free(registry: ToolRegistry, name: str) -> bool:
+    tool = registry.get(name)
+    return tool is None or is_builtin(tool.handler)
+
+
+def install_builtin_tools(registry: ToolRegistry, *, planning: bool) -> None:
+    """Register the built-in tools an agent gets, leaving an application's own alone."""
+    if _ours_or_free(registry, "read_tool_result"):
+        registry.register_tool(
+            read_tool_result, permission=PermissionLevel.ALLOW, replay_policy="safe", replace=True
+        )
+    if not planning:
+        return
+    if _ours_or_free(registry, "write_todos"):
+        registry.register_with_schema(
+            "write_todos",
+            _WRITE_TODOS_DESCRIPTION,
+            _WRITE_TODOS_SCHEMA,
+            write_todos,
+            permission=PermissionLevel.ALLOW,
+            concurrent=False,
+            replay_policy="safe",
+            replace=True,
+        )
+    if _ours_or_free(registry, "read_todos"):
+        registry.register_tool(
+            read_todos, permission=PermissionLevel.ALLOW, concurrent=False, replay_policy="safe", replace=True
+        )
+
+
+def planning_guidance(registry: ToolRegistry) -> str:
+    """Added to the system prompt while the built-in ``write_todos`` is installed (static
+    text, so the cacheable prompt prefix stays the same as the list changes)."""
+    tool = registry.get("write_todos")
+    return PLANNING_GUIDANCE if tool is not None and is_builtin(tool.handler) else ""

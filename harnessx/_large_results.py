@@ -1,0 +1,149 @@
+"""Tool results too large for the conversation: what the model sees, and how it reads the rest.
+
+A result longer than ``Limits.max_result_chars`` is stored whole once (the tool call's
+record), and the conversation gets ``preview_result``: a notice saying how large it is and
+how to read it, then the head and tail of it. The model reads the rest with the built-in
+``read_tool_result`` tool, in line ranges, character windows, or the passages that match a
+pattern (``read_section``).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "NOTICE_MARK",
+    "PREVIEW_CHARS",
+    "PREVIEW_LINES",
+    "is_preview",
+    "preview_result",
+    "read_section",
+    "read_window",
+]
+
+NOTICE_MARK = "[Tool result too large to show in full"
+PREVIEW_LINES = 20
+PREVIEW_CHARS = 3_000
+_MAX_LINES_PER_READ = 2_000
+_MAX_MATCHES = 500
+_CONTEXT = 200
+
+
+def is_preview(content: str) -> bool:
+    return content.startswith(NOTICE_MARK)
+
+
+def read_window(max_result_chars: int) -> int:
+    """The most characters one read returns: enough to make progress, and under the limit
+    so that a read is never cut down again itself."""
+    return max(200, min(20_000, max_result_chars - 300))
+
+
+def preview_result(result_id: str, content: str, max_result_chars: int) -> str:
+    """The notice and preview the model gets instead of ``content``."""
+    lines = content.splitlines()
+    window = read_window(max_result_chars)
+    budget = min(PREVIEW_CHARS, max(100, max_result_chars // 2))
+    call = f'read_tool_result(result_id="{result_id}"'
+    if len(lines) <= PREVIEW_LINES * 2:
+        shown = content[:budget]
+        body = shown + ("\n[... preview ends here]" if len(shown) < len(content) else "")
+        where = f"the first {len(shown):,} characters"
+        follow = f"{call}, char_offset={len(shown)}, max_chars={window}) continues after the preview"
+    else:
+        head = "\n".join(lines[:PREVIEW_LINES])
+        tail = "\n".join(lines[-PREVIEW_LINES:])
+        hidden = len(lines) - 2 * PREVIEW_LINES
+        body = f"{head}\n\n[... {hidden:,} lines not shown ...]\n\n{tail}"
+        if len(body) > budget:
+            body = body[:budget] + "\n[... preview ends here]"
+        where = f"lines 1-{PREVIEW_LINES} and the last {PREVIEW_LINES}"
+        follow = (
+            f"{call}, offset={PREVIEW_LINES}) continues after the head, up to {window:,} characters a read"
+        )
+    unit = "line" if len(lines) == 1 else "lines"
+    return (
+        f"{NOTICE_MARK}: {len(content):,} characters, {len(lines):,} {unit}. Shown below: {where}.]\n"
+        f'[The whole result is kept. Read what you need before relying on it: {call}, pattern="<regex>") '
+        f"returns the matching passages; {follow}.]\n\n{body}"
+    )
+
+
+def read_section(
+    result_id: str,
+    content: str,
+    offset: int = 0,
+    limit: int = _MAX_LINES_PER_READ,
+    *,
+    max_chars: int = 0,
+    char_offset: int = 0,
+    pattern: str = "",
+    max_result_chars: int = 12_000,
+) -> str:
+    """One read of a stored result: ``limit`` lines from line ``offset`` (0-based), at most
+    ``max_chars`` characters of them from ``char_offset``; or, with ``pattern``, the
+    passages matching it. Each read starts with a header saying what it covers and where
+    to continue."""
+    window = read_window(max_result_chars)
+    cap = window if int(max_chars) <= 0 else max(200, min(int(max_chars), window))
+    if pattern:
+        return _matches(result_id, content, str(pattern), cap)
+    offset = max(int(offset), 0)
+    limit = max(min(int(limit), _MAX_LINES_PER_READ), 1)
+    char_offset = max(int(char_offset), 0)
+    lines = content.splitlines()
+    section = lines[offset : offset + limit]
+    end = offset + len(section)
+    text = "\n".join(section)
+    header = f"[{result_id}: lines {offset + 1}-{end} of {len(lines)}]"
+    if char_offset or len(text) > cap:
+        piece = text[char_offset : char_offset + cap]
+        header += f" [characters {char_offset + 1}-{char_offset + len(piece)} of {len(text)} in these lines]"
+        if char_offset + len(piece) < len(text):
+            header += f" [next: offset={offset}, limit={limit}, char_offset={char_offset + len(piece)}]"
+        elif end < len(lines):
+            header += f" [next: offset={end}]"
+        return f"{header}\n{piece}"
+    if end < len(lines):
+        header += f" [next: offset={end}]"
+    return f"{header}\n{text}"
+
+
+def _matches(result_id: str, content: str, pattern: str, cap: int) -> str:
+    try:
+        regex = re.compile(pattern, re.IGNORECASE)
+    except re.error:
+        regex = re.compile(re.escape(pattern), re.IGNORECASE)
+    found = []
+    for match in regex.finditer(content):
+        if match.end() > match.start():
+            found.append(match)
+        if len(found) >= _MAX_MATCHES:
+            break
+    more = "+" if len(found) >= _MAX_MATCHES else ""
+    header = f"[{result_id}: {len(found)}{more} matches for {pattern!r} in {len(content):,} characters]"
+    if not found:
+        return header + "\nNothing matches: try other words, or read the result by lines."
+    single_line = "\n" not in content
+    parts: list[str] = []
+    used = len(header)
+    last_end = -1
+    for index, match in enumerate(found):
+        if match.start() < last_end:
+            continue
+        start, end = max(0, match.start() - _CONTEXT), min(len(content), match.end() + _CONTEXT)
+        if single_line:
+            where = f"character {match.start():,} (read on with char_offset={start})"
+        else:
+            line = content.count("\n", 0, match.start())
+            where = f"line {line + 1:,} (read on with offset={line})"
+        piece = f"--- at {where}:\n" + " ".join(content[start:end].split())
+        if used + len(piece) > cap:
+            parts.append(
+                f"[... {len(found) - index} more matches: narrow the pattern, or read from a position above]"
+            )
+            break
+        parts.append(piece)
+        used += len(piece)
+        last_end = end
+    return header + "\n" + "\n".join(parts)

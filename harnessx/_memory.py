@@ -1,0 +1,214 @@
+"""``ConversationMemory``: an agent's conversation, carried from one run to the next.
+
+The engine keeps messages in its own form; ``get_messages()`` gives them in the
+content-block form the original harnessx exposes (see ``_messages``), and
+``set_messages`` takes either form. Tool results longer than ``max_result_chars`` reach
+the conversation as a preview (``_large_results``); the memory keeps the whole text of
+those it was given so that ``read_tool_result`` can still read them in a later run, and
+session snapshots carry them.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from harnessx._large_results import is_preview, preview_result, read_section
+from harnessx._messages import Message, from_blocks, to_blocks
+from harnessx._results import ToolResult
+
+__all__ = ["CLEARED_TOOL_RESULT", "DEFAULT_MAX_RESULT_CHARS", "ConversationMemory"]
+
+DEFAULT_MAX_RESULT_CHARS = 12_000
+CLEARED_TOOL_RESULT = "[Old tool result cleared to make room. Run the tool again if you need it.]"
+# Where the original harnessx's previews say the whole result was saved.
+_SAVED_AT = re.compile(r"Full output saved to: (.+?)\]")
+
+
+class ConversationMemory:
+    """The messages of one session, in the order the model saw them."""
+
+    def __init__(
+        self,
+        max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+        preview_lines: int = 20,
+        eviction_dir: str | None = None,
+    ) -> None:
+        self._messages: list[dict[str, Any]] = []
+        self._results: dict[str, str] = {}
+        self._max_result_chars = max_result_chars
+        self._preview_lines = preview_lines
+        self._eviction_dir = eviction_dir
+        self.last_prompt_tokens: int | None = None
+
+    def __repr__(self) -> str:
+        return f"ConversationMemory(messages={self.message_count})"
+
+    @property
+    def max_result_chars(self) -> int:
+        return self._max_result_chars
+
+    # ------------------------------------------------------------ reading
+
+    def get_messages(self) -> list[dict[str, Any]]:
+        """A detached copy of the conversation in the content-block form."""
+        return to_blocks(self._messages)
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        return tuple(Message.from_dict(m) for m in self.get_messages())
+
+    @property
+    def message_count(self) -> int:
+        return len(self.get_messages())
+
+    def engine_messages(self) -> list[dict[str, Any]]:
+        """The conversation in the engine's own form (a copy)."""
+        return copy.deepcopy(self._messages)
+
+    # ------------------------------------------------------------ writing
+
+    def set_messages(self, messages: Iterable[dict[str, Any]]) -> None:
+        """Replace the conversation (content-block form or the engine's)."""
+        given = [dict(m) for m in messages]
+        self._messages = from_blocks(given)
+
+    def replace_engine_messages(self, messages: list[dict[str, Any]]) -> None:
+        self._messages = copy.deepcopy(messages)
+
+    def clear(self) -> None:
+        self._messages.clear()
+
+    def add_user_message(self, content: str | list[dict[str, Any]]) -> None:
+        self._messages.extend(from_blocks([{"role": "user", "content": content}]))
+
+    def add_assistant_message(self, content: str | list[Any]) -> None:
+        """Text, or content blocks (dicts, or objects with ``type``/``text``/... attributes).
+        A turn with nothing in it is not stored: providers reject it when it is sent back."""
+        blocks: list[dict[str, Any]] = []
+        for block in [{"type": "text", "text": content}] if isinstance(content, str) else content:
+            if isinstance(block, dict):
+                blocks.append(dict(block))
+            elif getattr(block, "type", None) in ("text", "tool_use", "thinking"):
+                blocks.append(
+                    {
+                        k: getattr(block, k)
+                        for k in ("type", "text", "id", "name", "input", "thinking")
+                        if hasattr(block, k)
+                    }
+                )
+        if not any(b.get("type") == "tool_use" or str(b.get("text", "")).strip() for b in blocks):
+            return
+        self._messages.extend(from_blocks([{"role": "assistant", "content": blocks}]))
+
+    def add_tool_results(self, results: Iterable[ToolResult | dict[str, Any]]) -> None:
+        """Answers to the last assistant turn's tool calls. A result longer than
+        ``max_result_chars`` is kept whole here and enters the conversation as a preview."""
+        names = {str(c["id"]): str(c["name"]) for m in self._messages for c in m.get("tool_calls") or []}
+        for item in results:
+            if isinstance(item, ToolResult):
+                call_id, content, is_error = item.tool_call_id, item.content, item.is_error
+            else:
+                call_id = str(item.get("tool_use_id") or item.get("tool_call_id") or "")
+                content, is_error = str(item.get("content", "")), bool(item.get("is_error", False))
+            self._messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "name": names.get(call_id, ""),
+                    "content": self.fit(call_id, content),
+                    "is_error": is_error,
+                }
+            )
+
+    # ---------------------------------------------------- large results
+
+    def fit(self, result_id: str, content: str) -> str:
+        """``content`` as the conversation should hold it: itself, or a preview (the whole
+        text is then kept for ``read_tool_result``)."""
+        if len(content) <= self._max_result_chars:
+            return content
+        self._results[result_id] = content
+        return preview_result(result_id, content, self._max_result_chars)
+
+    def keep_result(self, result_id: str, content: str) -> None:
+        """Remember the whole text of a result the conversation holds as a preview."""
+        self._results[result_id] = content
+
+    def stored_result(self, result_id: str) -> str | None:
+        """The whole text of a result shown as a preview, if this memory has it: results
+        it was given, those of a loaded snapshot, and files a preview written by the
+        original harnessx points at."""
+        if result_id in self._results:
+            return self._results[result_id]
+        for message in reversed(self._messages):
+            if message.get("role") == "tool" and message.get("tool_call_id") == result_id:
+                found = _SAVED_AT.search(str(message.get("content", ""))[:600])
+                if found and Path(found.group(1)).is_file():
+                    return Path(found.group(1)).read_text(encoding="utf-8", errors="replace")
+        return None
+
+    def stored_results(self) -> dict[str, str]:
+        """Whole texts of results shown as previews that are still in the conversation."""
+        shown = {
+            str(m.get("tool_call_id"))
+            for m in self._messages
+            if m.get("role") == "tool" and is_preview(str(m.get("content", "")))
+        }
+        return {key: value for key, value in self._results.items() if key in shown}
+
+    def read_evicted(
+        self,
+        tool_use_id: str,
+        offset: int = 0,
+        limit: int = 2_000,
+        *,
+        max_chars: int = 0,
+        char_offset: int = 0,
+        pattern: str = "",
+    ) -> str:
+        """Read part of a stored large result (what ``read_tool_result`` does)."""
+        content = self.stored_result(tool_use_id)
+        if content is None:
+            raise LookupError(
+                f"no stored result with id {tool_use_id!r}; only results too large to show are kept"
+            )
+        return read_section(
+            tool_use_id,
+            content,
+            offset,
+            limit,
+            max_chars=max_chars,
+            char_offset=char_offset,
+            pattern=pattern,
+            max_result_chars=self._max_result_chars,
+        )
+
+    def prune_tool_results(
+        self, *, keep_chars: int = 160_000, min_chars: int = 80_000, protect_messages: int = 4
+    ) -> int:
+        """Clear the text of old tool results, newest ``keep_chars`` kept, when that frees
+        at least ``min_chars``; the last ``protect_messages`` messages are left alone.
+        Returns the characters freed."""
+        seen = 0
+        targets: list[int] = []
+        for index in range(len(self._messages) - 1 - protect_messages, -1, -1):
+            message = self._messages[index]
+            body = str(message.get("content", ""))
+            if message.get("role") != "tool" or body == CLEARED_TOOL_RESULT:
+                continue
+            seen += len(body)
+            if seen > keep_chars and len(body) > 2 * len(CLEARED_TOOL_RESULT):
+                targets.append(index)
+        freed = sum(len(str(self._messages[i]["content"])) - len(CLEARED_TOOL_RESULT) for i in targets)
+        if freed < min_chars:
+            return 0
+        for index in targets:
+            self._messages[index] = {**self._messages[index], "content": CLEARED_TOOL_RESULT}
+        return freed
+
+    async def aclose(self) -> None:
+        """Nothing to release: large results are kept in memory, not in files."""

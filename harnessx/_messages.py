@@ -1,0 +1,222 @@
+"""Conversation messages in the content-block form, and conversion to and from it.
+
+The original harnessx keeps a conversation as ``{"role", "content"}`` messages whose content
+is text or a list of blocks: ``text``, ``thinking``, ``tool_use`` (assistant) and
+``tool_result`` (in a user message). That is what ``agent.memory.get_messages()`` returns
+and what its session snapshots hold. ``to_blocks`` turns any conversation the engine keeps
+into that form and ``from_blocks`` reads it back; both accept either form, so each is safe
+to apply to its own output.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from harnessx._errors import ConfigurationError
+
+__all__ = ["MEDIA_UNSUPPORTED", "Message", "from_blocks", "is_block_form", "to_blocks"]
+
+MEDIA_UNSUPPORTED = (
+    "{kind} content blocks (the original harnessx's media input) are not supported by this harnessx yet; "
+    "see docs/compatibility.md"
+)
+_MEDIA = ("image", "document", "audio")
+
+
+@dataclass(frozen=True)
+class Message(Mapping[str, Any]):
+    """One validated message: ``role`` and ``content`` (text or content blocks).
+
+    A read-only mapping with exactly the keys ``role`` and ``content``; ``to_dict`` gives a
+    detached copy.
+    """
+
+    role: Literal["user", "assistant", "system"]
+    content: str | list[dict[str, Any]]
+
+    def __post_init__(self) -> None:
+        if self.role not in ("user", "assistant", "system"):
+            raise ConfigurationError(
+                f"message role must be 'user', 'assistant' or 'system', got {self.role!r}"
+            )
+        if isinstance(self.content, list):
+            for block in self.content:
+                _check_block(self.role, block)
+        elif not isinstance(self.content, str):
+            raise ConfigurationError("message content must be text or a list of content blocks")
+        try:
+            json.dumps(self.content, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"message content must be JSON data: {exc}") from None
+        object.__setattr__(self, "content", copy.deepcopy(self.content))
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> Message:
+        if set(value) != {"role", "content"}:
+            raise ConfigurationError(f"a message has exactly the keys role and content, got {sorted(value)}")
+        return cls(role=value["role"], content=value["content"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "content": copy.deepcopy(self.content)}
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "role":
+            return self.role
+        if key == "content":
+            return self.content
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("role", "content"))
+
+    def __len__(self) -> int:
+        return 2
+
+
+def _check_block(role: str, block: Any) -> None:
+    if not isinstance(block, dict):
+        raise ConfigurationError(f"content blocks must be dicts, got {type(block).__name__}")
+    kind = block.get("type")
+    if kind in ("text", "thinking"):
+        if not isinstance(block.get(kind), str):
+            raise ConfigurationError(f"a {kind} block needs a string {kind!r}")
+    elif kind == "tool_use":
+        if (
+            role != "assistant"
+            or not block.get("id")
+            or not block.get("name")
+            or not isinstance(block.get("input"), dict)
+        ):
+            raise ConfigurationError(
+                "a tool_use block belongs to an assistant message and needs id, name and input"
+            )
+    elif kind == "tool_result":
+        if role != "user" or not block.get("tool_use_id") or not isinstance(block.get("content"), str | list):
+            raise ConfigurationError(
+                "a tool_result block belongs to a user message and needs tool_use_id and content"
+            )
+        if "is_error" in block and type(block["is_error"]) is not bool:
+            raise ConfigurationError("a tool_result block's is_error must be True or False")
+    elif kind == "provider":
+        if role != "assistant" or not isinstance(block.get("data"), dict):
+            raise ConfigurationError("a provider block belongs to an assistant message and needs data")
+    elif kind in _MEDIA:
+        raise ConfigurationError(MEDIA_UNSUPPORTED.format(kind=kind))
+    else:
+        raise ConfigurationError(f"unsupported content block type {kind!r}")
+
+
+def is_block_form(message: Mapping[str, Any]) -> bool:
+    """True for a message already in the content-block form."""
+    return message.get("role") != "tool" and "tool_calls" not in message
+
+
+def to_blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation in the content-block form (a detached copy).
+
+    Consecutive tool-result messages become one user message of ``tool_result`` blocks, as
+    the original harnessx stores them.
+    """
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        if role == "tool":
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": str(message.get("tool_call_id", "")),
+                "content": copy.deepcopy(message.get("content", "")),
+            }
+            if message.get("is_error"):
+                block["is_error"] = True
+            previous = out[-1] if out else None
+            if (
+                previous is not None
+                and previous["role"] == "user"
+                and isinstance(previous["content"], list)
+                and previous["content"]
+                and all(b.get("type") == "tool_result" for b in previous["content"])
+            ):
+                previous["content"].append(block)
+            else:
+                out.append({"role": "user", "content": [block]})
+        elif role == "assistant" and "tool_calls" in message:
+            blocks: list[dict[str, Any]] = []
+            text = message.get("content") or ""
+            if isinstance(text, list):
+                blocks.extend(copy.deepcopy(text))
+            elif text:
+                blocks.append({"type": "text", "text": text})
+            for call in message.get("tool_calls") or []:
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": call["id"],
+                        "name": call["name"],
+                        "input": copy.deepcopy(call.get("input") or {}),
+                    }
+                )
+            out.append({"role": "assistant", "content": blocks})
+        elif role == "assistant" and isinstance(message.get("content"), str):
+            text = message["content"]
+            out.append({"role": "assistant", "content": [{"type": "text", "text": text}] if text else []})
+        else:
+            out.append({"role": role, "content": copy.deepcopy(message.get("content", ""))})
+    return out
+
+
+def from_blocks(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as the engine keeps it, from the content-block form.
+
+    ``tool_result`` blocks become tool messages (named after the call they answer); an
+    assistant message's text blocks are joined and its ``tool_use`` blocks become its
+    ``tool_calls``. Messages already in the engine's form pass through unchanged.
+    """
+    out: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for message in messages:
+        role = message.get("role")
+        content = message.get("content")
+        if not is_block_form(message):
+            for call in message.get("tool_calls") or []:
+                names[str(call.get("id"))] = str(call.get("name"))
+            out.append(copy.deepcopy(dict(message)))
+            continue
+        if not isinstance(content, list):
+            out.append({"role": role, "content": "" if content is None else content})
+            continue
+        for block in content:
+            _check_block(str(role), block)
+        if role == "assistant":
+            texts = [b["text"] for b in content if b.get("type") == "text"]
+            calls = [
+                {"id": str(b["id"]), "name": str(b["name"]), "input": copy.deepcopy(b["input"])}
+                for b in content
+                if b.get("type") == "tool_use"
+            ]
+            converted: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
+            if calls:
+                converted["tool_calls"] = calls
+                names.update((c["id"], c["name"]) for c in calls)
+            out.append(converted)
+            continue
+        results = [b for b in content if b.get("type") == "tool_result"]
+        texts = [b["text"] for b in content if b.get("type") == "text"]
+        for block in results:
+            body = block.get("content")
+            call_id = str(block["tool_use_id"])
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "name": names.get(call_id, ""),
+                    "content": body if isinstance(body, str) else json.dumps(body),
+                    "is_error": bool(block.get("is_error", False)),
+                }
+            )
+        if texts or not results:
+            out.append({"role": str(role), "content": "\n".join(texts)})
+    return out

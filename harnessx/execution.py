@@ -1,0 +1,55 @@
+"""The original harnessx's ``harnessx.execution``: run results, events and tool context."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from harnessx._driver import current_agent
+from harnessx._errors import ToolApprovalRequired
+from harnessx._events import RunEvent, RunEventType
+from harnessx._results import PendingTool, RunResult, RunStatus
+from harnessx._stream import RunStream
+from harnessx._tools import ReplayPolicy, ToolExecutionContext, current_tool_context
+from harnessx._wire import wire
+
+__all__ = [
+    "PendingTool",
+    "ReplayPolicy",
+    "RunEvent",
+    "RunEventType",
+    "RunFailure",
+    "RunResult",
+    "RunStatus",
+    "RunStream",
+    "ToolApprovalRequired",
+    "ToolCallData",
+    "ToolExecutionContext",
+    "current_agent",
+    "current_tool_context",
+    "result_from_state",
+    "wire",
+]
+
+
+class RunFailure(TypedDict):
+    """``RunResult.error``: the failure's type name and message."""
+
+    type: str
+    message: str
+
+
+class ToolCallData(TypedDict):
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+def result_from_state(state: dict[str, Any]) -> RunResult:
+    """The ``RunResult`` a stored run state describes (``backend.get_run(...)``)."""
+    return RunResult.from_dict(
+        {
+            **state,
+            "output": state.get("output", ""),
+            "pending": [t for t in state.get("tools", []) if t.get("status") in ("approval", "uncertain")],
+        }
+    )

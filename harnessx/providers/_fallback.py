@@ -1,0 +1,178 @@
+"""``FallbackProvider``: failover across providers, packaged as one provider.
+
+``AgentConfig(fallbacks=[Fallback("openai", model="gpt-4o")])`` is the usual way in: the
+agent builds the chain (its own provider first) and closes what it built. Build one directly
+when a member must be a live object. A member that fails transiently collects a strike;
+at ``switch_after`` strikes the next member is tried within the same call, with its own
+model and reply budget. A failure that is not transient (a bad request) is raised at once:
+it would fail on every vendor. A stream moves on only before its first chunk reached the
+caller; after that, a failure is the run's retry path to handle (``attempt_reset``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from harnessx._errors import ConfigurationError
+from harnessx._policies import Fallback
+from harnessx.providers._base import LLMProvider, ProviderResponse, StreamChunk, call_create
+
+__all__ = ["FallbackProvider", "is_transient"]
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a provider failure may clear on its own: a lost connection, a timeout, or an
+    error the provider itself marks retryable (429, 5xx)."""
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    classify = getattr(exc, "retryable", None)
+    if isinstance(classify, bool):
+        return classify
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and (status == 429 or status >= 500)
+
+
+class _Member:
+    def __init__(self, spec: Fallback | LLMProvider | str) -> None:
+        from harnessx.providers._registry import make_provider
+
+        self.model: str | None = None
+        self.max_tokens: int | None = None
+        if isinstance(spec, Fallback):
+            self.model, self.max_tokens = spec.model, spec.max_tokens
+            spec = spec.provider
+        if isinstance(spec, str):
+            self.provider: LLMProvider = make_provider(spec, **({"model": self.model} if self.model else {}))
+            self.label = spec.lower()
+            self.owned = True
+        elif hasattr(spec, "create"):
+            self.provider = spec
+            self.label = str(getattr(spec, "name", "") or type(spec).__name__)
+            self.owned = False
+        else:
+            raise ConfigurationError(
+                "a FallbackProvider member must be a Fallback, a provider name or an LLMProvider"
+            )
+        self.strikes = 0
+        self.skip_until = 0.0
+
+    def request(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        mapped = dict(kwargs)
+        if self.model is not None:
+            mapped["model"] = self.model
+        if self.max_tokens is not None:
+            mapped["max_tokens"] = self.max_tokens
+        return mapped
+
+
+class FallbackProvider(LLMProvider):
+    """An ordered chain of providers that fails over on transient errors.
+
+    ``switch_after`` is how many transient failures a member collects before the chain
+    moves past it; ``cooldown_seconds`` keeps a member that was passed over out of the
+    rotation that long. A member's strikes reset when it answers. ``last_served`` names
+    the member that answered the latest call.
+    """
+
+    name = "fallback"
+
+    def __init__(
+        self,
+        primary: Fallback | LLMProvider | str,
+        *,
+        fallbacks: Sequence[Fallback | LLMProvider | str] = (),
+        switch_after: int = 1,
+        cooldown_seconds: float = 0.0,
+    ) -> None:
+        if type(switch_after) is not int or switch_after < 1:
+            raise ConfigurationError("switch_after must be a positive integer")
+        if isinstance(cooldown_seconds, bool) or cooldown_seconds < 0:
+            raise ConfigurationError("cooldown_seconds must not be negative")
+        self._members = [_Member(spec) for spec in (primary, *fallbacks)]
+        self.switch_after = switch_after
+        self.cooldown_seconds = float(cooldown_seconds)
+        self.last_served: str | None = None
+
+    @classmethod
+    def from_config(cls, config: Any) -> FallbackProvider:
+        """The chain an ``AgentConfig`` describes: its provider, then its fallbacks."""
+        return cls(
+            config.provider or "anthropic",
+            fallbacks=list(config.fallbacks),
+            switch_after=config.retry.switch_after,
+            cooldown_seconds=config.retry.cooldown_seconds,
+        )
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(m.label for m in self._members)
+
+    def _eligible(self) -> list[_Member]:
+        now = time.monotonic()
+        ready = [m for m in self._members if m.skip_until <= now]
+        return ready or list(self._members)  # all cooling down: try them all
+
+    def _move_on(self, member: _Member, last: bool) -> bool:
+        """Count a transient failure; ``True`` when the chain should try the next member."""
+        member.strikes += 1
+        if member.strikes < self.switch_after or last:
+            return False
+        if self.cooldown_seconds:
+            member.skip_until = time.monotonic() + self.cooldown_seconds
+        return True
+
+    def _served(self, member: _Member) -> None:
+        member.strikes = 0
+        self.last_served = member.label
+
+    async def create(self, **kwargs: Any) -> ProviderResponse:
+        chain = self._eligible()
+        for index, member in enumerate(chain):
+            try:
+                response = await call_create(member.provider, **member.request(kwargs))
+            except Exception as exc:
+                if not is_transient(exc) or not self._move_on(member, index == len(chain) - 1):
+                    raise
+                continue
+            self._served(member)
+            return response
+        raise AssertionError("a FallbackProvider always has a member")  # pragma: no cover
+
+    async def stream(self, **kwargs: Any) -> AsyncIterator[StreamChunk]:
+        chain = self._eligible()
+        for index, member in enumerate(chain):
+            iterator = member.provider.stream(**member.request(kwargs)).__aiter__()
+            delivered = False
+            try:
+                async for chunk in iterator:
+                    if not delivered and chunk.kind != "progress":
+                        delivered = True
+                        self.last_served = member.label
+                    yield chunk
+            except Exception as exc:
+                if delivered or not is_transient(exc) or not self._move_on(member, index == len(chain) - 1):
+                    raise
+                continue
+            finally:
+                closer = getattr(iterator, "aclose", None)
+                if closer is not None:
+                    with contextlib.suppress(Exception):
+                        await closer()
+            self._served(member)
+            return
+
+    async def count_tokens(self, **kwargs: Any) -> int:
+        member = self._eligible()[0]
+        request = member.request(kwargs)
+        request.pop("max_tokens", None)
+        request.pop("temperature", None)
+        return int(await member.provider.count_tokens(**request))
+
+    async def aclose(self) -> None:
+        """Close the members this chain built from names; injected ones stay open."""
+        for member in self._members:
+            if member.owned:
+                await member.provider.aclose()

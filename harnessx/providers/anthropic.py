@@ -1,0 +1,7 @@
+"""The original harnessx's ``harnessx.providers.anthropic``."""
+
+from __future__ import annotations
+
+from harnessx.providers._anthropic import AnthropicProvider
+
+__all__ = ["AnthropicProvider"]

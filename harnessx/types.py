@@ -1,0 +1,54 @@
+"""The original harnessx's ``harnessx.types``: configuration and data types in one namespace.
+
+Everything here is also importable from ``harnessx``.
+"""
+
+from __future__ import annotations
+
+from harnessx._config import AgentConfig, Limits, RetryPolicy, RuntimeState
+from harnessx._permissions import PermissionLevel
+from harnessx._policies import (
+    DEFAULT_TIMEOUT_SECONDS,
+    DEFAULT_TOOL_TIMEOUT_SECONDS,
+    Fallback,
+    LoopGuard,
+    ProgressPolicy,
+    PromptCacheHint,
+    PromptCachePolicy,
+    ToolPolicy,
+    ToolRetry,
+    call_timeout_for,
+)
+from harnessx._results import ToolResult
+from harnessx._runtime import RuntimeConfig
+from harnessx._sessions import SessionState
+from harnessx._tools import ReplayPolicy, ToolDefinition
+from harnessx.providers._base import ProviderResponse, StopReason, StreamChunk, TokenUsage, ToolCall
+
+__all__ = [
+    "DEFAULT_TIMEOUT_SECONDS",
+    "DEFAULT_TOOL_TIMEOUT_SECONDS",
+    "AgentConfig",
+    "Fallback",
+    "Limits",
+    "LoopGuard",
+    "PermissionLevel",
+    "ProgressPolicy",
+    "PromptCacheHint",
+    "PromptCachePolicy",
+    "ProviderResponse",
+    "ReplayPolicy",
+    "RetryPolicy",
+    "RuntimeConfig",
+    "RuntimeState",
+    "SessionState",
+    "StopReason",
+    "StreamChunk",
+    "TokenUsage",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolPolicy",
+    "ToolResult",
+    "ToolRetry",
+    "call_timeout_for",
+]

@@ -1,0 +1,153 @@
+"""A large tool result is stored once, on each real backend, and the model sees a preview.
+
+A 10 MB result used to be written four times (the raw result, the result after middleware,
+the tool message and the ``tool_result`` event): a 42 MB SQLite file for one call, and the
+whole of it sent to the model. The result is random text, so that PostgreSQL's compression
+cannot hide a second copy.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import sqlite3
+from typing import Any
+
+import asyncpg
+from durable_support import BackendTarget
+
+from harnessx import (
+    Agent,
+    AgentRuntime,
+    ProviderResponse,
+    RunEventType,
+    ScriptedProvider,
+    ToolCall,
+)
+
+SIZE = 10_000_000
+# Everything but the result itself, generously: the schema, the conversation, the events.
+OVERHEAD = 1_500_000
+
+
+def big_result() -> str:
+    return base64.b64encode(os.urandom(SIZE * 3 // 4)).decode()[:SIZE]
+
+
+def dumping_agent(result: str, provider: ScriptedProvider) -> Agent:
+    agent = Agent(provider=provider)
+    agent.tools.register(name="dump", replay_policy="safe")(lambda: result)
+    return agent
+
+
+async def stored_bytes(target: BackendTarget) -> int:
+    if target.kind == "sqlite":
+        conn = sqlite3.connect(target.location)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            size = conn.execute("PRAGMA page_size").fetchone()[0]
+        finally:
+            conn.close()
+        # Pages in use and pages freed by rewrites both count: the file keeps them.
+        return int(pages) * int(size)
+    conn = await asyncpg.connect(target.location)
+    try:
+        total = await conn.fetchval(
+            "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'harness_x' AND c.relkind = 'r'"
+        )
+    finally:
+        await conn.close()
+    return int(total or 0)
+
+
+async def test_a_ten_megabyte_result_is_stored_once(target: BackendTarget) -> None:
+    result = big_result()
+    replies: list[ProviderResponse | str] = [
+        ProviderResponse(tool_calls=[ToolCall("big", "dump", {})]),
+        "Dumped.",
+        ProviderResponse(
+            tool_calls=[ToolCall("r", "read_tool_result", {"result_id": "big", "char_offset": 9_999_000})]
+        ),
+        "Read the end.",
+    ]
+    provider = ScriptedProvider(replies)
+    agent = dumping_agent(result, provider)
+    async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
+        handle = await runtime.submit("Dump it.")
+        assert (await handle.result()).ok
+        stored = [e async for e in handle.events()]
+        session_id = runtime.session_id or ""
+    base = await stored_bytes(target)
+    assert base < SIZE + OVERHEAD, f"{base:,} bytes stored for a {SIZE:,}-character result"
+
+    # The model saw a preview with the way to read on, not the result.
+    (shown,) = provider.requests[1].tool_results
+    assert len(shown["content"]) <= 12_000 and 'read_tool_result(result_id="big"' in shown["content"]
+    # The stored tool_result event reads back whole.
+    (event,) = [e for e in stored if e.type is RunEventType.TOOL_RESULT]
+    assert _content(event.data) == result
+
+    # A later run of the session, driven by a fresh agent, reads the stored result.
+    fresh = ScriptedProvider(replies)
+    async with target.open() as backend:
+        runtime = AgentRuntime(dumping_agent(result, fresh), backend=backend)
+        try:
+            await runtime.start(session_id)
+            assert (await runtime.run("Read the end of it.")).ok
+        finally:
+            await runtime.stop()
+    (read,) = fresh.requests[-1].tool_results
+    assert not read["is_error"] and result[9_999_000:] in read["content"]
+
+
+def _content(data: Any) -> str:
+    return str(data["content"] if isinstance(data, dict) else data.content)
+
+
+async def test_results_stored_inline_before_this_schema_still_load(target: BackendTarget) -> None:
+    """Rows of the earlier shape (every result inline, in the tool call and in the event)
+    decode as they did: the migration adds a table and changes no existing row."""
+    old = "x" * 50_000
+    provider = ScriptedProvider([ProviderResponse(tool_calls=[ToolCall("c", "dump", {})]), "Dumped."])
+    agent = dumping_agent("short", provider)
+    async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
+        result = await runtime.run("Dump it.")
+    inline = '{"tool_call_id":"c","content":"' + old + '","is_error":false}'
+    for column in ("raw_result", "result"):
+        await _execute(
+            target, f"UPDATE tool_calls SET {column} = {{p1}} WHERE run_id = {{p2}}", inline, result.run_id
+        )
+    await _execute(
+        target,
+        "UPDATE events SET data = {p1} WHERE run_id = {p2} AND type = 'tool_result'",
+        '{"execution_key":"' + f"{result.run_id}:0:c" + '","content":"' + old + '","is_error":false}',
+        result.run_id,
+    )
+    async with target.open() as backend:
+        state = await backend.load_state(result.run_id)
+        (entry,) = state.tools.values()
+        assert entry.raw_result is not None and entry.raw_result.content == old
+        assert entry.result is not None and entry.result.content == old
+        events = await backend.read_events(result.run_id, 0)
+        (event,) = [e for e in events if e.type is RunEventType.TOOL_RESULT]
+        assert _content(event.data) == old
+        assert await backend.tool_result(result.session_id, "c") == old
+
+
+async def _execute(target: BackendTarget, sql: str, first: str, second: str) -> None:
+    if target.kind == "sqlite":
+        conn = sqlite3.connect(target.location)
+        try:
+            conn.execute(sql.format(p1="?", p2="?"), (first, second))
+            conn.commit()
+        finally:
+            conn.close()
+        return
+    pg = await asyncpg.connect(target.location, server_settings={"search_path": "harness_x"})
+    try:
+        await pg.execute(sql.format(p1="$1", p2="$2"), first, second)
+    finally:
+        await pg.close()

@@ -1,0 +1,243 @@
+"""What the configuration does to a run: limits, large results, the task list, the loop
+guard, repeated calls, and slow-model notices (the original harnessx 0.9.1's behaviour)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from harnessx import (
+    Agent,
+    AgentConfig,
+    Limits,
+    LoopGuard,
+    ProgressPolicy,
+    ProviderResponse,
+    RunEventType,
+    ScriptedProvider,
+    ScriptedRequest,
+    TokenUsage,
+    ToolCall,
+    ToolPolicy,
+    ToolRegistry,
+)
+from harnessx.providers import LLMProvider
+
+
+def script_of(agent: Agent) -> ScriptedProvider:
+    provider = agent.provider
+    assert isinstance(provider, ScriptedProvider)
+    return provider
+
+
+async def test_max_iterations_zero_means_unlimited() -> None:
+    calls = [ProviderResponse(tool_calls=[ToolCall(f"c{i}", "tick", {})]) for i in range(60)]
+    agent = Agent(
+        provider=ScriptedProvider([*calls, "done"]), config=AgentConfig(limits=Limits(max_iterations=0))
+    )
+    agent.tools.register(name="tick", replay_policy="safe")(lambda: "tock")
+    result = await agent.run("count")
+    assert result.ok and result.output == "done" and len(script_of(agent).requests) == 61
+
+
+async def test_the_limit_asks_once_more_without_tools_or_fails_when_told_to() -> None:
+    loop = ProviderResponse(tool_calls=[ToolCall("c", "tick", {})])
+    final = ProviderResponse(
+        text="I ticked twice; nothing else is left.", tool_calls=[ToolCall("z", "tick", {})]
+    )
+    agent = Agent(
+        provider=ScriptedProvider([loop, loop, final]), config=AgentConfig(limits=Limits(max_iterations=2))
+    )
+    agent.tools.register(name="tick", replay_policy="safe")(lambda: "tock")
+    result = await agent.run("go")
+    assert result.limited and result.output == "I ticked twice; nothing else is left."
+    last = script_of(agent).requests[-1]
+    assert last.tools == [] and "step limit" in last.messages[-1]["content"]
+    # The call the last reply made anyway is answered, not run: the conversation stays valid.
+    assert agent.memory.get_messages()[-1]["content"][0]["content"].startswith("Not executed")
+
+    strict = Agent(
+        provider=ScriptedProvider([loop, loop]),
+        config=AgentConfig(limits=Limits(max_iterations=2, final_answer_on_limit=False)),
+    )
+    strict.tools.register(name="tick", replay_policy="safe")(lambda: "tock")
+    failed = await strict.run("go")
+    assert failed.failed and failed.error is not None and failed.error["type"] == "MaxIterationsError"
+
+
+async def test_the_cost_limit_stops_a_run_before_its_next_model_call() -> None:
+    def expensive(request: ScriptedRequest) -> ProviderResponse:
+        return ProviderResponse(
+            tool_calls=[ToolCall(f"c{request.turn}", "tick", {})], usage=TokenUsage(1_000_000, 0)
+        )
+
+    limits = Limits(max_cost_dollars=5.0, input_cost_per_m=2.0)
+    agent = Agent(provider=ScriptedProvider(expensive), config=AgentConfig(limits=limits))
+    agent.tools.register(name="tick", replay_policy="safe")(lambda: "tock")
+    result = await agent.run("spend")
+    assert result.failed and result.error is not None and result.error["type"] == "CostLimitError"
+    assert len(script_of(agent).requests) == 3  # $2, $4, then $6 >= $5: no fourth call
+
+
+async def test_a_large_result_reaches_the_model_as_a_preview_and_reads_back() -> None:
+    big = "\n".join(f"line {i}: value {i * 7}" for i in range(20_000))
+    replies: list[ProviderResponse | str] = [
+        ProviderResponse(tool_calls=[ToolCall("big1", "dump", {})]),
+        ProviderResponse(
+            tool_calls=[ToolCall("r1", "read_tool_result", {"result_id": "big1", "pattern": "line 12345:"})]
+        ),
+        ProviderResponse(
+            tool_calls=[ToolCall("r2", "read_tool_result", {"result_id": "big1", "offset": 19990})]
+        ),
+        "line 12345 holds 86415.",
+    ]
+    agent = Agent(provider=ScriptedProvider(replies))
+    agent.tools.register(name="dump", replay_policy="safe")(lambda: big)
+    async with agent.run_stream("dump it") as stream:
+        events = [event async for event in stream]
+    requests = script_of(agent).requests
+    (shown,) = requests[1].tool_results
+    assert len(big) > 400_000 and len(shown["content"]) <= 12_000
+    assert 'read_tool_result(result_id="big1"' in shown["content"] and "line 0: value 0" in shown["content"]
+    (found,) = requests[2].tool_results
+    assert "line 12345: value 86415" in found["content"] and len(found["content"]) <= 12_000
+    (tail,) = requests[3].tool_results
+    assert (
+        tail["content"].startswith("[big1: lines 19991-20000 of 20000]") and "line 19999" in tail["content"]
+    )
+    # The stream still carries the whole result.
+    results = [e for e in events if e.type is RunEventType.TOOL_RESULT]
+    assert len(json.dumps(results[0].data)) > len(big)
+    # The limit is Limits.max_result_chars.
+    small = Agent(
+        provider=ScriptedProvider([*replies[:1], "ok"]),
+        config=AgentConfig(limits=Limits(max_result_chars=500)),
+    )
+    small.tools.register(name="dump", replay_policy="safe")(lambda: "x" * 2_000)
+    await small.run("dump it")
+    assert len(script_of(small).requests[1].tool_results[0]["content"]) < 1_000
+
+
+async def test_an_unknown_result_id_is_an_error_result_for_the_model() -> None:
+    replies: list[ProviderResponse | str] = [
+        ProviderResponse(tool_calls=[ToolCall("r", "read_tool_result", {"result_id": "nope"})]),
+        "ok",
+    ]
+    agent = Agent(provider=ScriptedProvider(replies))
+    await agent.run("read")
+    (answer,) = script_of(agent).requests[1].tool_results
+    assert answer["is_error"] and "no stored result with id 'nope'" in answer["content"]
+
+
+async def test_the_task_list_tools_and_their_events() -> None:
+    plan = [{"content": "Look it up", "status": "in_progress"}, {"content": "Answer", "status": "pending"}]
+    done = [{"content": "Look it up", "status": "completed"}, {"content": "Answer", "status": "in_progress"}]
+    replies: list[ProviderResponse | str] = [
+        ProviderResponse(
+            tool_calls=[ToolCall("w1", "write_todos", {"todos": plan}), ToolCall("r1", "read_todos", {})]
+        ),
+        ProviderResponse(tool_calls=[ToolCall("w2", "write_todos", {"todos": done})]),
+        "All done.",
+        ProviderResponse(tool_calls=[ToolCall("r2", "read_todos", {})]),
+        "Still the same list.",
+    ]
+    agent = Agent(provider=ScriptedProvider(replies))
+    assert {"write_todos", "read_todos", "read_tool_result"} <= set(agent.tools.names())
+    seen: list[dict[str, object]] = []
+    async with agent.run_stream("plan it") as stream:
+        seen = [e.data for e in [event async for event in stream] if e.type is RunEventType.TODOS_UPDATED]
+    assert [item["completed"] for item in seen] == [0, 1]
+    assert seen[0] == {"todos": plan, "completed": 0, "total": 2, "in_progress": "Look it up"}
+    requests = script_of(agent).requests
+    assert "write_todos" in requests[0].system  # the planning guidance
+    # read_todos after write_todos in the same reply sees the new list.
+    assert "[~] Look it up" in requests[1].tool_results[1]["content"]
+    # The open list is shown at the end of the next request, not in the system prompt.
+    assert "[Task list, 0/2 complete]" in requests[1].messages[-1]["content"]
+    assert agent.todos == done
+    # A later run of the session carries the list on.
+    await agent.run("and now?")
+    assert "[x] Look it up" in script_of(agent).requests[-1].tool_results[0]["content"]
+
+    plain = Agent(provider=ScriptedProvider(["hi"]), config=AgentConfig(planning=False))
+    assert "write_todos" not in plain.tools.names() and "read_tool_result" in plain.tools.names()
+
+
+async def test_an_application_tool_of_a_built_in_name_wins() -> None:
+    tools = ToolRegistry()
+    tools.register(name="read_tool_result")(lambda result_id: f"mine: {result_id}")
+    agent = Agent(provider=ScriptedProvider(["x"]), tools=tools)
+    tool = agent.tools.get_tool("read_tool_result")
+    assert tool.handler("a") == "mine: a"
+
+
+async def test_the_loop_guard_annotates_a_repeating_cycle_once() -> None:
+    ping = ProviderResponse(tool_calls=[ToolCall("p", "poll", {"job": 1})])
+    agent = Agent(provider=ScriptedProvider([ping, ping, ping, ping, "stuck"]))
+    agent.tools.register(name="poll", replay_policy="safe")(lambda job: "still running")
+    await agent.run("wait for the job")
+    answers = [r.tool_results[0]["content"] for r in script_of(agent).requests[1:]]
+    assert [a.startswith("[Loop guard]") for a in answers] == [False, False, True, False]
+    off = Agent(
+        provider=ScriptedProvider([ping, ping, ping, "stuck"]),
+        config=AgentConfig(limits=Limits(loop_guard=LoopGuard(enabled=False))),
+    )
+    off.tools.register(name="poll", replay_policy="safe")(lambda job: "still running")
+    await off.run("wait")
+    assert not any("[Loop guard]" in r.tool_results[0]["content"] for r in script_of(off).requests[1:])
+
+
+async def test_dedupe_calls_runs_an_identical_call_once_per_run() -> None:
+    ran: list[str] = []
+    again = ProviderResponse(tool_calls=[ToolCall("a", "search", {"q": "milk", "n": 1})])
+    reordered = ProviderResponse(tool_calls=[ToolCall("b", "search", {"n": 1, "q": "milk"})])
+    agent = Agent(
+        provider=ScriptedProvider([again, reordered, "first", again, "second"]),
+        config=AgentConfig(tools=ToolPolicy(dedupe_calls=True)),
+    )
+
+    @agent.tools.register(replay_policy="safe")
+    def search(q: str, n: int) -> str:
+        """Search."""
+        ran.append(q)
+        return f"{len(ran)} hit"
+
+    assert (await agent.run("one")).output == "first" and ran == ["milk"]
+    assert script_of(agent).requests[2].tool_results[0] == {
+        **script_of(agent).requests[2].tool_results[0],
+        "tool_call_id": "b",
+        "content": "1 hit",
+    }
+    assert (await agent.run("two")).output == "second" and ran == ["milk", "milk"]  # per run
+
+
+class Slow(LLMProvider):
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    async def create(self, **kwargs: object) -> ProviderResponse:
+        await asyncio.sleep(self.delay)
+        return ProviderResponse(text="hello")
+
+    async def count_tokens(self, **kwargs: object) -> int:
+        return 0
+
+
+async def test_a_silent_model_call_produces_waiting_notices() -> None:
+    agent = Agent(
+        provider=Slow(0.35),
+        config=AgentConfig(progress=ProgressPolicy(first_after_seconds=0.1, repeat_every_seconds=0.1)),
+    )
+    async with agent.run_stream("hi") as stream:
+        events = [event async for event in stream]
+        result = await stream.result()
+    waiting = [e.data for e in events if e.type is RunEventType.WAITING]
+    assert len(waiting) >= 2 and all(w["on"] == "model" for w in waiting)
+    assert [w["seconds"] for w in waiting] == sorted(w["seconds"] for w in waiting) and waiting[0][
+        "seconds"
+    ] > 0
+    assert result.ok and result.output == "hello"  # a notice, never a deadline
+
+    quiet = Agent(provider=Slow(0.2), config=AgentConfig(progress=ProgressPolicy(first_after_seconds=None)))
+    async with quiet.run_stream("hi") as stream:
+        assert not [e async for e in stream if e.type is RunEventType.WAITING]
