@@ -388,8 +388,14 @@ def cancel(session_id: str, sqlite_path: str, dsn: str | None, schema: str) -> N
 
 
 @main.command()
+@click.option(
+    "--from-original",
+    is_flag=True,
+    help="The database was written by the original harnessx 0.9.1: keep its tables (renamed), "
+    "create this schema in their place and import its sessions.",
+)
 @store_options
-def migrate(sqlite_path: str, dsn: str | None, schema: str) -> None:
+def migrate(from_original: bool, sqlite_path: str, dsn: str | None, schema: str) -> None:
     """Create or upgrade the harnessx schema."""
 
     async def go() -> MigrationReport:
@@ -398,7 +404,14 @@ def migrate(sqlite_path: str, dsn: str | None, schema: str) -> None:
         with waiting_notice(store, _to_stderr):
             return await store.migrate()
 
-    click.echo(_run(go()).describe())
+    async def imported() -> str:
+        from harnessx._from_original import migrate_from_original
+
+        store = open_store(dsn=dsn, sqlite_path=sqlite_path, schema=schema, auto_migrate=True)
+        with waiting_notice(store, _to_stderr):
+            return (await migrate_from_original(store)).describe()
+
+    click.echo(_run(imported()) if from_original else _run(go()).describe())
 
 
 def _runtime_for(agent_path: str | None, agent_ref: str | None, backend: Store) -> AgentRuntime:

@@ -41,9 +41,14 @@ __all__ = [
 
 # A tool result longer than this (in characters) is stored once, as a row of tool_results
 # written when the result first appears; the tool call's columns and the tool_result event
-# then carry a small reference ({"content_ref": ...}) in place of the text. Shorter results
+# then carry a small reference in place of the text. Shorter results
 # stay inline, so an ordinary checkpoint writes what it always wrote.
 LARGE_RESULT = 16_384
+# In a tool_calls column the reference is a JSON list, ["tool_results", kind, is_error,
+# tool_call_id], not an object: a harnessx of the previous schema, still running during a
+# rollout, refuses such a row as corrupt (a result that is not an object) instead of reading
+# it as an empty result. In an event it is the key "content_ref".
+_COLUMN_REF = "tool_results"
 _REF = "content_ref"
 
 
@@ -210,13 +215,11 @@ def _tool_entry(row: Sequence[Any], bodies: Mapping[tuple[str, str], str]) -> To
         problem = call_problem(decoded_call)
         if problem is not None:
             raise _Undecodable(problem)
-        raw = _decoded(raw_result, "its raw result")
-        final = _decoded(result, "its result")
+        raw = _dereferenced(_decoded(raw_result, "its raw result"), str(key), bodies, None)
+        final = _dereferenced(_decoded(result, "its result"), str(key), bodies, raw)
         for part in (raw, final):
             if part is not None and not isinstance(part, dict):
                 raise _Undecodable("a result is not an object")
-        raw = _dereferenced(raw, str(key), bodies, None)
-        final = _dereferenced(final, str(key), bodies, raw)
         return ToolEntry(
             execution_key=str(key),
             iteration=_int(iteration, "iteration"),
@@ -252,7 +255,7 @@ def _column(result: ToolResult | None, ref: str | None) -> str | None:
         return None
     if ref is None:
         return dumps(result.to_dict())
-    return dumps({"tool_call_id": result.tool_call_id, "is_error": result.is_error, _REF: ref})
+    return dumps([_COLUMN_REF, ref, result.is_error, result.tool_call_id])
 
 
 def tool_entry_bodies(entry: ToolEntry) -> list[tuple[str, str]]:
@@ -273,28 +276,27 @@ def tool_entry_bodies(entry: ToolEntry) -> list[tuple[str, str]]:
     return bodies
 
 
-def _dereferenced(
-    part: dict[str, Any] | None, key: str, bodies: Mapping[tuple[str, str], str], raw: dict[str, Any] | None
-) -> dict[str, Any] | None:
-    """A stored result with its reference replaced by the text it names."""
-    if part is None or _REF not in part:
+def _dereferenced(part: Any, key: str, bodies: Mapping[tuple[str, str], str], raw: Any) -> Any:
+    """A stored result with its reference replaced by the text it names (anything else is
+    returned as it is, for the caller to check)."""
+    if not (isinstance(part, list) and len(part) == 4 and part[0] == _COLUMN_REF):
         return part
-    ref = part[_REF]
+    _, ref, is_error, call_id = part
     # A final result that is the raw one unchanged names "raw": ``raw`` is already whole.
-    text = raw.get("content") if ref == "raw" and raw is not None else bodies.get((key, str(ref)))
+    whole = isinstance(raw, dict) and isinstance(raw.get("content"), str)
+    text = raw["content"] if ref == "raw" and whole else bodies.get((key, str(ref)))
     if not isinstance(text, str):
         raise _Undecodable(f"its {ref} result is stored apart, and that row is missing")
-    return {
-        "tool_call_id": part.get("tool_call_id", ""),
-        "content": text,
-        "is_error": bool(part.get("is_error")),
-    }
+    return {"tool_call_id": str(call_id), "content": text, "is_error": bool(is_error)}
 
 
 def has_result_refs(tool_rows: Sequence[Sequence[Any]]) -> bool:
     """Whether any of these tool_calls rows keeps a result apart (their raw_result and
     result columns are the 9th and 10th)."""
-    return any(_REF in str(row[8] or "") or _REF in str(row[9] or "") for row in tool_rows)
+    marker = f'["{_COLUMN_REF}"'
+    return any(
+        str(row[8] or "").startswith(marker) or str(row[9] or "").startswith(marker) for row in tool_rows
+    )
 
 
 def final_result(raw_result: Any, result: Any, key: str, bodies: Mapping[tuple[str, str], str]) -> str | None:
@@ -306,7 +308,7 @@ def final_result(raw_result: Any, result: Any, key: str, bodies: Mapping[tuple[s
     except _Undecodable as exc:
         raise CorruptStateError(f"tool call {key} in the harnessx store: {exc}; {_ADVICE}") from exc
     chosen = final or raw
-    return None if chosen is None else str(chosen.get("content", ""))
+    return str(chosen.get("content", "")) if isinstance(chosen, dict) else None
 
 
 def event_data(event: RunEvent) -> str:

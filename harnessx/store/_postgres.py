@@ -91,6 +91,12 @@ from harnessx.store._migrations import (
     pending,
     report,
 )
+from harnessx.store._original import (
+    OriginalSession,
+    original_database_error,
+    original_schema_name,
+    read_postgres,
+)
 from harnessx.store._pg_checkpoint import PROGRESS_NOT_HELD, checkpoint
 from harnessx.store._pg_driver import (
     BROKEN_CONNECTION,
@@ -360,17 +366,60 @@ class PostgresBackend:
         for resource in (liveness, pool):
             await close_quietly(resource)
 
-    async def migrate(self) -> MigrationReport:
+    async def migrate(self, *, validate_only: bool = False) -> MigrationReport:
         """Apply the migrations this database lacks (also run by ``initialize`` by default).
-        Works on a backend that was never opened, e.g. from the ``harnessx migrate`` command."""
+        Works on a backend that was never opened, e.g. from the ``harnessx migrate`` command.
+        ``validate_only=True`` changes nothing (no privilege to create is needed): it raises
+        ``SchemaError`` when the schema is missing, older or altered."""
+        work = self._validate_on if validate_only else self._migrate_on
         if self._pool is not None:
-            return await self._run("migrating the schema", self._migrate_on)
+            return await self._run("migrating the schema", work)
         conn = await self._with_retries("connecting", lambda within: self._connect("migrate", within))
         try:
             with self._translated("migrating the schema"):
-                return await self._migrate_on(conn)
+                return await work(conn)
         finally:
             await close_quietly(conn)
+
+    async def prepare_from_original(self) -> str:
+        """Move the original harnessx's tables out of this schema (``ALTER SCHEMA ... RENAME``
+        to ``<schema>_0_9_1``; nothing is deleted) and return where they are now: done
+        already, that is where they are. Call before ``migrate`` on a backend not yet open."""
+        moved = original_schema_name(self.schema)
+        conn = await self._with_retries("connecting", lambda within: self._connect("migrate", within))
+        try:
+            with self._translated("moving the original harnessx's tables aside"):
+                if await conn.fetchval(Q["original_layout"], self.schema):
+                    if await conn.fetchval(Q["schema_exists"], moved):
+                        raise SchemaError(
+                            f"{self._where} holds the original harnessx's tables, and schema {moved!r}, "
+                            "where they would go, exists already: rename or drop that schema first"
+                        )
+                    await conn.execute(
+                        f"ALTER SCHEMA {quote_ident(self.schema)} RENAME TO {quote_ident(moved)}"
+                    )
+                    logger.info("moved the original harnessx's schema %s to %s", self.schema, moved)
+                elif not await conn.fetchval(Q["original_layout"], moved):
+                    raise ConfigurationError(
+                        f"neither schema {self.schema!r} nor {moved!r} on {self._dsn.redacted} holds a "
+                        "database of the original harnessx 0.9.1: check --schema and HARNESSX_DSN"
+                    )
+        finally:
+            await close_quietly(conn)
+        return moved
+
+    async def read_original_sessions(self, where: str) -> list[OriginalSession]:
+        """The original harnessx's sessions in schema ``where``, with their runs."""
+        conn = await self._with_retries("connecting", lambda within: self._connect("import", within))
+        try:
+            with self._translated("reading the original harnessx's sessions"):
+                return await read_postgres(conn, where)
+        finally:
+            await close_quietly(conn)
+
+    async def _validate_on(self, conn: Any) -> MigrationReport:
+        await self._verify_on(conn)
+        return report(self._where, await self._read_applied(conn) or {}, [])
 
     def _connect_options(self, purpose: str, timeout: float) -> dict[str, Any]:
         return {
@@ -443,6 +492,8 @@ class PostgresBackend:
     async def _migrate_on(self, conn: Any) -> MigrationReport:
         # Fast path without locks or DDL, so an up-to-date schema needs no CREATE privilege.
         applied = await self._read_applied(conn)
+        if applied is None:
+            await self._refuse_original(conn)
         if applied is not None:
             check_applied("postgres", applied, self._where, self._recreate)
             if not pending("postgres", applied):
@@ -486,10 +537,22 @@ class PostgresBackend:
                 f"needs: {runtime_grants(self.schema, user)})"
             )
 
+    async def _refuse_original(self, conn: Any) -> None:
+        if await conn.fetchval(Q["original_layout"], self.schema):
+            raise original_database_error(self._where, self._from_original_command)
+
+    @property
+    def _from_original_command(self) -> str:
+        command = "harnessx migrate --from-original"
+        if self.schema != _DEFAULT_SCHEMA:
+            command += f" --schema {shlex.quote(self.schema)}"
+        return f"'{command}' with HARNESSX_DSN set to {self._dsn.redacted}"
+
     async def _verify_on(self, conn: Any) -> None:
         latest = load_migrations("postgres")[-1].version
         applied = await self._read_applied(conn)
         if applied is None:
+            await self._refuse_original(conn)
             raise SchemaError(
                 f"{self._where} has no harnessx schema (version 0; this harnessx needs version {latest}): "
                 f"run {self._migrate_command} or open the backend with auto_migrate=True"

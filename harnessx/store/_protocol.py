@@ -9,7 +9,7 @@ way by its ``Leadership`` term (``LeadershipLostError``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -18,6 +18,7 @@ from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
 from harnessx._state import Delta, RunState
 from harnessx.store._migrations import MigrationReport
+from harnessx.store._original import OriginalSession
 
 __all__ = [
     "IncidentSnapshot",
@@ -90,12 +91,31 @@ class SessionRecord:
     """Whether the session's runs are flight-recorded (fixed when it is created)."""
 
 
+# Our phases by the original harnessx's names for the same boundaries.
+_ORIGINAL_PHASES = {
+    "prepare_model_call": "prepare_model",
+    "model_call": "model",
+    "prepare_tools": "prepare_tools",
+    "dispatch": "tools",
+    "raw_result": "tools",
+    "completed_result": "tools",
+    "finish": "result",
+}
+
+
 @dataclass
-class RunRecord:
+class RunRecord(Mapping[str, Any]):
     """A run's row without its conversation: enough to decide what to do with it.
 
     ``problem``: what in the row does not decode (``load_state`` refuses such a run; the
     fields that did not decode hold defaults here).
+
+    It is also a read-only mapping with the keys of the original harnessx's run state that a
+    row holds (``record["status"]``, ``["run_id"]``, ``["phase"]`` by the original's phase
+    names, ``["iterations"]``, ``["output"]``, ...): ``backend.latest_run()`` and
+    ``get_run()`` return one, as the original returns its state dict. The conversation and
+    the tool entries are not in it (every poll would read the whole conversation): use
+    ``await backend.load_state(run_id)``.
     """
 
     id: str
@@ -107,6 +127,37 @@ class RunRecord:
     event_count: int
     result: dict[str, Any] = field(default_factory=dict)
     problem: str | None = None
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "session_id": self.session_id,
+            "run_id": self.id,
+            "request_id": self.request_id,
+            "message": self.request_message,
+            "phase": _ORIGINAL_PHASES.get(self.phase, self.phase),
+            "status": self.status,
+            "iterations": int(self.result.get("iteration", 0)),
+            "usage": dict(self.result.get("usage") or {}),
+            "output": self.result.get("output", ""),
+            "stop_reason": self.result.get("stop_reason", ""),
+            "error": self.result.get("error"),
+            "usage_incomplete": bool(self.result.get("usage_incomplete", False)),
+        }
+
+    def __getitem__(self, key: str) -> Any:
+        if key in ("messages", "tools"):
+            raise KeyError(
+                f"a run record has no {key!r}: read the run's conversation and tool calls with "
+                f"'await backend.load_state({self.id!r})'"
+            )
+        return self._state()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._state())
+
+    def __len__(self) -> int:
+        return len(self._state())
 
 
 @dataclass
@@ -204,7 +255,16 @@ class Store(Protocol):
 
     async def aclose(self) -> None: ...
 
-    async def migrate(self) -> MigrationReport:
+    async def prepare_from_original(self) -> str:
+        """Move a database of the original harnessx 0.9.1 out of this store's place (nothing
+        is deleted) and return where its tables are now (a table prefix, a schema)."""
+        ...
+
+    async def read_original_sessions(self, where: str) -> list[OriginalSession]:
+        """The original harnessx's sessions found at ``where``."""
+        ...
+
+    async def migrate(self, *, validate_only: bool = False) -> MigrationReport:
         """Apply what the database lacks, also on a store that was never opened."""
         ...
 

@@ -51,6 +51,14 @@ from harnessx.store._codec import (
     tool_entry_values,
 )
 from harnessx.store._migrations import MigrationReport, check_applied, check_objects, pending, report
+from harnessx.store._original import (
+    SQLITE_PREFIX,
+    OriginalSession,
+    move_aside_sqlite,
+    original_database_error,
+    read_sqlite,
+    sqlite_layout,
+)
 from harnessx.store._protocol import (
     IncidentSnapshot,
     Leadership,
@@ -120,6 +128,7 @@ class SQLiteBackend:
         self.process_id = uuid.uuid4().hex
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
+        self._user_conn: sqlite3.Connection | None = None
         self._liveness: int | None = None
         self._closed = False
         self._waiters = RunWaiters()
@@ -179,6 +188,9 @@ class SQLiteBackend:
         if self._closed:
             return
         self._closed = True
+        if self._user_conn is not None:
+            self._user_conn.close()
+            self._user_conn = None
         await self._shutdown()
         for fd, _ in self._leaderships.values():
             os.close(fd)  # drops the lock; the term is fenced by the next taker's epoch
@@ -198,10 +210,53 @@ class SQLiteBackend:
         self._executor.shutdown(wait=True)
         self._executor = None
 
-    async def migrate(self) -> MigrationReport:
+    async def prepare_from_original(self) -> str:
+        """Rename the original harnessx's tables in this file (prefix ``harnessx_0_9_1_``;
+        nothing is deleted) and return that prefix: done already, the prefix of the tables
+        found. Call before ``migrate`` on a backend not yet open."""
+
+        def move() -> str:
+            if not self.path.exists():
+                raise ConfigurationError(
+                    f"{self.path} does not exist: nothing of the original harnessx to import"
+                )
+            conn = sqlite3.connect(self.path)
+            try:
+                layout = sqlite_layout(conn)
+            finally:
+                conn.close()
+            if layout == "original":
+                move_aside_sqlite(self.path)
+            elif layout != "moved":
+                raise ConfigurationError(
+                    f"{self.path} holds no database of the original harnessx 0.9.1: check --sqlite"
+                )
+            return SQLITE_PREFIX
+
+        return await asyncio.to_thread(move)
+
+    async def read_original_sessions(self, where: str) -> list[OriginalSession]:
+        """The original harnessx's sessions in the tables of prefix ``where``."""
+        return await asyncio.to_thread(read_sqlite, self.path, where)
+
+    @property
+    def conn(self) -> sqlite3.Connection | None:
+        """A connection of your own to this database file (``None`` until the backend is
+        open), as the original harnessx exposes one: reading through it is safe; writing
+        bypasses the lease fences that keep runs consistent. Closed with the backend."""
+        if self._conn is None:
+            return None
+        if self._user_conn is None:
+            self._user_conn = sqlite3.connect(self.path, timeout=self.busy_timeout, check_same_thread=False)
+        return self._user_conn
+
+    async def migrate(self, *, validate_only: bool = False) -> MigrationReport:
         """Apply the migrations this database lacks (also run by ``initialize`` by default).
         Works on a backend that was never opened, e.g. from the ``harnessx migrate`` command:
-        it creates the file and its folder if needed."""
+        it creates the file and its folder if needed. ``validate_only=True`` changes nothing:
+        it raises ``SchemaError`` when the schema is missing, older or altered."""
+        if validate_only:
+            return await self._validated()
         if self._executor is not None:
             return await self._call(self._migrate)
         if self._closed or self.read_only:
@@ -250,6 +305,8 @@ class SQLiteBackend:
     def _migrate(self, conn: sqlite3.Connection) -> MigrationReport:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if sqlite_layout(conn) == "original":
+                raise original_database_error(str(self.path), self._from_original_command)
             conn.execute(_MIGRATIONS_TABLE)
             applied = self._applied(conn) or {}
             check_applied("sqlite", applied, str(self.path), self._recreate)
@@ -273,8 +330,25 @@ class SQLiteBackend:
         present = {str(name) for (name,) in conn.execute(_OBJECTS)}
         check_objects("sqlite", present, str(self.path), self._recreate)
 
+    async def _validated(self) -> MigrationReport:
+        """``migrate(validate_only=True)``: the checks ``auto_migrate=False`` makes, no change."""
+        if self._executor is not None:
+            await self._call(self._verify)
+            return await self._call(lambda conn: report(str(self.path), self._applied(conn) or {}, []))
+        if not self.path.exists():
+            raise SchemaError(f"{self.path} does not exist: run '{self._migrate_command}' to create it")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harnessx-sqlite")
+        try:
+            await self._call(self._open)
+            await self._call(self._verify)
+            return await self._call(lambda conn: report(str(self.path), self._applied(conn) or {}, []))
+        finally:
+            await self._shutdown()
+
     def _verify(self, conn: sqlite3.Connection) -> None:
         applied = self._applied(conn)
+        if applied is None and sqlite_layout(conn) == "original":
+            raise original_database_error(str(self.path), self._from_original_command)
         if applied is None:
             raise SchemaError(
                 f"{self.path} has no harnessx schema: run '{self._migrate_command}' or open the backend "
@@ -292,6 +366,10 @@ class SQLiteBackend:
     @property
     def _migrate_command(self) -> str:
         return f"harnessx migrate --sqlite {self.path}"
+
+    @property
+    def _from_original_command(self) -> str:
+        return f"'harnessx migrate --from-original --sqlite {self.path}'"
 
     @property
     def _recreate(self) -> str:

@@ -7,6 +7,12 @@
 -- Whether the harnessx schema exists (by its exact name).
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1);
 
+-- name: original_layout
+-- Whether the schema holds the original harnessx 0.9.1's tables (sessions with a JSON payload).
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = $1 AND tablename = 'schema_versions')
+   AND EXISTS (SELECT 1 FROM information_schema.columns
+               WHERE table_schema = $1 AND table_name = 'sessions' AND column_name = 'payload');
+
 -- name: schema_state
 -- Who we are, whether the schema exists, whether we may use it (without USAGE the search path
 -- skips it), and whether it has its migrations table yet. The catalogs answer without USAGE.

@@ -1,0 +1,120 @@
+"""The original harnessx 0.9.1's backend API on each real backend: what ``latest_run()`` and
+``get_run()`` return, ``SQLiteBackend.conn``, ``migrate(validate_only=)``, and a database of
+the original's layout recognised instead of failing on "relation sessions already exists"."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import asyncpg
+import pytest
+from durable_support import BackendTarget
+
+from harnessx import (
+    Agent,
+    AgentRuntime,
+    ConfigurationError,
+    ProviderResponse,
+    SchemaError,
+    ScriptedProvider,
+    SQLiteBackend,
+    ToolCall,
+)
+from harnessx.execution import result_from_state
+from harnessx.store import PostgresBackend
+
+
+async def test_latest_run_and_get_run_read_like_the_originals_state(target: BackendTarget) -> None:
+    agent = Agent(
+        provider=ScriptedProvider([ProviderResponse(tool_calls=[ToolCall("c", "note", {})]), "Noted."])
+    )
+    agent.tools.register(name="note", replay_policy="safe")(lambda: "ok")
+    async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
+        result = await runtime.run("Note it.", request_id="r-1")
+        latest = await backend.latest_run(runtime.session_id or "")
+        by_id = await backend.get_run(result.run_id)
+    assert latest is not None and by_id is not None
+    for state in (latest, by_id):
+        assert state["status"] == "completed" and state["run_id"] == result.run_id
+        assert state["session_id"] == result.session_id and state["output"] == "Noted."
+        assert state["message"] == "Note it." and state["request_id"] == "r-1"
+        assert state["phase"] == "result" and state["iterations"] >= 1
+        assert state.get("status") == "completed" and "status" in dict(state)
+        with pytest.raises(KeyError, match="load_state"):
+            state["messages"]
+    assert result_from_state(latest) == result.__class__.from_dict({**result.to_dict(), "pending": []})
+
+
+async def test_migrate_validate_only_changes_nothing(target: BackendTarget, tmp_path: Path) -> None:
+    fresh = target if target.kind == "postgres" else BackendTarget("sqlite", str(tmp_path / "new.sqlite3"))
+    if fresh.kind == "sqlite":
+        with pytest.raises(SchemaError, match="does not exist"):
+            await SQLiteBackend(fresh.location).migrate(validate_only=True)
+        sqlite3.connect(fresh.location).close()  # an empty file: no schema
+    with pytest.raises(SchemaError, match="no harnessx schema"):
+        await fresh.open().migrate(validate_only=True)
+    assert (await fresh.open().migrate()).after > 0
+    report = await fresh.open().migrate(validate_only=True)
+    assert report.applied == () and report.before == report.after
+
+
+async def test_sqlite_conn_is_a_connection_to_the_same_file(tmp_path: Path) -> None:
+    backend = SQLiteBackend(tmp_path / "runtime.sqlite3")
+    assert backend.conn is None
+    async with backend, AgentRuntime(Agent(provider=ScriptedProvider(["hi"])), backend=backend) as runtime:
+        await runtime.run("hello")
+        conn = backend.conn
+        assert conn is not None and backend.conn is conn
+        assert conn.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+    assert backend.conn is None
+
+
+ORIGINAL_LAYOUT = [
+    "CREATE TABLE {s}schema_versions (version INTEGER PRIMARY KEY, checksum TEXT NOT NULL)",
+    "CREATE TABLE {s}sessions (id TEXT PRIMARY KEY, payload TEXT NOT NULL, control TEXT NOT NULL DEFAULT '')",
+    "CREATE TABLE {s}runs (id TEXT PRIMARY KEY, session_id TEXT NOT NULL, request_id TEXT NOT NULL, "
+    "status TEXT NOT NULL, payload TEXT NOT NULL)",
+]
+
+
+async def test_a_database_of_the_original_is_named_not_half_migrated(target: BackendTarget) -> None:
+    if target.kind == "sqlite":
+        conn = sqlite3.connect(target.location)
+        for statement in ORIGINAL_LAYOUT:
+            conn.execute(statement.format(s=""))
+        conn.commit()
+        conn.close()
+    else:
+        pg = await asyncpg.connect(target.location)
+        try:
+            await pg.execute("CREATE SCHEMA harness_x")
+            for statement in ORIGINAL_LAYOUT:
+                await pg.execute(statement.format(s="harness_x."))
+        finally:
+            await pg.close()
+    for auto_migrate in (True, False):
+        with pytest.raises(
+            SchemaError, match=r"original harnessx 0\.9\.1.*harnessx migrate --from-original"
+        ) as caught:
+            async with target.open(auto_migrate=auto_migrate):
+                pass
+        assert "already exists" not in str(caught.value)
+    # Nothing was created or changed.
+    if target.kind == "sqlite":
+        conn = sqlite3.connect(target.location)
+        tables = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        conn.close()
+        assert tables == {"schema_versions", "sessions", "runs"}
+
+
+async def test_importing_from_a_database_without_the_original_says_so(target: BackendTarget) -> None:
+    from harnessx._from_original import migrate_from_original
+
+    if target.kind == "sqlite":
+        sqlite3.connect(target.location).close()
+    store = target.open()
+    with pytest.raises(ConfigurationError, match=r"no database of the original harnessx|neither schema"):
+        await migrate_from_original(store)
+    if isinstance(store, PostgresBackend):
+        await store.aclose()
