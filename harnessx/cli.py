@@ -7,13 +7,11 @@ Every command is a thin layer over the library; backends are chosen with ``--sql
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,6 +19,8 @@ import click
 from click.core import ParameterSource
 
 from harnessx._agent import Agent
+from harnessx._cli_common import format_time, open_backend, run_command, to_stderr
+from harnessx._cli_operate import COMMANDS, actor_option, operate
 from harnessx._demo import DEMO_AGENT, DEMO_PROMPT, invocation_count, kill_after, registry
 from harnessx._demo_dir import prepare_demo_dir
 from harnessx._errors import CorruptStateError, HarnessError
@@ -38,40 +38,6 @@ __all__ = ["main"]
 
 T = TypeVar("T")
 DEFAULT_SQLITE = ".agent_sessions/runtime.sqlite3"
-
-
-def _run(work: Awaitable[T]) -> T:
-    try:
-        return asyncio.run(work)  # type: ignore[arg-type]
-    except HarnessError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except OSError as exc:  # a folder it may not read, a read-only file system...
-        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
-
-
-def open_backend(
-    sqlite_path: str, dsn: str | None, schema: str, *, auto_migrate: bool = True, read_only: bool = False
-) -> contextlib.AbstractAsyncContextManager[Store]:
-    """The store a command names, opened; a slow PostgreSQL server is reported as it waits."""
-    return _opened(
-        open_store(
-            dsn=dsn, sqlite_path=sqlite_path, schema=schema, auto_migrate=auto_migrate, read_only=read_only
-        )
-    )
-
-
-@contextlib.asynccontextmanager
-async def _opened(store: Store) -> AsyncIterator[Store]:
-    with waiting_notice(store, _to_stderr):
-        await store.initialize()
-    try:
-        yield store
-    finally:
-        await store.aclose()
-
-
-def _to_stderr(text: str) -> None:
-    click.echo(text, err=True)
 
 
 @click.group()
@@ -219,7 +185,7 @@ def demo_drive(session_file: str, sqlite_path: str, dsn: str | None, schema: str
             await runtime.run(DEMO_PROMPT, request_id="q3-emea-report")
             await runtime.stop()
 
-    _run(drive())
+    run_command(drive())
 
 
 @main.command("_demo-resume", hidden=True)
@@ -238,7 +204,7 @@ def demo_resume(session_file: str, sqlite_path: str, dsn: str | None, schema: st
             finally:
                 await runtime.aclose()
 
-    click.echo(json.dumps(_run(resume()).to_dict()))
+    click.echo(json.dumps(run_command(resume()).to_dict()))
 
 
 # ---------------------------------------------------------------- inspection
@@ -260,8 +226,16 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
                 rows = await backend.recent_sessions(limit)
                 if not rows:
                     click.echo("no sessions")
+                    return
+                click.echo(
+                    f"{'SESSION':<32}  {'STATUS':<15} {'AGENT':<20}  {'CREATED':<20}  {'UPDATED':<20}  RUN"
+                )
                 for row in rows:
-                    click.echo(f"{row.session_id}  {_shown_status(row):<15} {row.agent_ref or '-'}")
+                    click.echo(
+                        f"{row.session_id:<32}  {_shown_status(row):<15} {row.agent_ref or '-':<20}  "
+                        f"{format_time(row.created_at):<20}  {format_time(row.updated_at):<20}  "
+                        f"{row.run_id or '-'}"
+                    )
                 return
             session = await backend.get_session(session_id)
             summary = await backend.session_summary(session_id)
@@ -269,7 +243,10 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
                 raise click.ClickException(f"no session {session_id!r}")
             record = await backend.latest_run(session_id)
             agent = session.agent_ref or "-"
-            header = f"session {session_id}  agent {agent}  generation {session.generation}"
+            header = (
+                f"session {session_id}  agent {agent}  generation {session.generation}  "
+                f"created {format_time(summary.created_at)}  updated {format_time(summary.updated_at)}"
+            )
             if summary.queued:
                 header += "  latest run queued: no pool worker has claimed it yet"
             click.echo(header)
@@ -285,7 +262,7 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
                 return
             click.echo(json.dumps(result.to_dict(), indent=2))
 
-    _run(show())
+    run_command(show())
 
 
 def _shown_status(row: SessionSummary) -> str:
@@ -319,7 +296,7 @@ def events(run_id: str, after: str, follow: bool, sqlite_path: str, dsn: str | N
             async for event in found or stored_events(backend, run_id, after):
                 click.echo(json.dumps(event.to_dict()))
 
-    _run(dump())
+    run_command(dump())
 
 
 @main.command()
@@ -328,11 +305,17 @@ def events(run_id: str, after: str, follow: bool, sqlite_path: str, dsn: str | N
     "--agent",
     "agent_path",
     help="module:attribute naming an Agent, a factory returning one, or an AgentRegistry. "
-    "Default: the session's recorded agent reference in the built-in registries.",
+    "Default: the session's recorded agent reference in the built-in registries; a pool "
+    "session whose agent is in none of them is queued for the pool's workers instead.",
 )
+@actor_option
 @store_options
-def resume(session_id: str, agent_path: str | None, sqlite_path: str, dsn: str | None, schema: str) -> None:
-    """Resume a session's latest run and print its result as JSON."""
+def resume(
+    session_id: str, agent_path: str | None, actor: str | None, sqlite_path: str, dsn: str | None, schema: str
+) -> None:
+    """Resume a session's latest run and print its result as JSON (a pool session whose
+    agent this process does not have is queued for the workers, in the audit trail)."""
+    queued: list[str] = []
 
     async def go() -> RunResult | None:
         async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
@@ -343,6 +326,10 @@ def resume(session_id: str, agent_path: str | None, sqlite_path: str, dsn: str |
             latest = await backend.latest_run(session_id)
             if latest is None or latest.status in _NOTHING_TO_RESUME:
                 return None
+            if agent_path is None and _for_the_pool(session.agent_ref):
+                done = await operate(backend, actor, lambda op: op.resume(session_id))
+                queued.append(done.message)
+                return None
             runtime = _runtime_for(agent_path, session.agent_ref, backend)
             try:
                 handle = await runtime.resume(session_id)
@@ -350,41 +337,15 @@ def resume(session_id: str, agent_path: str | None, sqlite_path: str, dsn: str |
             finally:
                 await runtime.aclose()
 
-    result = _run(go())
+    result = run_command(go())
+    if queued:
+        click.echo(queued[0])
+        return
     click.echo(json.dumps(result.to_dict() if result else None, indent=2))
     if result is None:
         click.echo(
             "nothing to resume: the session has no run, or its latest run is completed or cancelled", err=True
         )
-
-
-@main.command()
-@click.argument("session_id")
-@store_options
-def cancel(session_id: str, sqlite_path: str, dsn: str | None, schema: str) -> None:
-    """Cancel a session's unfinished run, even one whose stored state cannot be read."""
-
-    async def go() -> str:
-        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
-            if await backend.get_session(session_id) is None:
-                raise click.ClickException(f"no session {session_id!r}")
-            record = await backend.latest_run(session_id)
-            if record is None or record.status not in ("running", "paused", "awaiting_input"):
-                return "nothing to cancel: the session has no unfinished run"
-            # Cancelling needs no agent definition: bind a bare runtime to the session.
-            runtime = AgentRuntime(backend=backend)
-            try:
-                await runtime._ready()
-                runtime._bind(session_id)
-                await runtime.cancel()
-            finally:
-                await runtime.aclose()
-            after = await backend.latest_run(session_id)
-            if after is not None and after.status == "cancelled":
-                return f"cancelled run {record.id}"
-            return f"asked the process driving run {record.id} to cancel it at its next boundary"
-
-    click.echo(_run(go()))
 
 
 @main.command()
@@ -401,17 +362,25 @@ def migrate(from_original: bool, sqlite_path: str, dsn: str | None, schema: str)
     async def go() -> MigrationReport:
         # Not opened first: opening verifies the schema, which is what this command fixes.
         store = open_store(dsn=dsn, sqlite_path=sqlite_path, schema=schema, auto_migrate=True)
-        with waiting_notice(store, _to_stderr):
+        with waiting_notice(store, to_stderr):
             return await store.migrate()
 
     async def imported() -> str:
         from harnessx._from_original import migrate_from_original
 
         store = open_store(dsn=dsn, sqlite_path=sqlite_path, schema=schema, auto_migrate=True)
-        with waiting_notice(store, _to_stderr):
+        with waiting_notice(store, to_stderr):
             return (await migrate_from_original(store)).describe()
 
-    click.echo(_run(imported()) if from_original else _run(go()).describe())
+    click.echo(run_command(imported()) if from_original else run_command(go()).describe())
+
+
+def _for_the_pool(agent_ref: str | None) -> bool:
+    """A session by reference whose agent no built-in registry has: the pool's workers have it."""
+    if agent_ref is None:
+        return False
+    ref = AgentRef.parse(agent_ref)
+    return ref not in registry and ref not in agents
 
 
 def _runtime_for(agent_path: str | None, agent_ref: str | None, backend: Store) -> AgentRuntime:
@@ -440,6 +409,10 @@ def _import(path: str) -> Any:
         return getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise click.UsageError(f"cannot load {path}: {exc}") from exc
+
+
+for _command in COMMANDS:
+    main.add_command(_command)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ class SupervisorConfig:
     leader_retry: float = 0.5
     stuck_after: float = 3600.0
     stuck_interval: float = 30.0
+    # How often the leader records its scans on its leadership row (for the operator console).
+    record_interval: float = 1.0
 
 
 @dataclass
@@ -65,6 +67,10 @@ class Supervisor:
         self._last_scan_ok = time.monotonic()
         self._store_problem: str | None = None  # why the last leadership attempt or scan failed
         self._standing_by = False  # said so in the log
+        # This term's scans and requeued orphans, recorded for operators every record_interval.
+        self._scans = 0
+        self._recovered = 0
+        self._last_record = 0.0
 
     @property
     def is_leader(self) -> bool:
@@ -158,6 +164,9 @@ class Supervisor:
             await self.store.release_leadership(term)
 
     def _set_term(self, term: Leadership | None) -> None:
+        if term != self.term:
+            self._scans = self._recovered = 0
+            self._last_record = 0.0
         self.term = term
         self.metrics.leader.set(0 if term is None else 1)
         self.metrics.leader_epoch.set(0 if term is None else term.epoch)
@@ -180,6 +189,11 @@ class Supervisor:
             self._last_stuck = time.monotonic()
         self.metrics.scans.inc()
         self.metrics.scan_seconds.observe(time.perf_counter() - started)
+        self._scans += 1
+        if time.monotonic() - self._last_record >= self.config.record_interval:
+            # Fenced like every leader write: a deposed leader's record is refused.
+            await self.store.record_scan(term, scans=self._scans, recovered=self._recovered)
+            self._last_record = time.monotonic()
 
     async def _recover(self, term: Leadership, orphan: Orphan) -> None:
         self.metrics.orphans_detected.labels(reason=orphan.reason).inc()
@@ -199,6 +213,7 @@ class Supervisor:
             logger.info("released %s lease of session %s", orphan.reason, orphan.session_id, extra=extra)
             return
         self.metrics.orphans_recovered.inc()
+        self._recovered += 1
         self._pending[run_id] = _Pending(run_id, orphan.session_id, time.monotonic())
         logger.warning(
             "requeued run %s: its holder %s (lease %s)",

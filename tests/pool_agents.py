@@ -1,7 +1,8 @@
 """Agents for the pool tests, importable by worker processes as ``pool_agents:registry``.
 
-Tools append a JSON line per invocation to ``$HX_LEDGER``; while ``$HX_SLOW_TOOL`` is set,
-each tool call sleeps that many seconds (so a test can kill a worker mid-call).
+``asks@v1``'s tool waits for approval. Tools append a JSON line per invocation to
+``$HX_LEDGER``; while ``$HX_SLOW_TOOL`` is set, each tool call sleeps that many seconds (so a
+test can kill a worker mid-call).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def _ledger(name: str, item: str) -> str:
     return f"{name} did {item}"
 
 
-def _agent(policy: str) -> Agent:
+def _agent(policy: str, permission: str | None = None) -> Agent:
     tool = f"{policy}_tool"
     agent = Agent(config=AgentConfig(system_prompt=f"Pool agent ({policy})."), provider=_script(tool))
 
@@ -68,10 +69,12 @@ def _agent(policy: str) -> Agent:
         return _ledger(tool, item)
 
     handler.__name__ = tool
-    agent.tools.register(name=tool, replay_policy=policy)(handler)
+    agent.tools.register(name=tool, replay_policy=policy, permission=permission)(handler)
     return agent
 
 
 registry = AgentRegistry()
 for _policy in ("safe", "idempotent", "manual"):
     registry.register(_policy, lambda policy=_policy: _agent(policy), version="v1")
+# A safe tool that asks a person first (the operator console's approvals).
+registry.register("asks", lambda: _agent("safe", "ask"), version="v1")

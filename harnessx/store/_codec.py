@@ -18,10 +18,11 @@ from harnessx._results import RunStatus, ToolResult
 from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus
 from harnessx.providers._base import TokenUsage, ToolCall
 from harnessx.store._integrity import call_problem, state_problem
-from harnessx.store._protocol import RunRecord
+from harnessx.store._protocol import Action, RunRecord, RunRow
 
 __all__ = [
     "LARGE_RESULT",
+    "action_from_row",
     "corrupt_run",
     "decode_state",
     "dumps",
@@ -33,8 +34,10 @@ __all__ = [
     "journal_record_from_row",
     "loads",
     "run_record",
+    "run_row",
     "run_values",
     "tool_entry_bodies",
+    "tool_entries",
     "tool_entry_columns",
     "tool_entry_values",
 ]
@@ -436,3 +439,53 @@ def journal_record_from_row(row: Sequence[Any], session_id: str, run_id: str) ->
         "execution_key": execution_key,
         "payload": loads(payload, f"journal record {seq} of run {run_id}"),
     }
+
+
+def tool_entries(
+    run_id: str, rows: Sequence[Sequence[Any]], bodies: Mapping[tuple[str, str], str]
+) -> list[ToolEntry]:
+    """A run's ``tool_calls`` rows decoded (large results from ``bodies``, its ``tool_results``),
+    without its conversation."""
+    try:
+        return [_tool_entry(row, bodies) for row in rows]
+    except _Undecodable as exc:
+        raise CorruptStateError(f"run {run_id} cannot be shown: {exc}; {_ADVICE}") from exc
+
+
+def action_from_row(row: Sequence[Any]) -> Action:
+    """An ``audit`` row."""
+    action_id, at, actor, via, action, session_id, run_id, key, detail, outcome, finished_at = row
+    decoded = loads(detail, f"audit record {action_id}")
+    return Action(
+        id=str(action_id),
+        actor=str(actor),
+        via=str(via),
+        action=str(action),
+        session_id=str(session_id),
+        run_id=run_id,
+        execution_key=key,
+        detail=decoded if isinstance(decoded, dict) else {},
+        at=float(at),
+        outcome=outcome,
+        finished_at=None if finished_at is None else float(finished_at),
+    )
+
+
+def run_row(row: Sequence[Any]) -> RunRow:
+    """A ``list_runs`` row; its last column is the cursor's time as the dialect compares it."""
+    run_id, session_id, agent_ref, request_id, status, phase, iteration, events, stop = row[:9]
+    return RunRow(
+        id=str(run_id),
+        session_id=str(session_id),
+        agent_ref=agent_ref,
+        request_id=request_id,
+        status=str(status),
+        phase=str(phase),
+        iteration=int(iteration),
+        event_count=int(events),
+        stop_reason=str(stop or ""),
+        created_at=float(row[9]),
+        updated_at=float(row[10]),
+        queued=bool(row[11]),
+        key=(row[12], str(run_id)),
+    )

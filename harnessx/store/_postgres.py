@@ -98,6 +98,7 @@ from harnessx.store._original import (
     read_postgres,
 )
 from harnessx.store._pg_checkpoint import PROGRESS_NOT_HELD, checkpoint
+from harnessx.store._pg_console import PostgresConsole
 from harnessx.store._pg_driver import (
     BROKEN_CONNECTION,
     CONNECT_TIMEOUT,
@@ -226,7 +227,7 @@ def _attempts(retrying: AsyncRetrying | None) -> str:
 # --------------------------------------------------------------------------- backend
 
 
-class PostgresBackend:
+class PostgresBackend(PostgresConsole):
     """Durable state in PostgreSQL. Use as ``async with PostgresBackend(dsn) as backend``.
 
     Tables live in ``schema`` (created if needed when ``auto_migrate`` is true; otherwise

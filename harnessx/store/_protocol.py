@@ -16,19 +16,26 @@ from typing import Any, NamedTuple, Protocol
 from harnessx._errors import LeadershipLostError
 from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
-from harnessx._state import Delta, RunState
+from harnessx._state import Delta, RunState, ToolEntry
 from harnessx.store._migrations import MigrationReport
 from harnessx.store._original import OriginalSession
 
 __all__ = [
+    "Action",
     "IncidentSnapshot",
+    "LeaderState",
     "Lease",
     "Leadership",
+    "Login",
     "Orphan",
     "QueueStats",
     "Recovery",
     "Renewal",
+    "RunFilter",
+    "RunKey",
+    "RunPage",
     "RunRecord",
+    "RunRow",
     "SessionRecord",
     "SessionSummary",
     "Store",
@@ -185,6 +192,8 @@ class WorkerInfo:
     started_at: float = 0.0
     heartbeat_at: float = 0.0
     draining: bool = False
+    stopped_at: float | None = None  # when it stopped (or the supervisor found it dead)
+    leases: int = 0  # sessions it holds a lease on (``list_workers`` only)
 
 
 @dataclass
@@ -211,6 +220,101 @@ class QueueStats:
     @property
     def oldest_queued_at(self) -> float | None:
         return min((oldest for _, oldest in self.by_agent.values()), default=None)
+
+
+# A run's place in the newest-first listing: its creation time as the dialect stores it
+# exactly (SQLite: epoch seconds as stored; PostgreSQL: epoch microseconds) and its id.
+RunKey = tuple[float | int, str]
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """What a runs listing shows; every field given must match. ``status`` is a run status
+    or ``queued`` (a pool run no worker has claimed yet, stored as ``running``, which then
+    lists only the runs not queued). Times are epoch seconds: ``created_from`` inclusive,
+    ``created_to`` exclusive."""
+
+    status: str | None = None
+    agent_ref: str | None = None
+    session_id: str | None = None
+    run_id: str | None = None
+    request_id: str | None = None
+    created_from: float | None = None
+    created_to: float | None = None
+
+
+@dataclass
+class RunRow:
+    """A run as a listing shows it (no conversation, nothing decoded)."""
+
+    id: str
+    session_id: str
+    agent_ref: str | None
+    request_id: str | None
+    status: str
+    phase: str
+    iteration: int
+    event_count: int
+    stop_reason: str
+    created_at: float
+    updated_at: float
+    queued: bool
+    key: RunKey
+
+    @property
+    def shown_status(self) -> str:
+        return "queued" if self.queued else self.status
+
+
+@dataclass
+class RunPage:
+    """One page of a listing, newest first; ``next`` continues with older runs."""
+
+    runs: list[RunRow]
+    next: RunKey | None
+
+
+@dataclass
+class LeaderState:
+    """A role's latest leadership term and what its leader last recorded of its scans."""
+
+    role: str
+    epoch: int
+    holder: str
+    since: float
+    scanned_at: float | None
+    scans: int
+    recovered: int
+
+
+@dataclass
+class Action:
+    """An operator's decision or control on a run (the audit trail).
+
+    ``outcome``: ``ok``, or why it failed; ``None`` while it is being carried out, or when
+    the acting process stopped before it learned."""
+
+    id: str
+    actor: str
+    via: str  # console, api or cli
+    action: str  # approve, decline, resolve_result, resolve_retry, resolve_abort, cancel, pause, resume
+    session_id: str
+    run_id: str | None
+    execution_key: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    at: float = 0.0
+    outcome: str | None = None
+    finished_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Login:
+    """A console sign-in: who, with which role and token, and whether it is still valid."""
+
+    name: str
+    role: str
+    token_id: str
+    valid: bool
 
 
 @dataclass
@@ -419,3 +523,39 @@ class Store(Protocol):
     async def release_leadership(self, term: Leadership) -> None: ...
 
     async def stuck_runs(self, older_than: float, limit: int = 100) -> list[StuckRun]: ...
+
+    async def record_scan(self, term: Leadership, *, scans: int, recovered: int) -> None:
+        """The leader's scans and recoveries so far in ``term``, for operators to read.
+        Fenced by ``term`` (``LeadershipLostError``)."""
+
+    # the operator console (reads, the audit trail, sign-ins)
+    async def list_runs(self, where: RunFilter, *, limit: int = 50, before: RunKey | None = None) -> RunPage:
+        """Runs matching ``where``, newest first, older than ``before`` (a ``RunRow.key``)."""
+
+    async def count_runs(self) -> dict[str, int]:
+        """How many runs have each status; ``queued``: how many of the running wait in the queue."""
+
+    async def tool_calls(self, run_id: str) -> list[ToolEntry]:
+        """Every tool call of a run, in order (``CorruptStateError`` for a row that does not decode)."""
+
+    async def list_workers(self, limit: int = 200) -> list[WorkerInfo]:
+        """Workers, live first then the most recently stopped, with ``leases`` counted."""
+
+    async def leader_states(self) -> list[LeaderState]: ...
+
+    async def add_action(self, action: Action) -> None:
+        """Record an operator's action before it is carried out (``at`` is set by the store)."""
+
+    async def finish_action(self, action: Action) -> None:
+        """Record how ``action`` ended (its ``outcome``, and its ``detail`` as it is now)."""
+
+    async def run_actions(self, run_id: str, limit: int = 200) -> list[Action]: ...
+
+    async def recent_actions(self, limit: int = 100) -> list[Action]: ...
+
+    async def add_login(self, id_hash: str, name: str, role: str, token_id: str, seconds: float) -> None:
+        """A console sign-in valid for ``seconds``; also forgets long-expired ones."""
+
+    async def get_login(self, id_hash: str) -> Login | None: ...
+
+    async def end_login(self, id_hash: str) -> None: ...

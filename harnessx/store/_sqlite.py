@@ -75,6 +75,7 @@ from harnessx.store._protocol import (
     leadership_lost,
 )
 from harnessx.store._queries import load_queries
+from harnessx.store._sqlite_console import SQLiteConsole
 from harnessx.store._waiters import RunWaiters
 
 __all__ = ["SQLiteBackend"]
@@ -92,7 +93,7 @@ CREATE TABLE IF NOT EXISTS harnessx_migrations (
 )"""
 
 
-class SQLiteBackend:
+class SQLiteBackend(SQLiteConsole):
     """Durable state in one SQLite file. Use as ``async with SQLiteBackend(path) as backend``."""
 
     dialect = "sqlite"

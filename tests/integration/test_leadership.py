@@ -189,12 +189,23 @@ async def test_a_takeover_waits_for_a_leader_write_in_flight(target: BackendTarg
 
 async def test_a_database_from_before_epochs_upgrades_and_leads(tmp_path: Path) -> None:
     from harnessx import SQLiteBackend
+    from harnessx.store._migrations import load_migrations
+    from harnessx.store._sqlite import _statements
 
     path = tmp_path / "db.sqlite3"
-    await (await SQLiteBackend.connect(path)).aclose()
+    # A database as the harnessx before leadership epochs left it: migrations 1 to 3.
     with sqlite3.connect(path) as conn:
-        conn.execute("DROP TABLE leadership")
-        conn.execute("DELETE FROM harnessx_migrations WHERE name = 'leadership'")
+        conn.execute("CREATE TABLE harnessx_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                     "checksum TEXT NOT NULL, applied_at REAL NOT NULL)")  # fmt: skip
+        for migration in load_migrations("sqlite"):
+            if migration.name == "leadership":
+                break
+            for statement in _statements(migration.sql):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO harnessx_migrations VALUES (?, ?, ?, 0)",
+                (migration.version, migration.name, migration.checksum),
+            )
     async with SQLiteBackend(path) as store:
         term = await store.try_leadership(ROLE)
         assert term is not None and term.epoch == 1

@@ -161,7 +161,7 @@ def test_demo_run_again_clears_only_its_own_files(tmp_path: Path) -> None:
     # A fresh walkthrough (its old database and counter were cleared: one invocation, one session)...
     assert "Tool invocations: 1" in again.stdout
     listing = harnessx("status", "--sqlite", "demo/runtime.sqlite3", cwd=tmp_path)
-    assert len(listing.stdout.splitlines()) == 1, listing.stdout
+    assert len(listing.stdout.splitlines()) == 2, listing.stdout  # the header and one session
     # ... and the user's files are still there.
     assert (folder / "user.txt").read_text() == "mine"
     assert (folder / "reports" / "summary.md").read_text() == "mine"
@@ -242,7 +242,7 @@ def test_status_and_events_read_a_read_only_file_system(tmp_path: Path) -> None:
     )
     assert inside.returncode == 0, inside.stderr
     assert f"{session_id}  completed" in inside.stdout
-    assert json.loads(inside.stdout.split("\n", 2)[2])["status"] == "completed"
+    assert json.loads(inside.stdout.split("\n", 3)[3])["status"] == "completed"  # after the listing
 
 
 def test_events_refuses_a_bad_cursor(tmp_path: Path) -> None:

@@ -7,12 +7,16 @@ from importlib import resources
 
 import pytest
 
+from harnessx.store._listing import list_statement
 from harnessx.store._pg_checkpoint import _single_valued, checkpoint_statement, without_steps
 from harnessx.store._postgres import SQLITE_ONLY_QUERIES
 from harnessx.store._queries import load_queries, parse_queries
 
 DIALECTS = ("sqlite", "postgres")
-MODULES = {"sqlite": ("_sqlite.py",), "postgres": ("_postgres.py", "_pg_checkpoint.py")}
+MODULES = {
+    "sqlite": ("_sqlite.py", "_sqlite_console.py", "_listing.py"),
+    "postgres": ("_postgres.py", "_pg_checkpoint.py", "_pg_console.py", "_listing.py"),
+}
 
 
 def package_text(*parts: str) -> str:
@@ -184,3 +188,30 @@ def test_leaving_out_a_step_the_statement_lacks_is_an_error() -> None:
 def test_a_parameter_made_single_valued_must_be_declared_once_as_an_array() -> None:
     with pytest.raises(ValueError, match=r"parameter \$1 is not declared once as an array"):
         _single_valued("WITH parameters AS (SELECT $1::text)\nSELECT 1", [1])
+
+
+LISTING_FILTERS = ("status", "not_queued", "queued", "agent_ref", "session_id", "run_id", "request_id",
+                   "created_from", "created_to", "before")  # fmt: skip
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_runs_listing_keeps_exactly_the_filters_given(dialect: str) -> None:
+    full = load_queries(dialect)["list_runs"]
+    assert set(re.findall(r"-- when: ([a-z_]+)", full)) == set(LISTING_FILTERS)
+    for name in LISTING_FILTERS:
+        sql, order = list_statement(dialect, frozenset({name}))
+        assert "-- when" not in sql
+        others = [line for line in full.splitlines() if "-- when:" in line and f"when: {name}" not in line]
+        assert all(line.split(" -- when:")[0] not in sql for line in others), name
+        if dialect == "postgres":
+            assert ":" not in re.sub(r"::[a-z0-9]+", "", sql), sql  # every parameter numbered
+            assert order[-1] == "limit" and len(order) == len(set(order))
+
+
+def test_postgres_listing_parameters_follow_their_numbers() -> None:
+    from harnessx.store._listing import list_query
+    from harnessx.store._protocol import RunFilter
+
+    query = list_query("postgres", RunFilter(status="failed", agent_ref="a@v1"), limit=10, before=(5, "r"))
+    assert query.args == ["failed", "a@v1", 5, "r", 11]
+    assert "$1" in query.sql and "$5" in query.sql and "$6" not in query.sql

@@ -76,7 +76,8 @@ INSERT INTO leadership (role, epoch, holder, since)
 SELECT $1, 1, $2, clock_timestamp()
 WHERE pg_try_advisory_lock(harnessx_liveness_key('leader:' || $1))
 ON CONFLICT (role) DO UPDATE
-SET epoch = leadership.epoch + 1, holder = excluded.holder, since = clock_timestamp()
+SET epoch = leadership.epoch + 1, holder = excluded.holder, since = clock_timestamp(),
+    scanned_at = NULL, scans = 0, recovered = 0
 RETURNING epoch, extract(epoch FROM since)::float8;
 
 -- name: leadership_term
@@ -559,3 +560,96 @@ FROM journal WHERE run_id = $1 ORDER BY seq LIMIT $2;
 -- name: count_journal
 -- How many records of one kind a run's journal holds for one model step.
 SELECT count(*) FROM journal WHERE run_id = $1 AND kind = $2 AND step_id = $3;
+
+-- name: list_runs
+-- A page of runs, newest first, after a keyset cursor (created_at, id). A line ending in
+-- "-- when: NAME" stays only when that filter is given (see _listing.list_statement), so each
+-- combination of filters is a statement of its own, which one of the runs_* indexes serves.
+-- The last column is the cursor's time in exact microseconds (extract gives a numeric).
+SELECT r.id, r.session_id, r.agent_ref, r.request_id, r.status, r.phase, r.iteration, r.event_count,
+       r.stop_reason, extract(epoch FROM r.created_at)::float8, extract(epoch FROM r.updated_at)::float8,
+       r.queued_at IS NOT NULL, (extract(epoch FROM r.created_at) * 1000000)::bigint
+FROM runs_now r
+WHERE true
+  AND r.status = :status -- when: status
+  AND r.queued_at IS NULL -- when: not_queued
+  AND r.queued_at IS NOT NULL -- when: queued
+  AND r.agent_ref = :agent_ref -- when: agent_ref
+  AND r.session_id = :session_id -- when: session_id
+  AND r.id = :run_id -- when: run_id
+  AND r.request_id = :request_id -- when: request_id
+  AND r.created_at >= :created_from -- when: created_from
+  AND r.created_at < :created_to -- when: created_to
+  AND (r.created_at, r.id) < (:before_at, :before_id) -- when: before
+ORDER BY r.created_at DESC, r.id DESC
+LIMIT :limit;
+
+-- name: count_runs
+-- How many runs have each status, and how many wait in the queue (index-only counts).
+SELECT status, count(*) FROM runs GROUP BY status
+UNION ALL
+SELECT 'queued', count(*) FROM runs WHERE queued_at IS NOT NULL;
+
+-- name: list_workers
+-- Workers, live ones first, then the most recently stopped, with the leases each holds.
+SELECT w.id, w.host, w.pid, w.agents::text, w.concurrency, extract(epoch FROM w.started_at)::float8,
+       extract(epoch FROM w.heartbeat_at)::float8, w.draining, extract(epoch FROM w.stopped_at)::float8,
+       (SELECT count(*) FROM sessions s
+        WHERE s.lease_owner COLLATE "C" >= w.id || '/' AND s.lease_owner COLLATE "C" < w.id || '0')
+FROM workers w
+ORDER BY w.stopped_at IS NOT NULL, coalesce(w.stopped_at, w.started_at) DESC
+LIMIT $1;
+
+-- name: leadership_state
+-- Every role's latest term and what its leader last recorded of its scans.
+SELECT role, epoch, holder, extract(epoch FROM since)::float8, extract(epoch FROM scanned_at)::float8,
+       scans, recovered
+FROM leadership ORDER BY role;
+
+-- name: record_scan
+-- The leader records its scans so far (fenced by its term: no row, no longer the leader).
+UPDATE leadership SET scanned_at = clock_timestamp(), scans = $1, recovered = $2
+WHERE role = $3 AND epoch = $4 AND holder = $5;
+
+-- name: insert_action
+-- An operator's decision or control, recorded before it is carried out (a retry after a lost
+-- reply changes nothing); returns when, by the database clock.
+INSERT INTO audit (id, at, actor, via, action, session_id, run_id, execution_key, detail)
+VALUES ($1, clock_timestamp(), $2, $3, $4, $5, $6, $7, $8::json)
+ON CONFLICT (id) DO UPDATE SET id = excluded.id
+RETURNING extract(epoch FROM at)::float8;
+
+-- name: finish_action
+-- How an operator's action ended, and what more is known of it then.
+UPDATE audit SET outcome = $2, finished_at = clock_timestamp(), detail = $3::json WHERE id = $1;
+
+-- name: run_actions
+-- The operators' actions on one run, oldest first.
+SELECT id, extract(epoch FROM at)::float8, actor, via, action, session_id, run_id, execution_key,
+       detail::text, outcome, extract(epoch FROM finished_at)::float8
+FROM audit WHERE run_id = $1 ORDER BY at, id LIMIT $2;
+
+-- name: recent_actions
+-- The newest operator actions on any run.
+SELECT id, extract(epoch FROM at)::float8, actor, via, action, session_id, run_id, execution_key,
+       detail::text, outcome, extract(epoch FROM finished_at)::float8
+FROM audit ORDER BY at DESC, id DESC LIMIT $1;
+
+-- name: insert_login
+-- A console sign-in (by a hash of its secret id), valid for $5 seconds.
+INSERT INTO console_logins (id_hash, name, role, token_id, created_at, expires_at)
+VALUES ($1, $2, $3, $4, clock_timestamp(), clock_timestamp() + make_interval(secs => $5))
+ON CONFLICT (id_hash) DO NOTHING;
+
+-- name: get_login
+-- A console sign-in by the hash of its id, with whether it is still valid by the database clock.
+SELECT name, role, token_id, expires_at > clock_timestamp() AND ended_at IS NULL
+FROM console_logins WHERE id_hash = $1;
+
+-- name: end_login
+-- Sign out: the session ends everywhere.
+UPDATE console_logins SET ended_at = clock_timestamp() WHERE id_hash = $1 AND ended_at IS NULL;
+
+-- name: purge_logins
+-- Forget console sign-ins that expired a day or more ago.
+DELETE FROM console_logins WHERE expires_at < clock_timestamp() - interval '1 day';

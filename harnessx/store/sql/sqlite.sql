@@ -50,10 +50,12 @@ RETURNING message_count;
 UPDATE sessions SET control = ? WHERE id = ?;
 
 -- name: insert_run
--- A new run, fenced by the caller's transaction; queued_at is set for the pool.
+-- A new run, fenced by the caller's transaction; queued_at is set for the pool. It carries its
+-- session's agent reference, for listing runs by agent.
 INSERT INTO runs (id, session_id, request_id, request_message, status, phase, history_length,
-                  generation, created_at, updated_at, queued_at)
-VALUES (?, ?, ?, ?, 'running', 'prepare_model_call', ?, ?, ?, ?, ?);
+                  generation, created_at, updated_at, queued_at, agent_ref)
+VALUES (?1, ?2, ?3, ?4, 'running', 'prepare_model_call', ?5, ?6, ?7, ?8, ?9,
+        (SELECT agent_ref FROM sessions WHERE id = ?2));
 
 -- name: update_run
 -- Move a run to its state after a checkpoint; a run that stops running leaves the queue.
@@ -234,7 +236,8 @@ RETURNING id;
 -- name: take_leadership
 -- The holder of a role's lock file takes the role's next epoch (its fencing token).
 INSERT INTO leadership (role, epoch, holder, since) VALUES (?, 1, ?, ?)
-ON CONFLICT (role) DO UPDATE SET epoch = epoch + 1, holder = excluded.holder, since = excluded.since
+ON CONFLICT (role) DO UPDATE SET epoch = epoch + 1, holder = excluded.holder, since = excluded.since,
+                                scanned_at = NULL, scans = 0, recovered = 0
 RETURNING epoch, since;
 
 -- name: leadership_term
@@ -277,3 +280,83 @@ FROM journal WHERE run_id = ? ORDER BY seq LIMIT ?;
 -- name: count_journal
 -- How many records of one kind a run's journal holds for one model step.
 SELECT count(*) FROM journal WHERE run_id = ? AND kind = ? AND step_id = ?;
+
+-- name: list_runs
+-- A page of runs, newest first, after a keyset cursor (created_at, id). A line ending in
+-- "-- when: NAME" stays only when that filter is given (see _listing.list_statement), so each
+-- combination of filters is a statement of its own, which one of the runs_* indexes serves.
+SELECT r.id, r.session_id, r.agent_ref, r.request_id, r.status, r.phase, r.iteration, r.event_count,
+       r.stop_reason, r.created_at, r.updated_at, r.queued_at IS NOT NULL, r.created_at
+FROM runs r
+WHERE 1 = 1
+  AND r.status = :status -- when: status
+  AND r.queued_at IS NULL -- when: not_queued
+  AND r.queued_at IS NOT NULL -- when: queued
+  AND r.agent_ref = :agent_ref -- when: agent_ref
+  AND r.session_id = :session_id -- when: session_id
+  AND r.id = :run_id -- when: run_id
+  AND r.request_id = :request_id -- when: request_id
+  AND r.created_at >= :created_from -- when: created_from
+  AND r.created_at < :created_to -- when: created_to
+  AND (r.created_at, r.id) < (:before_at, :before_id) -- when: before
+ORDER BY r.created_at DESC, r.id DESC
+LIMIT :limit;
+
+-- name: count_runs
+-- How many runs have each status, and how many wait in the queue (index-only counts).
+SELECT status, count(*) FROM runs GROUP BY status
+UNION ALL
+SELECT 'queued', count(*) FROM runs WHERE queued_at IS NOT NULL;
+
+-- name: list_workers
+-- Workers, live ones first, then the most recently stopped, with the leases each holds.
+SELECT w.id, w.host, w.pid, w.agents, w.concurrency, w.started_at, w.heartbeat_at, w.draining,
+       w.stopped_at,
+       (SELECT count(*) FROM sessions s WHERE s.lease_owner >= w.id || '/' AND s.lease_owner < w.id || '0')
+FROM workers w
+ORDER BY w.stopped_at IS NOT NULL, coalesce(w.stopped_at, w.started_at) DESC
+LIMIT ?;
+
+-- name: leadership_state
+-- Every role's latest term and what its leader last recorded of its scans.
+SELECT role, epoch, holder, since, scanned_at, scans, recovered FROM leadership ORDER BY role;
+
+-- name: record_scan
+-- The leader records its scans so far (fenced by its term: no row, no longer the leader).
+UPDATE leadership SET scanned_at = ?, scans = ?, recovered = ?
+WHERE role = ? AND epoch = ? AND holder = ?;
+
+-- name: insert_action
+-- An operator's decision or control, recorded before it is carried out.
+INSERT INTO audit (id, at, actor, via, action, session_id, run_id, execution_key, detail)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: finish_action
+-- How an operator's action ended, and what more is known of it then.
+UPDATE audit SET outcome = ?, finished_at = ?, detail = ? WHERE id = ?;
+
+-- name: run_actions
+-- The operators' actions on one run, oldest first.
+SELECT id, at, actor, via, action, session_id, run_id, execution_key, detail, outcome, finished_at
+FROM audit WHERE run_id = ? ORDER BY at, id LIMIT ?;
+
+-- name: recent_actions
+-- The newest operator actions on any run.
+SELECT id, at, actor, via, action, session_id, run_id, execution_key, detail, outcome, finished_at
+FROM audit ORDER BY at DESC, id DESC LIMIT ?;
+
+-- name: insert_login
+-- A console sign-in (by a hash of its secret id).
+INSERT INTO console_logins (id_hash, name, role, token_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?);
+
+-- name: get_login
+-- A console sign-in by the hash of its id, with whether it is still valid at a time.
+SELECT name, role, token_id, expires_at > ? AND ended_at IS NULL FROM console_logins WHERE id_hash = ?;
+
+-- name: end_login
+-- Sign out: the session ends everywhere.
+UPDATE console_logins SET ended_at = ? WHERE id_hash = ? AND ended_at IS NULL;
+
+-- name: purge_logins
+-- Forget console sign-ins that expired a day or more ago.
+DELETE FROM console_logins WHERE expires_at < ?;
