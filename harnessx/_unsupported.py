@@ -59,6 +59,7 @@ FEATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "the model limits registry": (("ModelLimits", "register_model_limits"), ("harnessx.models",)),
     "structured decisions (JEV)": ((), ("harnessx.decisions",)),
     "the guardrails engine": (("GuardrailsEngine",), ()),
+    "the tool_choice option (use the providers' extra_body)": (("ToolChoice",), ()),
 }
 
 # The original's internal modules: imported by its own tests, never public API.

@@ -1,7 +1,9 @@
-"""Model providers: the contract every provider implements, and the built-in HTTP ones."""
+"""Model providers: the contract every provider implements, the built-in HTTP ones, the
+provider names ``AgentConfig(provider=...)`` accepts, and failover across providers."""
 
 from __future__ import annotations
 
+from harnessx._policies import Fallback
 from harnessx.providers._anthropic import AnthropicProvider
 from harnessx.providers._base import (
     LLMProvider,
@@ -11,10 +13,21 @@ from harnessx.providers._base import (
     TokenUsage,
     ToolCall,
 )
+from harnessx.providers._fallback import FallbackProvider
 from harnessx.providers._openai import OpenAIProvider
+from harnessx.providers._registry import (
+    BUILTIN_PROVIDERS,
+    make_provider,
+    register_provider,
+    registered_providers,
+    unregister_provider,
+)
 
 __all__ = [
     "AnthropicProvider",
+    "BUILTIN_PROVIDERS",
+    "Fallback",
+    "FallbackProvider",
     "LLMProvider",
     "OpenAIProvider",
     "ProviderResponse",
@@ -22,4 +35,8 @@ __all__ = [
     "StreamChunk",
     "TokenUsage",
     "ToolCall",
+    "make_provider",
+    "register_provider",
+    "registered_providers",
+    "unregister_provider",
 ]

@@ -10,6 +10,10 @@ prints passed / failed / errors / skipped per file as a Markdown table, the one 
     python tests/compat/original_suite.py --sdist harnessx-0.9.1.tar.gz
     python tests/compat/original_suite.py --reference-python /path/to/venv-with-0.9.1/bin/python
 
+``--postgres`` starts a throwaway PostgreSQL cluster (``harnessx.testing``) for the files
+that need one, named to them by ``HARNESS_TEST_POSTGRES_DSN`` (a fresh database per file
+and interpreter); ``--postgres-dsn`` names a server instead.
+
 ``--reference-python`` runs the same files against a venv where the original itself is
 installed (with pytest and pytest-asyncio), for a second column: a test the original
 fails on from its sdist alone (it needs files its repository has and its sdist lacks, a
@@ -21,6 +25,8 @@ Not collected by pytest (its name does not start with ``test_``).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import os
 import shutil
 import subprocess
@@ -30,6 +36,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 DIST = "harnessx==0.9.1"
 # The original's own pytest settings (from its pyproject.toml), minus ``pythonpath = ["."]``:
@@ -92,7 +99,7 @@ def extract_tests(sdist: Path, into: Path) -> Path:
     return into / "tests"
 
 
-def run_file(python: str, tests: Path, name: str, timeout: float) -> FileResult:
+def run_file(python: str, tests: Path, name: str, timeout: float, dsn: str | None = None) -> FileResult:
     """One test file in its own pytest process and its own scratch working directory."""
     result = FileResult(name)
     with tempfile.TemporaryDirectory(prefix="harnessx-orig-") as scratch:
@@ -104,6 +111,8 @@ def run_file(python: str, tests: Path, name: str, timeout: float) -> FileResult:
             k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "HARNESSX_"))
         }
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if dsn is not None:
+            env["HARNESS_TEST_POSTGRES_DSN"] = dsn
         command = [
             python,
             "-m",
@@ -219,10 +228,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="interpreter with our harnessx installed")
     parser.add_argument("--reference-python", help="interpreter with the original harnessx 0.9.1 installed")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per test file")
+    servers = parser.add_mutually_exclusive_group()
+    servers.add_argument("--postgres", action="store_true", help="start a throwaway PostgreSQL cluster")
+    servers.add_argument("--postgres-dsn", help="a PostgreSQL server for the tests that need one")
     parser.add_argument("--failures", action="store_true", help="also list each failing test")
     parser.add_argument("files", nargs="*", help="only these test files (names like test_api_0_4.py)")
     args = parser.parse_args(argv)
 
+    with contextlib.ExitStack() as stack:
+        cluster = None
+        if args.postgres:
+            from harnessx.testing import ThrowawayCluster
+
+            cluster = stack.enter_context(ThrowawayCluster())
+        databases = itertools.count(1)
+
+        def dsn_for() -> str | None:
+            if cluster is not None:
+                return cluster.create_database(f"suite_{next(databases)}")
+            return args.postgres_dsn
+
+        return _run_all(args, parser, dsn_for)
+
+
+def _run_all(args: argparse.Namespace, parser: argparse.ArgumentParser, dsn_for: Any) -> int:
     with tempfile.TemporaryDirectory(prefix="harnessx-orig-suite-") as scratch:
         work = Path(scratch)
         if args.source is not None:
@@ -241,9 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         reference: dict[str, FileResult] | None = {} if args.reference_python else None
         for name in names:
             print(f"running {name} ...", file=sys.stderr, flush=True)
-            ours.append(run_file(args.python, tests, name, args.timeout))
+            ours.append(run_file(args.python, tests, name, args.timeout, dsn_for()))
             if reference is not None and args.reference_python:
-                reference[name] = run_file(args.reference_python, tests, name, args.timeout)
+                reference[name] = run_file(args.reference_python, tests, name, args.timeout, dsn_for())
     print(table(ours, reference))
     if args.failures:
         for item in ours:
