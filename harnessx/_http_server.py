@@ -31,13 +31,17 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-__all__ = ["ConnectionLimits", "HttpServer", "ListenError", "listen"]
+__all__ = ["RESPONSE_DEADLINE", "ConnectionLimits", "HttpServer", "ListenError", "listen"]
+
+# The ASGI scope extension (a callable taking seconds) that lets an application give the
+# response in flight a deadline of its own, e.g. an event stream that lasts minutes.
+RESPONSE_DEADLINE = "harnessx.response_deadline"
 
 logger = logging.getLogger("harnessx.http")
 
@@ -178,6 +182,11 @@ class _GuardedProtocol(H11Protocol):
             self.deadline.cancel()
         self.deadline = None if due is None else self.loop.call_at(due, self._expired)
 
+    def extend_deadline(self, seconds: float) -> None:
+        """The response in flight may take ``seconds`` from now (an event stream)."""
+        if not self.idle:
+            self.arm(seconds)
+
     def _expired(self) -> None:
         self.deadline = None
         logger.debug("http: connection from %s missed its deadline", self.client)
@@ -214,6 +223,11 @@ class _GuardedProtocol(H11Protocol):
         if self.cycle is not cycle and not self.idle:
             # A complete request head arrived: from now on its response is what is awaited.
             self.arm(self.guard.limits.response_timeout)
+            # A streaming response (the console's event streams) may ask for a later deadline;
+            # the app has not started yet (its task runs on the loop's next turn).
+            assert self.cycle is not None
+            scope = cast(dict[str, Any], self.cycle.scope)
+            scope.setdefault("extensions", {})[RESPONSE_DEADLINE] = self.extend_deadline
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -31,6 +31,7 @@ from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import RunResult
 from harnessx._runlog import parse_cursor
 from harnessx._runtime import AgentRuntime
+from harnessx.console._command import console
 from harnessx.store._migrations import MigrationReport
 from harnessx.store._protocol import SessionSummary, Store
 
@@ -411,7 +412,7 @@ def _import(path: str) -> Any:
         raise click.UsageError(f"cannot load {path}: {exc}") from exc
 
 
-for _command in COMMANDS:
+for _command in [*COMMANDS, console]:
     main.add_command(_command)
 
 

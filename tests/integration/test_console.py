@@ -1,0 +1,310 @@
+"""The operator console over a real server on loopback, on both backends: sign-in, roles,
+CSRF, the JSON API, decisions through it, and the live event stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+import httpx
+import pytest
+from console_support import OPERATOR, TOKENS, VIEWER, serve_console, sign_in
+from durable_support import BackendTarget
+
+from harness_workers import Worker, WorkerConfig
+from harnessx import (
+    Agent,
+    AgentRef,
+    AgentRegistry,
+    AgentRuntime,
+    ProviderResponse,
+    ScriptedProvider,
+    ToolCall,
+)
+from harnessx._errors import ConfigurationError
+from harnessx.console import Tokens, create_app
+
+
+def registry(release: threading.Event) -> AgentRegistry:
+    def script(turns: int) -> Any:
+        def reply(request: Any) -> ProviderResponse | str:
+            if request.turn < turns:
+                call = ToolCall(f"c{request.turn}", "step", {"n": request.turn})
+                return ProviderResponse(text=f"step {request.turn}", tool_calls=[call])
+            return "all done"
+
+        return reply
+
+    def build(permission: str | None, turns: int) -> Agent:
+        agent = Agent(provider=ScriptedProvider(script(turns)))
+
+        @agent.tools.register(permission=permission, replay_policy="safe")
+        def step(n: int) -> str:
+            """One step.
+
+            Args:
+                n: Step number.
+            """
+            release.wait(30)
+            return f"step {n} done"
+
+        return agent
+
+    found = AgentRegistry()
+    found.register("asks", lambda: build("ask", 1))
+    found.register("plain", lambda: build(None, 3))
+    return found
+
+
+async def submit(store: Any, name: str) -> tuple[str, str]:
+    runtime = AgentRuntime(AgentRef(name, "v1"), backend=store, execution="pool")
+    handle = await runtime.submit("go")
+    await runtime.stop()
+    return handle.session_id, handle.run_id
+
+
+async def until(check: Any, what: str, within: float = 30) -> Any:
+    for _ in range(int(within / 0.02)):
+        value = await check()
+        if value:
+            return value
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+async def pool(target: BackendTarget) -> Any:
+    release = threading.Event()
+    async with target.open() as worker_store, target.open() as store:
+        config = WorkerConfig(concurrency=4, control_interval=0.05, stats_interval=0.05)
+        worker = Worker(worker_store, registry(release), config)
+        task = asyncio.create_task(worker.run())
+        await worker.registered.wait()
+        try:
+            yield store, release
+        finally:
+            release.set()
+            worker.drain()
+            await task
+
+
+async def status(store: Any, run_id: str) -> str:
+    record = await store.get_run(run_id)
+    return str(record.status) if record else ""
+
+
+async def test_nothing_is_served_without_signing_in(target: BackendTarget) -> None:
+    async with (
+        target.open() as store,
+        serve_console(store) as served,
+        httpx.AsyncClient(base_url=served.url) as client,
+    ):
+        page = await client.get("/runs?status=failed")
+        assert page.status_code == 303 and page.headers["location"] == "/login?next=%2Fruns%3Fstatus%3Dfailed"
+        assert (await client.get("/api/runs")).status_code == 401
+        bad = await client.get("/api/runs", headers={"Authorization": f"Bearer {OPERATOR}x"})
+        assert bad.status_code == 401 and OPERATOR not in bad.text
+        forged = await client.get("/runs", headers={"Cookie": "harnessx_console=forged.value"})
+        assert forged.status_code == 303
+        refused = await client.post("/login", data={"nonce": "made-up", "token": OPERATOR})
+        assert refused.status_code == 403 and "expired" in refused.text
+    with pytest.raises(ConfigurationError, match="serves nothing without auth"):
+        create_app(store, tokens=None)
+    with pytest.raises(ConfigurationError, match="at least 24 characters"):
+        Tokens("alice:operator:short")
+    with pytest.raises(ConfigurationError, match="NAME:ROLE:TOKEN"):
+        Tokens("alice:admin:" + "x" * 30)
+
+
+async def test_sign_in_csrf_and_sign_out_end_the_session(pool: Any) -> None:
+    store, release = pool
+    release.set()
+    _, run_id = await submit(store, "asks")
+    await until(lambda: _is(store, run_id, "awaiting_input"), "a run waiting for approval")
+    [entry] = [e for e in await store.tool_calls(run_id) if e.pending()]
+    async with serve_console(store) as served, httpx.AsyncClient(base_url=served.url) as client:
+        csrf = await sign_in(client, OPERATOR)
+        session_cookie = client.cookies["harnessx_console"]
+        assert OPERATOR not in session_cookie
+        page = await client.get(f"/runs/{run_id}")
+        assert "Approve" in page.text and entry.execution_key in page.text
+        assert OPERATOR not in page.text and VIEWER not in page.text
+        form = {"execution_key": entry.execution_key, "decision": "approve"}
+        no_csrf = await client.post(f"/runs/{run_id}/decide", data=form)
+        assert no_csrf.status_code == 403 and "CSRF" in no_csrf.text
+        wrong = await client.post(f"/runs/{run_id}/decide", data={**form, "csrf": csrf[:-2] + "xx"})
+        assert wrong.status_code == 403
+        assert await status(store, run_id) == "awaiting_input" and await store.run_actions(run_id) == []
+        done = await client.post(f"/runs/{run_id}/decide", data={**form, "csrf": csrf})
+        assert done.status_code == 303 and done.headers["location"] == f"/runs/{run_id}"
+        shown = await client.get(f"/runs/{run_id}")
+        assert "approved; the run is queued for any worker" in shown.text
+        await until(lambda: _is(store, run_id, "completed"), "the approved run to complete")
+        [action] = await store.run_actions(run_id)
+        assert (action.actor, action.via, action.action, action.outcome) == (
+            "alice",
+            "console",
+            "approve",
+            "ok",
+        )
+        assert (await client.post("/logout", data={})).status_code == 403  # CSRF on sign-out too
+        out = await client.post("/logout", data={"csrf": csrf})
+        assert out.status_code == 303 and out.headers["location"] == "/login"
+        # The old cookie, replayed, no longer signs anyone in.
+        async with httpx.AsyncClient(base_url=served.url) as other:
+            replayed = await other.get("/runs", headers={"Cookie": f"harnessx_console={session_cookie}"})
+        assert replayed.status_code == 303 and replayed.headers["location"].startswith("/login")
+
+
+async def _is(store: Any, run_id: str, wanted: str) -> bool:
+    return await status(store, run_id) == wanted
+
+
+async def test_a_viewer_reads_but_cannot_decide(pool: Any) -> None:
+    store, release = pool
+    release.set()
+    session_id, run_id = await submit(store, "asks")
+    await until(lambda: _is(store, run_id, "awaiting_input"), "a run waiting for approval")
+    [entry] = [e for e in await store.tool_calls(run_id) if e.pending()]
+    viewer = {"Authorization": f"Bearer {VIEWER}"}
+    async with (
+        serve_console(store) as served,
+        httpx.AsyncClient(base_url=served.url, headers=viewer) as client,
+    ):
+        assert (await client.get("/api/whoami")).json() == {"name": "vic", "role": "viewer", "via": "api"}
+        runs = (await client.get("/api/runs", params={"status": "awaiting_input"})).json()
+        assert [r["run_id"] for r in runs["runs"]] == [run_id]
+        page = await client.get(f"/runs/{run_id}")
+        assert "Only an operator may decide." in page.text and "Approve</button>" not in page.text
+        body = {"execution_key": entry.execution_key}
+        refused = await client.post(f"/api/runs/{run_id}/approve", json=body)
+        assert refused.status_code == 403 and "viewer" in refused.json()["error"]
+        assert (await client.post(f"/api/sessions/{session_id}/cancel")).status_code == 403
+        assert await status(store, run_id) == "awaiting_input"
+        operator = {"Authorization": f"Bearer {OPERATOR}"}
+        done = await client.post(
+            f"/api/runs/{run_id}/approve", json={**body, "allow": False}, headers=operator
+        )
+        assert done.status_code == 200, done.text
+        assert done.json()["requeued"] is True and done.json()["action"]["via"] == "api"
+        again = await client.post(f"/api/runs/{run_id}/approve", json=body, headers=operator)
+        assert again.status_code == 409 and "no tool call awaiting approval" in again.json()["error"]
+
+
+async def test_the_json_api_lists_pages_and_counts(pool: Any) -> None:
+    store, release = pool
+    release.set()
+    made = [await submit(store, "asks") for _ in range(3)]
+    for _, run_id in made:
+        await until(lambda run_id=run_id: _is(store, run_id, "awaiting_input"), "waiting runs")
+    headers = {"Authorization": f"Bearer {OPERATOR}"}
+    async with (
+        serve_console(store, counts_ttl=0.0) as served,
+        httpx.AsyncClient(base_url=served.url, headers=headers) as client,
+    ):
+        first = (await client.get("/api/runs", params={"limit": 2})).json()
+        second = (await client.get("/api/runs", params={"limit": 2, "before": first["next"]})).json()
+        assert second["next"] is None
+        assert [r["run_id"] for r in first["runs"] + second["runs"]] == [
+            run_id for _, run_id in reversed(made)
+        ]
+        counts = await until(lambda: _counts(client, 3), "the counts to include the three runs")
+        assert counts["awaiting_input"] == 3
+        bad = await client.get("/api/runs", params={"status": "nope"})
+        assert bad.status_code == 400 and "not a run status" in bad.json()["error"]
+        assert (await client.get("/api/runs", params={"before": "garbage"})).status_code == 400
+        assert (await client.get("/api/runs/nope")).status_code == 404
+        detail = (await client.get(f"/api/runs/{made[0][1]}")).json()
+        assert detail["tool_calls"][0]["status"] == "approval" and detail["agent_ref"] == "asks@v1"
+        for path in ("/api/workers", "/api/queue", "/api/supervisor", "/api/actions"):
+            answer = await client.get(path)
+            assert answer.status_code == 200, path
+        assert (await client.get("/api/workers")).json()["live"] == 1
+        for path in ("/runs", f"/runs/{made[0][1]}", "/workers", "/queue", "/supervisor", "/audit"):
+            page = await client.get(path)
+            assert page.status_code == 200, path
+            assert page.headers["content-security-policy"].startswith("default-src 'self'")
+            assert OPERATOR not in page.text
+
+
+async def _counts(client: httpx.AsyncClient, total: int) -> dict[str, int] | None:
+    answer = (await client.get("/api/runs/counts")).json()
+    return answer["counts"] if answer["total"] == total else None  # type: ignore[no-any-return]
+
+
+async def read_stream(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], stop_after: int | None
+) -> list[dict[str, Any]]:
+    """Events of one SSE connection, as (id, data); closes after ``stop_after`` events."""
+    got: list[dict[str, Any]] = []
+    async with client.stream("GET", url, headers=headers) as response:
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        event: dict[str, Any] = {}
+        async for line in response.aiter_lines():
+            if line.startswith("id: "):
+                event["id"] = line[4:]
+            elif line.startswith("data: "):
+                event["data"] = json.loads(line[6:])
+            elif line == "" and "data" in event:
+                got.append(event)
+                event = {}
+                if stop_after is not None and len(got) >= stop_after:
+                    break
+    return got
+
+
+async def test_events_resume_from_last_event_id_without_gaps_or_repeats(pool: Any) -> None:
+    store, release = pool
+    _, run_id = await submit(store, "plain")
+    headers = {"Authorization": f"Bearer {OPERATOR}"}
+    async with serve_console(store) as served, httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+        url = f"/api/runs/{run_id}/events"
+        first = await read_stream(client, url, headers, stop_after=2)  # then the client goes away
+        release.set()  # the run goes on while nobody listens
+        rest = await read_stream(client, url, {**headers, "Last-Event-ID": first[-1]["id"]}, stop_after=None)
+        received = first + rest
+        assert rest[-1]["data"]["type"] == "run_result" and rest[-1]["data"]["data"]["status"] == "completed"
+        stored = await store.read_events(run_id, 0, 10_000)
+        assert [e["id"] for e in received] == [e.cursor for e in stored]
+        assert [e["data"]["event_id"] for e in received] == [e.event_id for e in stored]
+        assert [e["data"]["type"] for e in received] == [e.type.value for e in stored]
+        # A finished run with nothing behind the cursor: 204, which stops a browser's EventSource.
+        done = await client.get(url, headers={**headers, "Last-Event-ID": received[-1]["id"]})
+        assert done.status_code == 204
+        by_query = await read_stream(client, f"{url}?after={received[-3]['id']}", headers, stop_after=None)
+        assert [e["id"] for e in by_query] == [e["id"] for e in received[-2:]]
+        assert (await client.get(f"{url}?after=abc", headers=headers)).status_code == 400
+
+
+async def test_without_auth_only_localhost_is_answered(target: BackendTarget) -> None:
+    async with (
+        target.open() as store,
+        serve_console(store, tokens=None, local_name="me (no auth)") as served,
+        httpx.AsyncClient(base_url=served.url) as client,
+    ):
+        assert (await client.get("/api/whoami")).json() == {
+            "name": "me (no auth)",
+            "role": "operator",
+            "via": "local",
+        }
+        rebound = await client.get("/api/whoami", headers={"Host": "evil.example:8080"})
+        assert rebound.status_code == 403 and "localhost" in rebound.json()["error"]
+        # A state change still needs the page's CSRF token (another site could post here).
+        assert (await client.post("/sessions/s/cancel", data={})).status_code == 403
+
+
+def test_tokens_file_is_read_again_when_it_changes(tmp_path: Any) -> None:
+    import os
+    import time
+
+    path = tmp_path / "tokens"
+    path.write_text(TOKENS)
+    tokens = Tokens(file=path)
+    assert tokens.find(VIEWER) is not None and "secret" not in repr(tokens)
+    path.write_text(f"alice:operator:{OPERATOR}\n")
+    os.utime(path, (time.time() + 5, time.time() + 5))
+    tokens._checked = 0.0  # the file is looked at once a second at most
+    assert tokens.find(VIEWER) is None and tokens.find(OPERATOR) is not None
