@@ -23,9 +23,9 @@ from typing import Any
 
 from harnessx._errors import StorageError
 from harnessx._events import RunEvent
-from harnessx._results import ToolResult
+from harnessx._results import RunStatus, ToolResult
 from harnessx._state import Delta, Phase, RunState, ToolEntry
-from harnessx.providers._base import ProviderResponse
+from harnessx.providers._base import ProviderResponse, StopReason
 
 __all__ = [
     "RECORD_KINDS",
@@ -121,7 +121,7 @@ def response_payload(response: ProviderResponse) -> dict[str, Any]:
         "text": response.text,
         "tool_calls": [call.to_dict() for call in response.tool_calls or []],
         "thinking": response.thinking,
-        "stop_reason": str(response.stop_reason),
+        "stop_reason": StopReason.coerce(response.stop_reason).value,
         "usage": usage.to_dict() if usage is not None else None,
     }
 
@@ -157,7 +157,7 @@ def checkpoint_payload(state: RunState, delta: Delta) -> dict[str, Any]:
             tools[entry.execution_key] = entry
     return {
         "phase": Phase(phase).value,
-        "status": str(status),
+        "status": RunStatus(status).value,
         "error": changed.get("error", state.error),
         # 0.9.1 keeps extension state here; this harnessx has none.
         "extensions": {},
