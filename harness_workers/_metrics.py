@@ -48,6 +48,14 @@ class WorkerMetrics:
             ["reason"],
             registry=r,
         )
+        self.start_failures = Counter(
+            "harnessx_run_start_failures",
+            "Claimed runs that could not be started, by cause (agent: the registry could not build "
+            "the agent; corrupt_state: the stored state cannot be read) and outcome (retried later, "
+            "or failed for good).",
+            ["cause", "outcome"],
+            registry=r,
+        )
         self.active_runs = Gauge("harnessx_active_runs", "Runs this worker is driving now.", registry=r)
         self.slots = Gauge("harnessx_concurrency_slots", "Runs this worker may drive at once.", registry=r)
         self.lease_renewals = Counter(

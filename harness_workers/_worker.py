@@ -20,14 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness_workers._metrics import WorkerMetrics
+from harness_workers._starting import StartPolicy, retry_notice
 from harnessx._agent import Agent
-from harnessx._errors import ConfigurationError, HarnessError, LeaseLostError
+from harnessx._errors import ConfigurationError, CorruptStateError, HarnessError, LeaseLostError
 from harnessx._executor import Execution, RunExecutor
 from harnessx._hooks import HookContext, HookEvent
 from harnessx._leases import LeaseKeeper
 from harnessx._logging import bind_log_context
 from harnessx._registry import AgentRef, AgentRegistry
-from harnessx.store._protocol import Lease, Store, WorkerInfo
+from harnessx._results import RunStatus
+from harnessx._state import RunState
+from harnessx.store._protocol import Lease, RunRecord, Store, WorkerInfo
 
 __all__ = ["Worker", "WorkerConfig"]
 
@@ -37,7 +40,8 @@ logger = logging.getLogger("harness_workers.worker")
 @dataclass
 class WorkerConfig:
     """``renew_interval`` defaults to a third of the store's lease; the drain waits at most
-    ``drain_timeout`` for runs to reach a boundary."""
+    ``drain_timeout`` for runs to reach a boundary; ``start`` says how often a run whose
+    agent cannot be built is tried again (``harness_workers._starting``)."""
 
     concurrency: int = 4
     poll_min: float = 0.02
@@ -46,6 +50,7 @@ class WorkerConfig:
     control_interval: float = 0.25
     stats_interval: float = 2.0
     drain_timeout: float = 60.0
+    start: StartPolicy = field(default_factory=StartPolicy)
     host: str = field(default_factory=socket.gethostname)
 
     def __post_init__(self) -> None:
@@ -209,20 +214,17 @@ class Worker:
         # Every line logged by this task (and the run's task it starts) names the run.
         bind_log_context(run_id=run_id, session_id=lease.session_id, generation=lease.generation)
         agent: Agent | None = None
+        launched = False
         try:
-            session = await self.store.get_session(lease.session_id)
-            record = await self.store.get_run(run_id)
-            if session is None or record is None or session.agent_ref is None:
-                raise ConfigurationError(
-                    f"run {run_id} has no agent reference; only pool sessions are claimed"
-                )
-            agent = self.registry.create(AgentRef.parse(session.agent_ref))
-            agent.hooks.on(HookEvent.TOOL_END, self._count_tool(agent))
-            state = await self.store.load_state(run_id)
+            ready = await self._prepare(lease, run_id)
+            if ready is None:
+                return  # settled without starting (see _starting); nothing left to drive
+            agent, state, record, recording = ready
             logger.info("claimed run %s", run_id)
             execution = self.executor.launch(
-                agent, lease, state, last_seq=record.event_count, resumed=True, recording=session.recording
+                agent, lease, state, last_seq=record.event_count, resumed=True, recording=recording
             )
+            launched = True
             self.active[run_id] = execution
             self.metrics.active_runs.set(len(self.active))
             if self._draining:
@@ -231,23 +233,127 @@ class Worker:
             self.metrics.runs_finished.labels(status=result.status.value).inc()
             logger.info("run %s %s", run_id, result.status.value)
         except LeaseLostError:
-            self.metrics.fenced_writes.inc()
-            self.metrics.runs_failed.labels(reason="lease_lost").inc()
-            logger.warning("run %s stopped: lease lost to another process", run_id)
+            await self._lease_lost(lease, run_id)
         except asyncio.CancelledError:
+            if not launched:
+                # Cut off before the run started (a drain that ran out of time): it must
+                # not wait for its lease to expire. The executor does this once launched.
+                with contextlib.suppress(HarnessError):
+                    await self.store.requeue(lease, run_id)
+                    await self.store.release(lease)
             raise
         except Exception as exc:
             self.metrics.runs_failed.labels(reason=type(exc).__name__).inc()
-            logger.exception("run %s could not be driven", run_id)
-            if run_id not in self.active:
-                with contextlib.suppress(HarnessError):
-                    await self.store.release(lease)
+            if launched:
+                logger.exception("run %s could not be driven", run_id)
+            else:
+                # The store failed while the run was being prepared: nothing could record
+                # an outcome. Its lease expires and the supervisor requeues it.
+                logger.warning(
+                    "run %s could not be started (%s: %s); its lease is left to expire, then the "
+                    "supervisor requeues it",
+                    run_id,
+                    type(exc).__name__,
+                    exc,
+                )
         finally:
             self.active.pop(run_id, None)
             self.metrics.active_runs.set(len(self.active))
             if agent is not None:
                 await agent.aclose()
             self._wake.set()
+
+    async def _prepare(self, lease: Lease, run_id: str) -> tuple[Agent, RunState, RunRecord, bool] | None:
+        """The run's agent, state, row and whether its session is flight-recorded, ready to
+        drive; ``None`` once a run that cannot be
+        started is settled (failed, or queued again for a later attempt). Store failures
+        propagate (see ``harness_workers._starting``)."""
+        record = await self.store.get_run(run_id)
+        if record is None:
+            logger.error("run %s was deleted from the store after this worker claimed it", run_id)
+            return None
+        try:
+            session = await self.store.get_session(lease.session_id)
+            state = await self.store.load_state(run_id)
+        except CorruptStateError as exc:
+            await self._end_unreadable(lease, record, exc)
+            return None
+        if session is None:
+            logger.error("run %s was deleted from the store after this worker claimed it", run_id)
+            return None
+        try:
+            agent = self.registry.create(AgentRef.parse(session.agent_ref or ""))
+            agent.hooks.on(HookEvent.TOOL_END, self._count_tool(agent))
+        except Exception as exc:
+            await self._start_failed(lease, record, state, session.agent_ref, exc)
+            return None
+        if record.start_attempts:
+            await self.store.clear_start_attempts(lease, run_id)
+        return agent, state, record, session.recording
+
+    async def _end_unreadable(self, lease: Lease, record: RunRecord, exc: CorruptStateError) -> None:
+        self.metrics.start_failures.labels(cause="corrupt_state", outcome="failed").inc()
+        logger.error("run %s failed: %s", record.id, exc)
+        error = {"type": type(exc).__name__, "message": str(exc)}
+        await self.executor.end_run(lease, record, RunStatus.FAILED, "error", error)
+        await self.store.release(lease)
+
+    async def _start_failed(
+        self, lease: Lease, record: RunRecord, state: RunState, agent_ref: str | None, exc: Exception
+    ) -> None:
+        policy = self.config.start
+        attempt = record.start_attempts + 1
+        cause = f"{type(exc).__name__}: {exc}"
+        if attempt >= policy.attempts:
+            self.metrics.start_failures.labels(cause="agent", outcome="failed").inc()
+            message = (
+                f"gave up after {attempt} attempts to start the run: the worker's registry could not "
+                f"build agent {agent_ref} ({cause}); fix the agent's factory, then resume the session"
+            )
+            logger.error("run %s failed: %s", record.id, message, exc_info=exc)
+            error = {"type": type(exc).__name__, "message": message}
+            await self.executor.end_run(lease, record, RunStatus.FAILED, "error", error, state)
+        else:
+            self.metrics.start_failures.labels(cause="agent", outcome="retried").inc()
+            retry_in = policy.retry_in(attempt)
+            logger.warning(
+                "run %s could not start (attempt %d of %d): the registry could not build agent %s (%s); "
+                "trying again in %.0f s",
+                record.id,
+                attempt,
+                policy.attempts,
+                agent_ref,
+                cause,
+                retry_in,
+                exc_info=exc,
+            )
+            error = {"type": type(exc).__name__, "message": f"agent {agent_ref} could not be built: {exc}"}
+            notice = retry_notice(record, attempt, policy, error, self.id)
+            await self.store.defer_start(
+                lease, record.id, attempts=attempt, retry_in=retry_in, events=[notice]
+            )
+        await self.store.release(lease)
+
+    async def _lease_lost(self, lease: Lease, run_id: str) -> None:
+        self.metrics.fenced_writes.inc()
+        try:
+            gone = (
+                await self.store.get_session(lease.session_id) is None
+                or await self.store.get_run(run_id) is None
+            )
+        except HarnessError:
+            gone = False
+        if gone:
+            self.metrics.runs_failed.labels(reason="deleted").inc()
+            logger.error(
+                "run %s stopped: its session %s was deleted from the store while this worker drove it; "
+                "nothing more can be recorded for it (its followers are told it no longer exists)",
+                run_id,
+                lease.session_id,
+            )
+        else:
+            self.metrics.runs_failed.labels(reason="lease_lost").inc()
+            logger.warning("run %s stopped: lease lost to another process", run_id)
 
     def _count_tool(self, agent: Agent) -> Callable[[HookContext], None]:
         def count(context: HookContext) -> None:

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import click
 
 from harness_workers._metrics import WorkerMetrics
+from harness_workers._starting import StartPolicy
 from harness_workers._worker import Worker, WorkerConfig
 from harnessx._errors import ConfigurationError, HarnessError
 from harnessx._health import health_app
@@ -67,6 +72,22 @@ logger = logging.getLogger("harness_workers")
     type=click.FloatRange(min=0),
     help="Seconds SIGTERM waits for runs to reach a boundary [env HARNESSX_DRAIN_TIMEOUT].",
 )
+@click.option(
+    "--start-attempts",
+    envvar="HARNESSX_START_ATTEMPTS",
+    default=StartPolicy.attempts,
+    type=click.IntRange(min=1),
+    help="Failed starts in a row (its agent could not be built) after which a run ends failed "
+    "[env HARNESSX_START_ATTEMPTS].",
+)
+@click.option(
+    "--start-backoff",
+    envvar="HARNESSX_START_BACKOFF",
+    default=StartPolicy.backoff,
+    type=click.FloatRange(min=0),
+    help="Seconds before a failed start is tried again; doubles each time, at most "
+    f"{StartPolicy.backoff_max:.0f} s [env HARNESSX_START_BACKOFF].",
+)
 @log_options
 @click.option(
     "--migrate/--no-migrate",
@@ -83,6 +104,8 @@ def main(
     metrics_addr: tuple[str, int] | None,
     lease_seconds: float,
     drain_timeout: float,
+    start_attempts: int,
+    start_backoff: float,
     log_format: str,
     log_level: str,
     migrate: bool,
@@ -111,15 +134,53 @@ def main(
     configure_logging(
         "json" if log_format == "json" else "text", log_level, static={"worker_id": store.process_id}
     )
-    config = WorkerConfig(concurrency=concurrency, drain_timeout=drain_timeout)
+    start = StartPolicy(start_attempts, start_backoff, max(start_backoff, StartPolicy.backoff_max))
+    config = WorkerConfig(concurrency=concurrency, drain_timeout=drain_timeout, start=start)
+    code = 0
     try:
         run_event_loop(_serve(store, registry, config, sockets))
-    except HarnessError as exc:
+    except (HarnessError, RuntimeError) as exc:
         logger.error("worker stopped: %s", exc)
-        raise SystemExit(1) from exc
-    except RuntimeError as exc:
-        logger.error("worker stopped: %s", exc)
-        raise SystemExit(1) from exc
+        code = 1
+    _exit_past_running_tools(code)
+    if code:
+        raise SystemExit(code)
+
+
+_TOOL_THREADS = "harnessx-tool"
+
+
+class _ToolThreads(ThreadPoolExecutor):
+    """The event loop's default executor, where blocking tool handlers run
+    (``asyncio.to_thread``). Shutting it down does not wait for calls still running: when a
+    drain runs out of time their runs have already been requeued, and the worker must exit
+    rather than wait for a call that may never return."""
+
+    def __init__(self) -> None:
+        super().__init__(thread_name_prefix=_TOOL_THREADS)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait=False, cancel_futures=True)
+
+
+def _exit_past_running_tools(code: int) -> None:
+    """Exit now if tool calls cut off by the drain still run in threads (the interpreter
+    would otherwise wait for them at exit); otherwise return for a normal exit."""
+    busy = [t for t in threading.enumerate() if t.name.startswith(_TOOL_THREADS)]
+    for thread in busy:
+        thread.join(0.2)  # idle threads leave at once; a call still running does not
+    busy = [t for t in busy if t.is_alive()]
+    if not busy:
+        return
+    logger.warning(
+        "exiting with %d tool call(s) still running in threads; their runs were requeued when the "
+        "drain timed out (raise --drain-timeout above your longest tool call)",
+        len(busy),
+    )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 async def _serve(
@@ -127,6 +188,7 @@ async def _serve(
 ) -> None:
     notifier = SystemdNotifier()
     metrics = WorkerMetrics()
+    asyncio.get_running_loop().set_default_executor(_ToolThreads())
     async with backend:
         worker = Worker(backend, registry, config, metrics=metrics, on_heartbeat=notifier.watchdog)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass
 
 from harnessx._agent import Agent
@@ -25,6 +26,8 @@ from harnessx.providers._base import TokenUsage
 from harnessx.store._protocol import Lease, RunRecord, Store
 
 __all__ = ["Execution", "RunExecutor"]
+
+logger = logging.getLogger("harnessx.executor")
 
 
 @dataclass
@@ -222,9 +225,21 @@ class RunExecutor:
             if control.handoff_requested and state.status is RunStatus.RUNNING:
                 # A drain that ran out of time: the run stops mid-step, but it must not be
                 # lost. Recovery on the next worker settles what was in flight.
-                with contextlib.suppress(StorageError):
+                try:
                     await self.store.requeue(lease, state.run_id)
                     requeued = True
+                    logger.warning(
+                        "run %s was cut off mid-step by the drain timeout and requeued; the next "
+                        "worker settles what was in flight",
+                        state.run_id,
+                    )
+                except StorageError as exc:
+                    logger.warning(
+                        "run %s was cut off by the drain timeout and could not be requeued (%s); "
+                        "its lease expires and the supervisor requeues it",
+                        state.run_id,
+                        exc,
+                    )
             raise
         finally:
             self.keeper.drop(lease)

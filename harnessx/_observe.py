@@ -1,18 +1,33 @@
-"""Following a run's events from any process: stored pages first, then live ones."""
+"""Following a run's events from any process: stored pages first, then live ones.
+
+A follower that waits on a run driven elsewhere also watches it, so it never waits for
+ever without saying why: when the run's rows are gone (deleted under it) it stops with a
+``StorageError``, and when a pool run has waited a few seconds with no worker claiming it,
+it logs once what to start.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
 from harnessx._committer import RunFeed
+from harnessx._errors import HarnessError, StorageError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._runlog import parse_cursor
-from harnessx.store._protocol import Store
+from harnessx.store._protocol import RunRecord, Store
 
-__all__ = ["follow_events", "stored_events"]
+__all__ = ["UNCLAIMED_WARNING_SECONDS", "follow_events", "stored_events"]
+
+logger = logging.getLogger("harnessx.observe")
 
 LocalFeed = Callable[[], RunFeed | None]
+
+UNCLAIMED_WARNING_SECONDS = 5.0
+"""How long a follower waits on a queued pool run before it logs that no worker claimed it."""
+_CHECK_EVERY = 1.0  # seconds between looks at the run's row while no events arrive
 
 
 async def follow_events(
@@ -32,6 +47,7 @@ async def follow_events(
     position = parse_cursor(after)
     result_at = -1
     session_id = await _session_of(store, run_id)
+    watch = _Watch(store, run_id)
     while True:
         feed = local_feed()
         if feed is not None and feed.covers(position + 1):
@@ -50,7 +66,61 @@ async def follow_events(
         if feed is not None and not feed.closed:
             await feed.wait(poll_interval * 10)
         else:
+            await watch.look()
             await store.wait_for_events(run_id, poll_interval)
+
+
+class _Watch:
+    """A look at the run's row now and then while a follower waits on it."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.since = time.monotonic()
+        self.looked = float("-inf")
+        self.warned = False
+
+    async def look(self) -> None:
+        now = time.monotonic()
+        if now - self.looked < _CHECK_EVERY:
+            return
+        self.looked = now
+        record = await self.store.get_run(self.run_id)
+        if record is None:
+            raise StorageError(
+                f"run {self.run_id} is not in the store (any more): its rows were deleted while it was "
+                "followed, or it never existed here; nothing more will happen to it"
+            )
+        if record.queued and not self.warned and now - self.since >= UNCLAIMED_WARNING_SECONDS:
+            self.warned = True
+            logger.warning("%s", await _unclaimed(self.store, record, now - self.since))
+
+
+async def _unclaimed(store: Store, record: RunRecord, waited: float) -> str:
+    """Why nobody has claimed a queued run, as far as the store can tell, and what to start."""
+    said = f"run {record.id} has waited {waited:.0f} s and no pool worker has claimed it yet"
+    start = "harness-worker --agents MODULE:REGISTRY with the same store (--dsn/--schema or --sqlite)"
+    try:
+        session = await store.get_session(record.session_id)
+        agent = (session.agent_ref if session else None) or "?"
+        workers = [w for w in await store.running_workers() if await store.process_alive(f"{w.id}/")]
+    except (HarnessError, OSError):  # a read-only store, say: advise without the details
+        return f"{said}; is a harness-worker running? Start one: {start} as this process"
+    if not workers:
+        return (
+            f"{said}: no harness-worker is running on this store. Start one whose registry has "
+            f"agent {agent}: {start} as this process"
+        )
+    knowing = [w for w in workers if agent in w.agents]
+    if not knowing:
+        return (
+            f"{said}: {len(workers)} worker(s) run on this store, but none has agent {agent} in its "
+            f"registry. Start one whose --agents registry registers {agent}"
+        )
+    return (
+        f"{said}: the {len(knowing)} worker(s) that know agent {agent} are busy, or the run waits "
+        "to be tried again (see its events). Start more workers, or raise their --concurrency"
+    )
 
 
 async def stored_events(store: Store, run_id: str, after: str) -> AsyncIterator[RunEvent]:

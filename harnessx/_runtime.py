@@ -367,7 +367,7 @@ class AgentRuntime:
         if record is None or record.status in ("completed", "cancelled"):
             return None
         try:
-            lease = await store.claim(session_id, self._holder)
+            lease = await self._claim(store, session_id)
         except SessionBusyError:
             if not self.pooled:
                 raise
@@ -388,6 +388,22 @@ class AgentRuntime:
                 await store.release(lease)
             raise
         return handle
+
+    async def _claim(self, store: Store, session_id: str) -> Lease:
+        """Claim the session to resume, decide or control its latest run. A holder whose run
+        is no longer running has committed its last boundary and is letting go (a worker
+        that just paused it, a process recording a decision): wait for it, up to a lease,
+        rather than act as if it still drove the run (following a run nobody drives would
+        wait for ever). ``SessionBusyError`` while the run is running: someone drives it."""
+        deadline = time.monotonic() + store.lease_seconds
+        while True:
+            try:
+                return await store.claim(session_id, self._holder)
+            except SessionBusyError:
+                record = await store.latest_run(session_id)
+                if record is None or record.status == "running" or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.02)
 
     def _launch(self, lease: Lease, state: RunState, *, last_seq: int, resumed: bool = False) -> RunHandle:
         assert self._executor is not None
@@ -462,7 +478,7 @@ class AgentRuntime:
         self._adopt_recording(session)
         self._bind(record.session_id)
         self._refuse_while_driving()
-        lease = await store.claim(record.session_id, self._holder)
+        lease = await self._claim(store, record.session_id)
         try:
             state = await store.load_state(run_id)
             delta = decide(state, key)
@@ -509,7 +525,7 @@ class AgentRuntime:
         if request == "pause" and record.status != "running":
             return
         try:
-            lease = await store.claim(sid, self._holder)
+            lease = await self._claim(store, sid)
         except SessionBusyError:
             # Another live process drives it: leave the request where its heartbeat reads it.
             await store.set_control(sid, request)

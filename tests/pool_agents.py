@@ -2,7 +2,9 @@
 
 ``asks@v1``'s tool waits for approval. Tools append a JSON line per invocation to
 ``$HX_LEDGER``; while ``$HX_SLOW_TOOL`` is set, each tool call sleeps that many seconds (so a
-test can kill a worker mid-call).
+test can kill a worker mid-call), and ``$HX_HANG_FIRST_ATTEMPT`` seconds on a call's first
+attempt only. The factory of agent ``fragile`` raises while the file ``$HX_FACTORY_BROKEN``
+exists (a deploy missing a secret).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ def _ledger(name: str, item: str) -> str:
         with open(ledger, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(line) + "\n")
     slow = float(os.environ.get("HX_SLOW_TOOL", "0") or 0)
+    if context.attempt == 1:
+        slow += float(os.environ.get("HX_HANG_FIRST_ATTEMPT", "0") or 0)
     if slow:
         time.sleep(slow)
     return f"{name} did {item}"
@@ -73,8 +77,16 @@ def _agent(policy: str, permission: str | None = None) -> Agent:
     return agent
 
 
+def _fragile() -> Agent:
+    broken = os.environ.get("HX_FACTORY_BROKEN")
+    if broken and os.path.exists(broken):
+        raise RuntimeError("the model's API key is missing from this deploy")
+    return _agent("safe")
+
+
 registry = AgentRegistry()
 for _policy in ("safe", "idempotent", "manual"):
     registry.register(_policy, lambda policy=_policy: _agent(policy), version="v1")
 # A safe tool that asks a person first (the operator console's approvals).
 registry.register("asks", lambda: _agent("safe", "ask"), version="v1")
+registry.register("fragile", _fragile, version="v1")

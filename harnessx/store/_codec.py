@@ -109,6 +109,7 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         stop_reason,
     ) = row[:11]
     error, usage_incomplete, history_length = row[11:14]
+    queued, start_attempts = (bool(row[14]), _int_or(row[15], 0)) if len(row) > 14 else (False, 0)
     result: dict[str, Any] = {
         "session_id": session_id,
         "run_id": run_id,
@@ -145,6 +146,8 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         str(phase),
         event_count,
         result,
+        queued=queued,
+        start_attempts=start_attempts,
         problem=problem,
     )
 

@@ -1159,6 +1159,19 @@ class PostgresBackend(PostgresConsole):
             raise _lease_lost(lease)
         self._notifications.wake_work()
 
+    async def defer_start(
+        self, lease: Lease, run_id: str, *, attempts: int, retry_in: float, events: list[RunEvent]
+    ) -> None:
+        await self._settle(lease, run_id, Q["defer_start"], (attempts, float(retry_in)), events)
+
+    async def clear_start_attempts(self, lease: Lease, run_id: str) -> None:
+        await self._run(
+            "clearing failed start attempts",
+            lambda conn: conn.execute(
+                Q["clear_start_attempts"], lease.session_id, lease.owner, lease.generation, run_id
+            ),
+        )
+
     async def end_run(
         self,
         lease: Lease,
@@ -1175,8 +1188,8 @@ class PostgresBackend(PostgresConsole):
     async def _settle(
         self, lease: Lease, run_id: str, query: str, args: tuple[Any, ...], events: list[RunEvent]
     ) -> None:
-        """``end_run``'s statement: fenced, the events numbered after the run's last, applied
-        at most once however often a lost reply makes the call repeat."""
+        """``defer_start`` or ``end_run``: fenced, the events numbered after the run's last,
+        applied at most once however often a lost reply makes the call repeat."""
         call_id = secrets.token_hex(16)
         columns = (
             [e.event_id for e in events],

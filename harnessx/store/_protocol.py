@@ -114,8 +114,10 @@ _ORIGINAL_PHASES = {
 class RunRecord(Mapping[str, Any]):
     """A run's row without its conversation: enough to decide what to do with it.
 
-    ``problem``: what in the row does not decode (``load_state`` refuses such a run; the
-    fields that did not decode hold defaults here).
+    ``queued``: waiting in the pool's queue. ``start_attempts``: consecutive times a worker
+    claimed it and could not start it (see ``Store.defer_start``). ``problem``: what in the
+    row does not decode (``load_state`` refuses such a run; the fields that did not decode
+    hold defaults here).
 
     It is also a read-only mapping with the keys of the original harnessx's run state that a
     row holds (``record["status"]``, ``["run_id"]``, ``["phase"]`` by the original's phase
@@ -133,6 +135,8 @@ class RunRecord(Mapping[str, Any]):
     phase: str
     event_count: int
     result: dict[str, Any] = field(default_factory=dict)
+    queued: bool = False
+    start_attempts: int = 0
     problem: str | None = None
 
     def _state(self) -> dict[str, Any]:
@@ -461,6 +465,18 @@ class Store(Protocol):
     # the pool
     async def requeue(self, lease: Lease, run_id: str) -> None:
         """Queue a running run again, fenced by the holder's lease (a drain hand-off)."""
+
+    async def defer_start(
+        self, lease: Lease, run_id: str, *, attempts: int, retry_in: float, events: list[RunEvent]
+    ) -> None:
+        """A worker claimed the run and could not start it (its agent could not be built):
+        record ``attempts`` (the consecutive failed starts so far) and queue the run again,
+        claimable no sooner than ``retry_in`` seconds from now. ``events`` (saying so) are
+        appended after the run's last; this call sets their cursors. Fenced by ``lease``;
+        applied at most once even when a lost reply makes the call repeat."""
+
+    async def clear_start_attempts(self, lease: Lease, run_id: str) -> None:
+        """The run has started: earlier failed starts no longer count. Fenced by ``lease``."""
 
     async def end_run(
         self,

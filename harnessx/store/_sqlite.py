@@ -760,6 +760,25 @@ class SQLiteBackend(SQLiteConsole):
 
         await self._call(self._write, body)
 
+    async def defer_start(
+        self, lease: Lease, run_id: str, *, attempts: int, retry_in: float, events: list[RunEvent]
+    ) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            now = time.time()
+            self._fence(conn, lease, 0)
+            last = self._append_numbered(conn, lease, run_id, events, now)
+            conn.execute(Q["defer_start"], (attempts, now, now + retry_in, last, now, run_id))
+
+        await self._call(self._write, body)
+        self._notify(run_id)
+
+    async def clear_start_attempts(self, lease: Lease, run_id: str) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            self._fence(conn, lease, 0)
+            conn.execute(Q["clear_start_attempts"], (run_id,))
+
+        await self._call(self._write, body)
+
     async def end_run(
         self,
         lease: Lease,
@@ -812,7 +831,7 @@ class SQLiteBackend(SQLiteConsole):
             # BEGIN IMMEDIATE serialises claimers, which is what SKIP LOCKED buys on PostgreSQL.
             now = time.time()
             claimed = []
-            queued = conn.execute(Q["queued_runs"], (now, refs, refs, limit)).fetchall()
+            queued = conn.execute(Q["queued_runs"], (now, now, refs, refs, limit)).fetchall()
             for run_id, session_id in queued:
                 (generation,) = conn.execute(
                     Q["take_lease"], (owner, now + self.lease_seconds, session_id)

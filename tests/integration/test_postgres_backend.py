@@ -9,6 +9,7 @@ import contextlib
 import inspect
 import itertools
 import json
+import re
 import sys
 import time
 import traceback
@@ -261,7 +262,16 @@ async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_databa
 
 # What each migration after the first added, undone in reverse order: the database as an
 # older harnessx left it.
+def _view_of(version: int) -> str:
+    """The CREATE VIEW runs_now statement migration ``version`` left behind."""
+    text = load_migrations("postgres")[version - 1].sql
+    return re.search(r"CREATE (?:OR REPLACE )?VIEW runs_now AS.*?;", text, re.S).group(0)  # type: ignore[union-attr]
+
+
 UNDO_MIGRATION = {
+    8: "DROP VIEW runs_now; ALTER TABLE runs DROP COLUMN start_attempts, DROP COLUMN not_before; "
+    + _view_of(7),
+    6: "DROP TABLE tool_results",
     5: "DROP TABLE leadership",
     4: "DROP TABLE journal; ALTER TABLE sessions DROP COLUMN recording",
     3: "DROP TRIGGER sessions_release_progress ON sessions; "
@@ -273,7 +283,7 @@ UNDO_MIGRATION = {
 }
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7])
 async def test_an_older_database_with_a_run_in_flight_upgrades_in_place(
     pg_database: str, version: int
 ) -> None:

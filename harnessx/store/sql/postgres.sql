@@ -291,13 +291,15 @@ FROM runs r WHERE r.id = $1 AND s.id = r.session_id;
 -- name: get_run
 -- One run by id.
 SELECT id, session_id, request_id, request_message, status, phase, event_count, iteration, usage::text,
-       output, stop_reason, error::text, usage_incomplete, history_length
+       output, stop_reason, error::text, usage_incomplete, history_length, queued_at IS NOT NULL,
+       start_attempts
 FROM runs_now WHERE id = $1;
 
 -- name: find_run
 -- The run a request id created in a session.
 SELECT id, session_id, request_id, request_message, status, phase, event_count, iteration, usage::text,
-       output, stop_reason, error::text, usage_incomplete, history_length
+       output, stop_reason, error::text, usage_incomplete, history_length, queued_at IS NOT NULL,
+       start_attempts
 FROM runs_now WHERE session_id = $1 AND request_id = $2;
 
 -- name: recent_sessions
@@ -325,7 +327,8 @@ WHERE s.id = $1;
 -- name: latest_run
 -- The session's newest run.
 SELECT id, session_id, request_id, request_message, status, phase, event_count, iteration, usage::text,
-       output, stop_reason, error::text, usage_incomplete, history_length
+       output, stop_reason, error::text, usage_incomplete, history_length, queued_at IS NOT NULL,
+       start_attempts
 FROM runs_now WHERE session_id = $1 ORDER BY created_at DESC, created_seq DESC LIMIT 1;
 
 -- name: session_messages
@@ -377,6 +380,48 @@ WITH fence AS (
 SELECT EXISTS (SELECT 1 FROM fence),
        (SELECT count(pg_notify(harnessx_channel('work'), id)) FROM queued);
 
+-- name: defer_start
+-- A worker could not start run $4 (lease $1-$3): count the attempt ($5) and queue the run
+-- again, held back for $6 seconds, appending the events saying so ($8-$12) as end_run does,
+-- under the call's unique id $7 (same results, same HX001).
+WITH fence AS (
+    UPDATE sessions SET last_checkpoint = $7
+    WHERE id = $1 AND lease_owner = $2 AND generation = $3 AND lease_expires_at > clock_timestamp()
+      AND last_checkpoint IS DISTINCT FROM $7
+    RETURNING id
+), last AS (
+    SELECT coalesce(max(seq), 0) AS seq FROM events WHERE run_id = $4
+), added AS (
+    INSERT INTO events (run_id, seq, event_id, type, step_id, attempt_id, data, generation, created_at)
+    SELECT $4, l.seq + e.n, e.event_id, e.type, e.step_id, e.attempt_id, e.data, $3, now()
+    FROM fence f, last l,
+         unnest($8::text[], $9::text[], $10::text[], $11::text[], $12::json[])
+             WITH ORDINALITY AS e (event_id, type, step_id, attempt_id, data, n)
+    RETURNING seq
+), deferred AS (
+    UPDATE runs
+    SET start_attempts = $5, queued_at = now(), not_before = now() + make_interval(secs => $6),
+        event_count = greatest(event_count, (SELECT max(seq) FROM added)), updated_at = now()
+    WHERE id = $4 AND session_id IN (SELECT id FROM fence)
+    RETURNING id
+)
+SELECT CASE
+           WHEN EXISTS (SELECT FROM fence) OR EXISTS (
+               SELECT FROM sessions WHERE id = $1 AND last_checkpoint = $7
+           ) THEN true
+           ELSE harnessx_raise('HX001', 'lease on session ' || $1 || ' (generation ' || $3 || ') no longer holds')
+       END,
+       coalesce((SELECT min(seq) FROM added),
+                (SELECT min(seq) FROM events WHERE run_id = $4 AND event_id = ANY ($8::text[]))),
+       (SELECT count(pg_notify(harnessx_channel('events'), $4)) FROM deferred);
+
+-- name: clear_start_attempts
+-- A worker started run $4 under lease $1-$3: earlier failed attempts no longer count.
+UPDATE runs SET start_attempts = 0
+WHERE id = $4 AND start_attempts <> 0
+  AND session_id IN (SELECT id FROM sessions
+                     WHERE id = $1 AND lease_owner = $2 AND generation = $3);
+
 -- name: end_run
 -- End run $4 (lease $1-$3) without loading its state (it cannot be loaded, or cannot be
 -- started): status $5, stop reason $6, error $7; off the queue; appending the events $9-$13
@@ -402,7 +447,7 @@ WITH fence AS (
     UPDATE runs
     SET status = $5, stop_reason = $6, error = $7::json, generation = $3, updated_at = now(),
         event_count = greatest(event_count, (SELECT max(seq) FROM added)),
-        queued_at = NULL
+        queued_at = NULL, not_before = NULL, start_attempts = 0
     WHERE id = $4 AND session_id IN (SELECT id FROM fence)
     RETURNING id
 )
@@ -422,7 +467,8 @@ SELECT id, control FROM sessions
 WHERE lease_owner COLLATE "C" >= $1 AND lease_owner COLLATE "C" < $2 AND control IS NOT NULL;
 
 -- name: claim_queued
--- Take up to $3 queued runs whose sessions no unexpired lease holds (best first), skipping rows
+-- Take up to $3 queued runs whose sessions no unexpired lease holds and whose back-off
+-- (not_before) has passed (best first), skipping rows
 -- other claimers have locked: lease each session for $1 and dequeue the run (marked with the
 -- call's id $5), in one statement.
 WITH candidates AS (
@@ -430,6 +476,7 @@ WITH candidates AS (
     FROM runs r JOIN sessions s ON s.id = r.session_id
     WHERE r.queued_at IS NOT NULL
       AND (s.lease_owner IS NULL OR s.lease_expires_at <= clock_timestamp())
+      AND (r.not_before IS NULL OR r.not_before <= clock_timestamp())
       AND ($2::text[] IS NULL OR s.agent_ref = ANY ($2::text[]))
     ORDER BY r.priority DESC, r.queued_at
     LIMIT $3
@@ -444,7 +491,8 @@ WITH candidates AS (
     FROM picked p WHERE s.id = p.session_id
     RETURNING s.id, s.generation
 ), dequeued AS (
-    UPDATE runs r SET queued_at = NULL, claimed_by = $5 FROM picked p WHERE r.id = p.run_id RETURNING r.id
+    UPDATE runs r SET queued_at = NULL, not_before = NULL, claimed_by = $5
+    FROM picked p WHERE r.id = p.run_id RETURNING r.id
 )
 SELECT p.run_id, l.id, l.generation
 FROM picked p JOIN leased l ON l.id = p.session_id

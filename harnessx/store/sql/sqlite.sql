@@ -91,19 +91,19 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);
 -- name: get_run
 -- One run by id.
 SELECT id, session_id, request_id, request_message, status, phase, event_count, iteration, usage,
-       output, stop_reason, error, usage_incomplete, history_length
+       output, stop_reason, error, usage_incomplete, history_length, queued_at IS NOT NULL, start_attempts
 FROM runs WHERE id = ?;
 
 -- name: find_run
 -- The run a request id created in a session.
 SELECT id, session_id, request_id, request_message, status, phase, event_count, iteration, usage,
-       output, stop_reason, error, usage_incomplete, history_length
+       output, stop_reason, error, usage_incomplete, history_length, queued_at IS NOT NULL, start_attempts
 FROM runs WHERE session_id = ? AND request_id = ?;
 
 -- name: latest_run
 -- The session's newest run.
 SELECT id, session_id, request_id, request_message, status, phase, event_count, iteration, usage,
-       output, stop_reason, error, usage_incomplete, history_length
+       output, stop_reason, error, usage_incomplete, history_length, queued_at IS NOT NULL, start_attempts
 FROM runs WHERE session_id = ? ORDER BY created_at DESC, rowid DESC LIMIT 1;
 
 -- name: recent_sessions
@@ -172,29 +172,42 @@ SELECT id, control FROM sessions
 WHERE lease_owner >= ? AND lease_owner < ? AND control IS NOT NULL;
 
 -- name: queued_runs
--- Queued runs whose session no unexpired lease holds, for the given agent refs, best first.
+-- Queued runs whose session no unexpired lease holds and whose back-off (not_before) has
+-- passed, for the given agent refs, best first.
 SELECT r.id, r.session_id
 FROM runs r JOIN sessions s ON s.id = r.session_id
 WHERE r.queued_at IS NOT NULL
   AND (s.lease_owner IS NULL OR s.lease_expires_at <= ?)
+  AND (r.not_before IS NULL OR r.not_before <= ?)
   AND (? IS NULL OR s.agent_ref IN (SELECT value FROM json_each(?)))
 ORDER BY r.priority DESC, r.queued_at
 LIMIT ?;
 
 -- name: dequeue_run
 -- A worker took the run.
-UPDATE runs SET queued_at = NULL WHERE id = ?;
+UPDATE runs SET queued_at = NULL, not_before = NULL WHERE id = ?;
 
 -- name: last_event_seq
 -- The sequence number of a run's last event (0: none yet).
 SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?;
+
+-- name: defer_start
+-- A worker could not start the run: count the attempt and queue it again, held back until
+-- not_before; the events saying so are inserted by the same transaction.
+UPDATE runs
+SET start_attempts = ?, queued_at = ?, not_before = ?, event_count = MAX(event_count, ?), updated_at = ?
+WHERE id = ?;
+
+-- name: clear_start_attempts
+-- A worker started the run: earlier failed attempts no longer count.
+UPDATE runs SET start_attempts = 0 WHERE id = ? AND start_attempts <> 0;
 
 -- name: end_run
 -- End a run without loading its state (it cannot be loaded, or cannot be started): its
 -- status, stop reason and error; off the queue; its events are inserted by the same transaction.
 UPDATE runs
 SET status = ?, stop_reason = ?, error = ?, event_count = MAX(event_count, ?), generation = ?,
-    updated_at = ?, queued_at = NULL
+    updated_at = ?, queued_at = NULL, not_before = NULL, start_attempts = 0
 WHERE id = ?;
 
 -- name: register_worker
