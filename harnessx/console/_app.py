@@ -9,12 +9,13 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from harnessx._errors import ConfigurationError
+from harnessx._errors import ConfigurationError, HarnessError
+from harnessx._redaction import redact
 from harnessx.console import _api, _pages
 from harnessx.console._auth import Keys, Tokens
 from harnessx.console._state import ConsoleState
@@ -35,6 +36,8 @@ def _routes() -> list[Any]:
     static = Path(str(resources.files("harnessx.console").joinpath("static")))
     return [
         Route("/", _home),
+        Route("/healthz", _healthz, methods=["GET"]),
+        Route("/readyz", _readyz, methods=["GET"]),
         Route("/login", _pages.login_form, methods=["GET"]),
         Route("/login", _pages.login, methods=["POST"]),
         Route("/logout", view(_pages.logout, write=True), methods=["POST"]),
@@ -61,6 +64,19 @@ def _routes() -> list[Any]:
         Route("/api/actions", api(_api.api_actions)),
         Mount("/static", StaticFiles(directory=static), name="static"),
     ]
+
+
+async def _healthz(request: Request) -> Response:
+    return PlainTextResponse("ok\n", headers={"Cache-Control": "no-store"})
+
+
+async def _readyz(request: Request) -> Response:
+    """Ready while the store answers (a small read); the reason, redacted, otherwise."""
+    try:
+        await request.app.state.console.store.leader_states()
+    except HarnessError as exc:
+        return PlainTextResponse(redact(f"the store does not answer: {exc}") + "\n", status_code=503)
+    return PlainTextResponse("ok\n", headers={"Cache-Control": "no-store"})
 
 
 async def _home(request: Request) -> Response:

@@ -22,6 +22,7 @@ from harnessx._processes import (
     start_logging,
     store_options,
 )
+from harnessx._systemd import SystemdNotifier
 from harnessx.store._protocol import Store
 
 __all__ = ["console"]
@@ -136,12 +137,19 @@ def console(
 async def _serve(app: Any, store: Store, sockets: list[socket.socket]) -> None:
     await store.initialize()
     stop = asyncio.Event()
-    install_signal_handlers(stop.set)
+    notifier = SystemdNotifier()
+
+    def stopping() -> None:
+        notifier.stopping()
+        stop.set()
+
+    install_signal_handlers(stopping)
     server = HttpServer(app, sockets, limits=LIMITS)
     try:
         await server.start()
         shown = ", ".join(_shown(sock) for sock in sockets)
         logger.info("serving the operator console on %s over %r", shown, store)
+        notifier.ready(f"serving the console on {shown}")
         await stop.wait()
     finally:
         await server.stop()

@@ -34,6 +34,8 @@ PROMISED = {
     ("PodDisruptionBudget", "harnessx-worker"),
     ("Service", "harnessx-worker"),
     ("Service", "harnessx-supervisor"),
+    ("Deployment", "harnessx-console"),
+    ("Service", "harnessx-console"),
     ("ServiceMonitor", "harnessx"),
     ("Job", "harnessx-migrate"),
 }
@@ -202,7 +204,10 @@ def test_kustomization_lists_every_manifest() -> None:
     # The Secret holds the DSN: it is created out of band, never applied from the repo.
     assert "secret.example.yaml" not in listed
     for _, doc in documents():
-        assert doc["kind"] != "Secret" or doc["metadata"]["name"] == "harnessx-db"
+        assert doc["kind"] != "Secret" or doc["metadata"]["name"] in (
+            "harnessx-db",
+            "harnessx-console-tokens",
+        )
 
 
 def test_kustomize_renders_what_the_files_hold() -> None:
@@ -243,7 +248,7 @@ def test_one_namespace_and_one_image() -> None:
             for container in pod_spec(doc)["containers"] + pod_spec(doc).get("initContainers", []):
                 assert container["image"] == IMAGE
                 containers += 1
-    assert containers == 3
+    assert containers == 4
     # The Dockerfile builds that version.
     dockerfile = (REPO / "Dockerfile").read_text(encoding="utf-8")
     assert f'org.opencontainers.image.version="{IMAGE.rsplit(":", 1)[1]}"' in dockerfile
@@ -283,10 +288,15 @@ def test_worker_drain_fits_the_grace_period() -> None:
     assert strategy["maxUnavailable"] == 0, "new workers must be up before old ones drain"
 
 
-@pytest.mark.parametrize(
-    ("kind", "name"),
-    [("Deployment", "harnessx-worker"), ("Deployment", "harnessx-supervisor"), ("Job", "harnessx-migrate")],
-)
+PODS = [
+    ("Deployment", "harnessx-worker"),
+    ("Deployment", "harnessx-supervisor"),
+    ("Deployment", "harnessx-console"),
+    ("Job", "harnessx-migrate"),
+]
+
+
+@pytest.mark.parametrize(("kind", "name"), PODS)
 def test_pods_are_locked_down(kind: str, name: str) -> None:
     doc = resource(kind, name)
     spec = pod_spec(doc)
@@ -308,10 +318,7 @@ def test_pods_are_locked_down(kind: str, name: str) -> None:
     assert "emptyDir" in volume
 
 
-@pytest.mark.parametrize(
-    ("kind", "name"),
-    [("Deployment", "harnessx-worker"), ("Deployment", "harnessx-supervisor"), ("Job", "harnessx-migrate")],
-)
+@pytest.mark.parametrize(("kind", "name"), PODS)
 def test_dsn_comes_from_the_secret_and_settings_from_the_configmap(kind: str, name: str) -> None:
     container = only_container(resource(kind, name))
     secret = resource("Secret", "harnessx-db")
@@ -392,3 +399,38 @@ def test_kubectl_comes_with_the_test_extra() -> None:
     assert kubectl.parent == BIN, f"{kubectl} is not the virtual environment's kubectl"
     result = run_tool(str(kubectl), "version", "--client")
     assert result.returncode == 0 and "Kustomize Version" in result.stdout, result.stdout + result.stderr
+
+
+def test_the_console_is_not_exposed_without_auth() -> None:
+    from harnessx.console._command import console as console_command
+
+    deployment = resource("Deployment", "harnessx-console")
+    container = only_container(deployment)
+    command = container["command"]
+    assert command[:2] == ["harnessx", "console"] and "--insecure-no-auth" not in command
+    # Its tokens come from a Secret mounted as a file, which the pod cannot start without.
+    tokens = command[command.index("--tokens-file") + 1]
+    (mount,) = [m for m in container["volumeMounts"] if tokens.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in pod_spec(deployment)["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["optional"] is False
+    example = [
+        doc
+        for doc in load_yaml_all(K8S / "secret.example.yaml")
+        if doc["metadata"]["name"] == volume["secret"]["secretName"]
+    ]
+    assert Path(tokens).name in example[0]["stringData"]
+    known = {option for param in console_command.params for option in param.opts}
+    assert {part for part in command[2:] if part.startswith("--")} <= known
+    # Inside the cluster only; no Ingress, LoadBalancer or NodePort in the manifests.
+    service = resource("Service", "harnessx-console")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert all(doc["kind"] != "Ingress" for _, doc in documents())
+    assert all(
+        doc["spec"].get("type", "ClusterIP") == "ClusterIP"
+        for _, doc in documents()
+        if doc["kind"] == "Service"
+    )
+    (port,) = container["ports"]
+    assert command[command.index("--bind") + 1] == f"0.0.0.0:{port['containerPort']}"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}

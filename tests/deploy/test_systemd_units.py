@@ -20,11 +20,12 @@ SYSTEMD = DEPLOY / "systemd"
 WORKER = "harness-worker@.service"
 SUPERVISOR = "harness-supervisor.service"
 MIGRATE = "harnessx-migrate.service"
+CONSOLE = "harnessx-console.service"
 TARGET = "harnessx.target"
-UNIT_FILES = (WORKER, SUPERVISOR, MIGRATE, TARGET)
-SERVICES = (WORKER, SUPERVISOR, MIGRATE)
+UNIT_FILES = (WORKER, SUPERVISOR, MIGRATE, CONSOLE, TARGET)
+SERVICES = (WORKER, SUPERVISOR, MIGRATE, CONSOLE)
 # Unit names as verified: the template as one instance (its name is its metrics port).
-VERIFY_NAMES = ("harness-worker@9471.service", SUPERVISOR, MIGRATE, TARGET)
+VERIFY_NAMES = ("harness-worker@9471.service", SUPERVISOR, MIGRATE, CONSOLE, TARGET)
 # systemd-analyze security: 0.0 (locked down) .. 10.0 (exposed); 2.0 is comfortably "OK".
 MAX_EXPOSURE = 2.0
 
@@ -254,3 +255,20 @@ def test_environment_example_names_real_options() -> None:
     assert "HARNESSX_METRICS_ADDR" not in env
     text = (SYSTEMD / "harnessx.env.example").read_text(encoding="utf-8")
     assert "install -m 0600 -o root -g harnessx" in text
+
+
+def test_console_unit_serves_on_loopback_with_its_tokens() -> None:
+    from harnessx.console._command import console
+
+    unit = parse_unit(SYSTEMD / CONSOLE)
+    assert one(unit, "Service", "Type") == "notify"
+    exec_start = one(unit, "Service", "ExecStart").split()
+    assert exec_start[:2] == ["/opt/harnessx/bin/harnessx", "console"]
+    assert "--insecure-no-auth" not in exec_start
+    assert exec_start[exec_start.index("--bind") + 1] == "127.0.0.1:8080"  # a proxy in front ends TLS
+    # The tokens are a root-only file handed over as a credential (%d: its directory).
+    name, _, source = one(unit, "Service", "LoadCredential").partition(":")
+    assert exec_start[exec_start.index("--tokens-file") + 1] == f"%d/{name}"
+    assert source == "/etc/harnessx/console-tokens"
+    known = {option for param in console.params for option in param.opts}
+    assert {part for part in exec_start if part.startswith("--")} <= known

@@ -104,6 +104,9 @@ async def test_nothing_is_served_without_signing_in(target: BackendTarget) -> No
         page = await client.get("/runs?status=failed")
         assert page.status_code == 303 and page.headers["location"] == "/login?next=%2Fruns%3Fstatus%3Dfailed"
         assert (await client.get("/api/runs")).status_code == 401
+        # The probes answer anyone, and say nothing but whether the console and its store answer.
+        assert (await client.get("/healthz")).text == "ok\n"
+        assert (await client.get("/readyz")).text == "ok\n"
         bad = await client.get("/api/runs", headers={"Authorization": f"Bearer {OPERATOR}x"})
         assert bad.status_code == 401 and OPERATOR not in bad.text
         forged = await client.get("/runs", headers={"Cookie": "harnessx_console=forged.value"})
