@@ -213,10 +213,9 @@ class ToolDefinition:
         return ReplayPolicy(self.replay_policy)
 
     def spec(self) -> dict[str, Any]:
-        schema = copy.deepcopy(self.input_schema)
-        schema.setdefault("type", "object")
-        schema.setdefault("properties", {})
-        return {"name": self.name, "description": self.description, "input_schema": schema}
+        # The registry's own copy of the schema (see ToolRegistry._store), not copied again:
+        # this is built for every tool on every model request.
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
 
     def check_arguments(self, call: ToolCall) -> str | None:
         """An error message the model can act on, or ``None`` when the arguments fit."""
@@ -558,7 +557,10 @@ class ToolRegistry:
             raise ConfigurationError(
                 f"a tool named '{tool.name}' is already registered; pass replace=True to replace it"
             )
-        owned = dataclasses.replace(tool, input_schema=copy.deepcopy(tool.input_schema))
+        schema = copy.deepcopy(tool.input_schema)
+        schema.setdefault("type", "object")
+        schema.setdefault("properties", {})
+        owned = dataclasses.replace(tool, input_schema=schema)
         self._tools[owned.name] = owned
         for names, inherits in (
             (self._inherits_timeout, inherits_timeout),
@@ -600,8 +602,8 @@ class ToolRegistry:
         return sorted(self._tools)
 
     def get_tool_params(self) -> list[dict[str, Any]]:
-        """Every tool as the model sees it: ``{name, description, input_schema}``."""
-        return [t.spec() for t in self._tools.values()]
+        """Every tool as the model sees it: ``{name, description, input_schema}`` (copies)."""
+        return [copy.deepcopy(t.spec()) for t in self._tools.values()]
 
     def specs(self, only: Iterable[str] | None = None) -> list[dict[str, Any]]:
         wanted = set(only) if only is not None else None
