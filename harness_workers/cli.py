@@ -95,6 +95,32 @@ logger = logging.getLogger("harness_workers")
     default=False,
     help="Create or upgrade the schema first (default: only verify it) [env HARNESSX_MIGRATE].",
 )
+@click.option(
+    "--temporal",
+    "temporal_target",
+    envvar="HARNESSX_TEMPORAL",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve a Temporal task queue instead of the pool (docs/temporal.md) [env HARNESSX_TEMPORAL].",
+)
+@click.option(
+    "--namespace",
+    envvar="HARNESSX_TEMPORAL_NAMESPACE",
+    default="default",
+    help="With --temporal: the namespace [env HARNESSX_TEMPORAL_NAMESPACE].",
+)
+@click.option(
+    "--task-queue",
+    envvar="HARNESSX_TEMPORAL_TASK_QUEUE",
+    default="harness-x-v1",
+    help="With --temporal: the task queue [env HARNESSX_TEMPORAL_TASK_QUEUE].",
+)
+@click.option(
+    "--events-url",
+    envvar="HARNESSX_EVENTS_URL",
+    default=None,
+    help="With --temporal: the Redis URL run events go to [env HARNESSX_EVENTS_URL].",
+)
 def main(
     dsn: str | None,
     sqlite_path: str,
@@ -109,6 +135,10 @@ def main(
     log_format: str,
     log_level: str,
     migrate: bool,
+    temporal_target: str | None,
+    namespace: str,
+    task_queue: str,
+    events_url: str | None,
 ) -> None:
     """Claim queued harnessx runs and drive them. SIGTERM drains: runs are handed back at their
     next boundary and the worker exits 0; a second signal exits at once."""
@@ -125,6 +155,11 @@ def main(
         raise click.ClickException(str(exc)) from None
     if not isinstance(registry, AgentRegistry):
         raise click.UsageError(f"--agents {agents_path} is a {type(registry).__name__}, not an AgentRegistry")
+    if temporal_target is not None:
+        _serve_temporal(
+            temporal_target, namespace, task_queue, events_url, registry, concurrency, drain_timeout, sockets
+        )
+        return
     try:
         store = open_store(
             dsn=dsn, sqlite_path=sqlite_path, schema=schema, lease_seconds=lease_seconds, auto_migrate=migrate
@@ -181,6 +216,38 @@ def _exit_past_running_tools(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _serve_temporal(
+    target: str,
+    namespace: str,
+    task_queue: str,
+    events_url: str | None,
+    registry: AgentRegistry,
+    concurrency: int,
+    drain_timeout: float,
+    sockets: list[socket.socket] | None,
+) -> None:
+    try:
+        from harnessx.temporal._cli import run_temporal_worker
+
+        run_temporal_worker(
+            target=target,
+            namespace=namespace,
+            task_queue=task_queue,
+            events_url=events_url,
+            registry=registry,
+            concurrency=concurrency,
+            drain_timeout=drain_timeout,
+            sockets=sockets,
+            run_event_loop=run_event_loop,
+            install_signal_handlers=install_signal_handlers,
+        )
+    except ConfigurationError as exc:
+        raise click.UsageError(redact(str(exc))) from None
+    except HarnessError as exc:
+        logger.error("worker stopped: %s", redact(str(exc)))
+        raise SystemExit(1) from exc
 
 
 async def _serve(

@@ -97,6 +97,7 @@ from harnessx.store import SQLiteBackend
 
 if TYPE_CHECKING:
     from harnessx.store import PostgresBackend
+    from harnessx.temporal import RedisEvents, TemporalBackend
 
 __version__ = "0.1.0"
 
@@ -146,6 +147,7 @@ __all__ = [
     "ProviderError",
     "ProviderResponse",
     "RecordingError",
+    "RedisEvents",
     "ReplayPolicy",
     "ResolutionError",
     "RetryPolicy",
@@ -177,6 +179,7 @@ __all__ = [
     "StopReason",
     "StorageError",
     "StreamChunk",
+    "TemporalBackend",
     "TokenUsage",
     "Tool",
     "ToolApprovalRequired",
@@ -206,11 +209,16 @@ install_finder()
 
 
 def __getattr__(name: str) -> object:
-    # PostgresBackend needs asyncpg, an optional extra: import it only when asked for.
+    # PostgresBackend needs asyncpg, and the Temporal binding temporalio and redis, optional
+    # extras: import them only when asked for.
     if name == "PostgresBackend":
         from harnessx.store import PostgresBackend
 
         return PostgresBackend
+    if name in ("TemporalBackend", "RedisEvents"):
+        from harnessx import temporal
+
+        return getattr(temporal, name)
     # A name of the original harnessx this one does not have: say so, and where to look.
     error = unsupported_name(name)
     if error is not None:

@@ -201,22 +201,7 @@ class Driver:
 
     async def _call_model(self, state: RunState) -> None:
         settings = self.settings
-        final = self.engine.final_call(state)
-        system = settings.system_prompt
-        guidance = planning_guidance(settings.tools)
-        if guidance:
-            system = f"{system}\n\n{guidance}" if system else guidance
-        request = ModelRequest(
-            model=settings.model,
-            messages=_with_task_reminder(state.messages),
-            system=system,
-            # The one last call of a run at its limit is asked for an answer, not more work.
-            tools=[] if final else settings.tools.specs(settings.offered_tools),
-            max_tokens=settings.max_tokens,
-            temperature=settings.temperature,
-        )
-        request = await settings.middleware.apply_request(request)
-        await settings.hooks.emit(HookEvent.MODEL_REQUEST, settings.agent, {"request": request})
+        request = await self.model_request(state)
         journal = self.journal
         if journal is not None:
             # The request is committed before the provider sees it: a crash during the call
@@ -224,7 +209,7 @@ class Driver:
             journal.model_started(state, request.provider_kwargs())
             await self.commit(state, Delta(state.phase))
         try:
-            response = await self._cancellable(self._model_response(state, request))
+            response = await self._cancellable(self.model_response(state, request))
         except _Cancelled:
             if journal is not None:
                 journal.model_interrupted()
@@ -242,7 +227,32 @@ class Driver:
                 journal.model_replied(response, stage=stage)
         await self.commit(state, self.engine.model_responded(state, response))
 
-    async def _model_response(self, state: RunState, request: ModelRequest) -> ProviderResponse:
+    # The effects on their own, without a commit: the Temporal binding performs them in its
+    # activities and makes the engine's transitions in the workflow.
+
+    async def model_request(self, state: RunState) -> ModelRequest:
+        """The request for the state's next model call, after request middleware."""
+        settings = self.settings
+        final = self.engine.final_call(state)
+        system = settings.system_prompt
+        guidance = planning_guidance(settings.tools)
+        if guidance:
+            system = f"{system}\n\n{guidance}" if system else guidance
+        request = ModelRequest(
+            model=settings.model,
+            messages=_with_task_reminder(state.messages),
+            system=system,
+            # The one last call of a run at its limit is asked for an answer, not more work.
+            tools=[] if final else settings.tools.specs(settings.offered_tools),
+            max_tokens=settings.max_tokens,
+            temperature=settings.temperature,
+        )
+        request = await settings.middleware.apply_request(request)
+        await settings.hooks.emit(HookEvent.MODEL_REQUEST, settings.agent, {"request": request})
+        return request
+
+    async def model_response(self, state: RunState, request: ModelRequest) -> ProviderResponse:
+        """The model's reply; streamed text goes to the committer as provisional events."""
         provider = self._provider()
         kwargs = request.provider_kwargs()
         stream = getattr(provider, "stream", None)
@@ -320,7 +330,7 @@ class Driver:
             self.journal.tools_dispatched(intent)
         await self.commit(state, intent)
         tasks: dict[asyncio.Future[Any], str] = {
-            asyncio.ensure_future(self._invoke(state, key)): key for key in keys
+            asyncio.ensure_future(self.invoke_tool(state, key)): key for key in keys
         }
         cancel_wait: asyncio.Future[Any] = asyncio.ensure_future(self.control.cancelled())
         try:
@@ -349,7 +359,9 @@ class Driver:
                 if not task.done():
                     task.cancel()
 
-    async def _invoke(self, state: RunState, key: str) -> ToolResult | TimeoutError:
+    async def invoke_tool(self, state: RunState, key: str) -> ToolResult | TimeoutError:
+        """Call the tool of entry ``key`` (dispatched: its intent is committed); a timeout
+        is returned, for the engine's ``timed_out``."""
         entry = state.tools[key]
         tool = self.settings.tools.get(entry.call.name)
         if tool is None:
@@ -398,17 +410,22 @@ class Driver:
         return await lookup(state.session_id, result_id) if lookup is not None else None
 
     async def _complete_result(self, state: RunState, key: str) -> None:
-        entry = state.tools[key]
-        raw = entry.raw_result or ToolResult(entry.call.id, "", True)
-        try:
-            final = await self.settings.middleware.apply_result(entry.call, raw)
-        except Exception as exc:
-            logger.exception("result middleware failed for %s", key)
-            final = ToolResult(entry.call.id, f"Error: result middleware failed: {exc}", True)
+        final = await self.processed_result(state, key)
         delta = self.engine.completed_result(state, key, final)
         if self.journal is not None:
             self.journal.tools_processed(delta)
         await self.commit(state, delta)
+
+    async def processed_result(self, state: RunState, key: str) -> ToolResult:
+        """Entry ``key``'s committed raw result after result middleware (an error result if
+        the middleware fails)."""
+        entry = state.tools[key]
+        raw = entry.raw_result or ToolResult(entry.call.id, "", True)
+        try:
+            return await self.settings.middleware.apply_result(entry.call, raw)
+        except Exception as exc:
+            logger.exception("result middleware failed for %s", key)
+            return ToolResult(entry.call.id, f"Error: result middleware failed: {exc}", True)
 
     async def _ask_approval(self, state: RunState, keys: tuple[str, ...]) -> None:
         answers: dict[str, bool] = {}

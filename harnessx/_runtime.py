@@ -15,7 +15,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from harnessx._agent import Agent
 from harnessx._committer import RunFeed
@@ -45,9 +45,18 @@ from harnessx._stream import OnReset, RunStream
 from harnessx.store._protocol import Lease, RunRecord, SessionRecord, Store
 from harnessx.store._sqlite import SQLiteBackend
 
+if TYPE_CHECKING:
+    from harnessx._remote import RemoteBackend
+
 __all__ = ["AgentRuntime", "RuntimeConfig"]
 
 logger = logging.getLogger("harnessx.runtime")
+
+
+def is_remote(backend: object) -> bool:
+    """Whether ``backend`` runs agents elsewhere (``remote = True``: Temporal)."""
+    return bool(getattr(backend, "remote", False))
+
 
 _UNFINISHED = frozenset({"running", "paused", "awaiting_input"})
 # What a resumed run must agree on with the agent that started it.
@@ -83,11 +92,20 @@ class RuntimeConfig:
 class AgentRuntime:
     """Drives an agent durably. ``async with`` starts a new session and stops on exit."""
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> AgentRuntime:
+        # A remote backend (Temporal) runs the agent on its workers: the same verbs, each a
+        # request to the session's workflow (harnessx/_remote.py).
+        if cls is AgentRuntime and getattr(kwargs.get("backend"), "remote", False):
+            from harnessx._remote import RemoteRuntime
+
+            return super().__new__(RemoteRuntime)
+        return super().__new__(cls)
+
     def __init__(
         self,
         agent: Agent | AgentRef | None = None,
         *,
-        backend: Store | None = None,
+        backend: Store | RemoteBackend | None = None,
         registry: AgentRegistry | None = None,
         agent_config: AgentConfig | None = None,
         runtime_config: RuntimeConfig | None = None,
@@ -113,7 +131,10 @@ class AgentRuntime:
             raise ConfigurationError("pass agent_config only when no agent is given")
         self._registry = registry or agents
         self._owns_backend = backend is None
-        self._backend: Store = backend or SQLiteBackend(Path(self.config.storage_dir) / "runtime.sqlite3")
+        assert not is_remote(backend), "AgentRuntime.__new__ makes a RemoteRuntime for a remote backend"
+        self._backend: Store = cast(Store, backend) or SQLiteBackend(
+            Path(self.config.storage_dir) / "runtime.sqlite3"
+        )
         if recording and not callable(getattr(self._backend, "incident_snapshot", None)):
             raise ConfigurationError(
                 f"flight recording needs a SQLite or PostgreSQL backend (SQLiteBackend, PostgresBackend); "

@@ -43,13 +43,11 @@ FEATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (),
         ("harnessx.providers.gemini", "harnessx.providers.openrouter", "harnessx.providers.azure_openai"),
     ),
-    "the Temporal backend": (
-        ("TemporalBackend", "RedisEvents"),
-        (
-            "harnessx.backends.temporal",
-            "harnessx.backends.temporal_worker",
-            "harnessx.backends.temporal_workflow",
-        ),
+    # TemporalBackend and RedisEvents are here (harnessx.temporal); the original's worker
+    # and workflow modules were its internals.
+    "the original's Temporal worker internals (use harnessx.temporal, docs/temporal.md)": (
+        (),
+        ("harnessx.backends.temporal_worker", "harnessx.backends.temporal_workflow"),
     ),
     "artifact stores": (("S3ArtifactStore",), ("harnessx.artifacts",)),
     "long-term and vector memory": (

@@ -41,6 +41,7 @@ from harnessx.store._sqlite import SQLiteBackend
 
 if TYPE_CHECKING:
     from harnessx.store._postgres import PostgresBackend
+    from harnessx.temporal import RedisEvents, TemporalBackend
 
 __all__ = [
     "AgentRef",
@@ -54,6 +55,7 @@ __all__ = [
     "PendingTool",
     "Playback",
     "PostgresBackend",
+    "RedisEvents",
     "RecordingError",
     "ResolutionError",
     "RunAwaitingInput",
@@ -72,6 +74,7 @@ __all__ = [
     "SchemaError",
     "SessionBusyError",
     "StorageError",
+    "TemporalBackend",
     "UnknownExecutionKey",
     "VerificationReport",
     "agents",
@@ -85,6 +88,10 @@ def __getattr__(name: str) -> object:
         from harnessx.store._postgres import PostgresBackend
 
         return PostgresBackend
+    if name in ("TemporalBackend", "RedisEvents"):  # the temporal extra
+        from harnessx import temporal
+
+        return getattr(temporal, name)
     error = unsupported_name(name)
     if error is not None:
         raise error

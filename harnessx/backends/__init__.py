@@ -9,14 +9,17 @@ from harnessx.store._sqlite import SQLiteBackend
 
 if TYPE_CHECKING:
     from harnessx.store._postgres import PostgresBackend
+    from harnessx.temporal import RedisEvents, TemporalBackend
 
 __all__ = [
     "LeaseLostError",
     "PostgresBackend",
+    "RedisEvents",
     "SQLiteBackend",
     "SchemaError",
     "SessionBusyError",
     "StorageError",
+    "TemporalBackend",
 ]
 
 
@@ -25,4 +28,8 @@ def __getattr__(name: str) -> object:
         from harnessx.store._postgres import PostgresBackend
 
         return PostgresBackend
+    if name in ("TemporalBackend", "RedisEvents"):  # the temporal extra
+        from harnessx import temporal
+
+        return getattr(temporal, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -110,16 +110,19 @@ def free_port() -> int:
 
 
 def exported_metrics() -> dict[str, str]:
-    """Every series name the worker and the supervisor export, mapped to its metric type.
+    """Every series name the worker, the Temporal worker and the supervisor export, mapped to
+    its metric type.
 
     Counters as ``<name>_total``, histograms as ``<name>_bucket`` / ``_sum`` / ``_count``,
-    read from fresh ``WorkerMetrics`` and ``SupervisorMetrics`` registries.
+    read from fresh ``WorkerMetrics``, ``TemporalWorkerMetrics`` and ``SupervisorMetrics``
+    registries.
     """
     from harness_workers import WorkerMetrics
+    from harnessx.temporal import TemporalWorkerMetrics
     from supervisor import SupervisorMetrics
 
     names: dict[str, str] = {}
-    for metrics in (WorkerMetrics(), SupervisorMetrics()):
+    for metrics in (WorkerMetrics(), TemporalWorkerMetrics(), SupervisorMetrics()):
         for family in metrics.registry.collect():
             if family.type == "counter":
                 names[family.name + "_total"] = "counter"

@@ -179,7 +179,7 @@ def test_the_same_objects_under_every_name() -> None:
         ("import harnessx.mcp", "MCP servers"),
         ("from harnessx.builtin.filesystem import register_filesystem_tools", "built-in tool bundles"),
         ("from harnessx.providers.gemini import GeminiProvider", "Gemini"),
-        ("from harnessx.backends.temporal import TemporalBackend", "Temporal"),
+        ("from harnessx.backends.temporal_workflow import AgentSessionWorkflow", "Temporal"),
         ("from harnessx.evals import evaluate_agent", "evals"),
         ("from harnessx.engine import new_state", "internal module"),
     ],

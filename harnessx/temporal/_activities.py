@@ -1,0 +1,258 @@
+"""The activities of the session workflow: everything that touches the world.
+
+Each one builds the run's agent from the worker's registry and performs one effect through
+the same ``Driver`` methods as the other bindings (``model_request``/``model_response``,
+``invoke_tool``, ``processed_result``), so hooks, middleware, streaming and the tool's own
+retries behave as everywhere else. None of them decides anything: they report outcomes,
+and the workflow turns each into the engine's transition.
+
+Model and tool activities heartbeat from a side task while they work, so a worker that
+dies is noticed within the heartbeat timeout and Temporal schedules the next attempt on
+another worker (or, for a ``manual`` tool, none: the workflow makes the call uncertain).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from harnessx._agent import Agent
+from harnessx._driver import Driver
+from harnessx._errors import ConfigurationError
+from harnessx._events import RunEvent, RunEventType
+from harnessx._hooks import HookEvent
+from harnessx._logging import log_context
+from harnessx._registry import AgentRef, AgentRegistry
+from harnessx._results import ToolResult
+from harnessx._state import Delta, RunState
+from harnessx.temporal._codec import response_to_dict, state_from_dict
+from harnessx.temporal._events import EventSink
+from harnessx.temporal._workflow import ACTIVITY_MODEL, ACTIVITY_PUBLISH, ACTIVITY_RESULT, ACTIVITY_TOOL
+
+if TYPE_CHECKING:
+    from harnessx.temporal._worker import TemporalWorkerMetrics
+
+__all__ = ["SessionActivities"]
+
+logger = logging.getLogger("harnessx.temporal.activities")
+
+
+class _DeltaPublisher:
+    """The committer a model activity's driver streams into: text deltas go to the event
+    sink at once; the activity commits nothing (the workflow does)."""
+
+    def __init__(self, events: EventSink) -> None:
+        self.events = events
+        self.broken = False
+
+    async def commit(self, state: RunState, delta: Delta) -> None:  # pragma: no cover - unused
+        raise AssertionError("a Temporal activity commits nothing; the workflow does")
+
+    async def provisional(self, state: RunState, event: RunEvent) -> None:
+        if self.broken:
+            return
+        try:
+            await self.events.publish(state.run_id, [event])
+        except Exception as exc:
+            # Streamed text is provisional: the run goes on without it (the reply's
+            # text_complete carries the whole text), and this attempt stops streaming.
+            self.broken = True
+            logger.warning("streaming text of run %s stopped: %s", state.run_id, exc)
+
+
+class SessionActivities:
+    """The activities a Temporal worker registers, bound to its registry and event sink."""
+
+    def __init__(
+        self,
+        registry: AgentRegistry,
+        events: EventSink,
+        *,
+        metrics: TemporalWorkerMetrics | None = None,
+    ) -> None:
+        self.registry = registry
+        self.events = events
+        self.metrics = metrics
+        self._agents: dict[str, Agent] = {}
+
+    def definitions(self) -> list[Callable[..., Any]]:
+        return [self.model, self.tool, self.result, self.publish]
+
+    async def aclose(self) -> None:
+        agents, self._agents = list(self._agents.values()), {}
+        for agent in agents:
+            with contextlib.suppress(Exception):
+                await agent.aclose()
+
+    def _agent(self, ref: str) -> Agent:
+        """One agent per reference and worker: its provider (and connections) are shared by
+        the runs this worker serves, as in the pool."""
+        agent = self._agents.get(ref)
+        if agent is None:
+            agent = self.registry.create(AgentRef.parse(ref))
+            self._agents[ref] = agent
+        return agent
+
+    @contextlib.contextmanager
+    def _tracked(self, kind: str, state: RunState) -> Iterator[None]:
+        """Metrics and log context of one activity attempt (every line names the run)."""
+        info = activity.info()
+        metrics = self.metrics
+        with log_context(session_id=state.session_id, run_id=state.run_id, attempt=info.attempt):
+            if metrics is None:
+                yield
+                return
+            if info.attempt > 1:
+                metrics.retries.labels(kind=kind).inc()
+            active = metrics.active.labels(kind=kind)
+            active.inc()
+            started = time.monotonic()
+            outcome = "error"
+            try:
+                yield
+                outcome = "ok"
+            finally:
+                active.dec()
+                metrics.duration.labels(kind=kind).observe(time.monotonic() - started)
+                metrics.activities.labels(kind=kind, outcome=outcome).inc()
+
+    @contextlib.asynccontextmanager
+    async def _heartbeating(self, args: dict[str, Any]) -> AsyncIterator[None]:
+        # Four beats per heartbeat timeout (the session's setting), at most every 2 s: a
+        # cancellation reaches the activity with a beat's answer. The SDK throttles what it
+        # actually sends to the server.
+        every = max(0.05, min(2.0, float(args.get("heartbeat_timeout", 10)) / 4))
+
+        async def beat() -> None:
+            while True:
+                activity.heartbeat()
+                await asyncio.sleep(every)
+
+        task = asyncio.create_task(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _driver(self, agent: Agent, committer: Any = None, fencing_token: int | None = None) -> Driver:
+        return Driver(
+            engine=agent.engine(durable=True),
+            settings=agent.run_settings(),
+            provider=lambda: agent.provider,
+            committer=committer or _DeltaPublisher(self.events),
+            fencing_token=fencing_token,
+        )
+
+    # ---------------------------------------------------------------- model
+
+    @activity.defn(name=ACTIVITY_MODEL)
+    async def model(self, args: dict[str, Any]) -> dict[str, Any]:
+        state = state_from_dict(args["state"])
+        with self._tracked("model", state):
+            return await self._model(state, args)
+
+    async def _model(self, state: RunState, args: dict[str, Any]) -> dict[str, Any]:
+        """The model's reply to the run's conversation, or the error it failed with.
+
+        An attempt after the first (the worker running the last one was lost) first tells
+        followers to drop the text it streamed (``attempt_reset``)."""
+        info = activity.info()
+        agent = _definition(self._agent, str(args["agent"]))
+        if info.attempt > 1:
+            step = f"model:{state.iteration}"
+            reset = RunEvent(
+                RunEventType.ATTEMPT_RESET,
+                {"reason": "retried", "attempt": info.attempt},
+                state.session_id,
+                state.run_id,
+                step,
+                step,
+                event_id=f"{state.run_id}:reset:{info.workflow_run_id}:{info.activity_id}:{info.attempt}",
+            )
+            await self.events.publish(state.run_id, [reset])
+        driver = self._driver(agent)
+        async with self._heartbeating(args):
+            try:
+                request = await driver.model_request(state)
+                response = await driver.model_response(state, request)
+            except Exception as exc:
+                # The provider already retried what it could (its RetryPolicy): the run fails
+                # with this error, as in the other bindings. Reported as a value, so Temporal
+                # does not call the model again.
+                logger.warning("model call for run %s failed: %s", state.run_id, exc)
+                return {"error": {"type": type(exc).__name__, "message": str(exc)}}
+        await agent.hooks.emit(HookEvent.MODEL_RESPONSE, agent, {"response": response})
+        return {"response": response_to_dict(response)}
+
+    # ---------------------------------------------------------------- tools
+
+    @activity.defn(name=ACTIVITY_TOOL)
+    async def tool(self, args: dict[str, Any]) -> dict[str, Any]:
+        state = state_from_dict(args["state"])
+        with self._tracked("tool", state):
+            return await self._tool(state, args)
+
+    async def _tool(self, state: RunState, args: dict[str, Any]) -> dict[str, Any]:
+        """Run one dispatched tool call and return its raw result.
+
+        The call's attempt counts every dispatch and every Temporal retry; it is also the
+        fencing token ``current_tool_context()`` carries (it only grows for one execution
+        key, so a late effect of a lost attempt can be refused by a ledger)."""
+        key = str(args["key"])
+        info = activity.info()
+        try:
+            agent = _definition(self._agent, str(args["agent"]))
+        except ApplicationError as exc:
+            return {"not_started": {"type": exc.type or "ConfigurationError", "message": exc.message}}
+        entry = state.tools[key]
+        attempt = entry.attempt + info.attempt - 1
+        state.tools[key] = entry.moved(attempt=attempt)
+        driver = self._driver(agent, fencing_token=attempt)
+        async with self._heartbeating(args):
+            result = await driver.invoke_tool(state, key)
+        if isinstance(result, TimeoutError):
+            # The engine decides what a call with an unknown outcome means (timed_out).
+            return {"timeout": str(result) or f"tool call {key} timed out", "attempt": attempt}
+        logger.info(
+            "tool call %s (%s) attempt %d: %s",
+            key,
+            entry.policy,
+            attempt,
+            "error result" if result.is_error else "ok",
+        )
+        if self.metrics is not None:
+            self.metrics.tool_ended(entry.policy, result.is_error)
+        return {"result": result.to_dict(), "attempt": attempt}
+
+    @activity.defn(name=ACTIVITY_RESULT)
+    async def result(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A committed raw result after the agent's result middleware."""
+        state = state_from_dict(args["state"])
+        with self._tracked("result", state):
+            agent = _definition(self._agent, str(args["agent"]))
+            processed: ToolResult = await self._driver(agent).processed_result(state, str(args["key"]))
+            return {"result": processed.to_dict()}
+
+    # --------------------------------------------------------------- events
+
+    @activity.defn(name=ACTIVITY_PUBLISH)
+    async def publish(self, args: dict[str, Any]) -> int:
+        events = [RunEvent.from_dict(e) for e in args["events"]]
+        return await self.events.publish(str(args["run_id"]), events)
+
+
+def _definition(build: Callable[[str], Agent], ref: str) -> Agent:
+    """The agent for ``ref``; an unknown reference is a failure no retry can mend."""
+    try:
+        return build(ref)
+    except ConfigurationError as exc:
+        raise ApplicationError(str(exc), type="ConfigurationError", non_retryable=True) from None

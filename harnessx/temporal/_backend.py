@@ -1,0 +1,306 @@
+"""``TemporalBackend``: durable runs on a Temporal cluster, driven by Temporal workers.
+
+The client side of the binding. ``AgentRuntime(AgentRef(...), backend=TemporalBackend)``
+turns every verb into a workflow update or query of the session's workflow
+(``harnessx-session:<id>``), and follows events from the event sink (``RedisEvents``).
+``await backend.worker()`` builds the Temporal worker that runs the workflows and their
+activities with the agents of ``registry``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Self
+
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from harnessx import _errors
+from harnessx._errors import ConfigurationError, StorageError
+from harnessx._events import RunEvent, RunEventType
+from harnessx._registry import AgentRef, AgentRegistry, agents
+from harnessx._results import RunResult
+from harnessx._runlog import parse_cursor
+from harnessx.temporal._artifacts import ArtifactCodec, ArtifactStore, data_converter
+from harnessx.temporal._events import EventSink
+from harnessx.temporal._workflow import WORKFLOW_NAME, workflow_id
+
+if TYPE_CHECKING:
+    from temporalio.worker import Worker
+
+__all__ = ["DEFAULT_TASK_QUEUE", "TemporalBackend"]
+
+DEFAULT_TASK_QUEUE = "harness-x-v1"
+_MEMO_AGENT = "harnessx_agent"
+# Errors an update refuses with, raised on the client as the same harnessx class.
+_REFUSALS = (
+    "ConfigurationError",
+    "SessionBusyError",
+    "UnknownExecutionKey",
+    "ResolutionError",
+    "RuntimeStateError",
+)
+
+
+class TemporalBackend:
+    """Runs on Temporal. ``events`` is where followers read a run's events.
+
+    ``heartbeat_timeout`` is how long a model or tool activity may go without a heartbeat
+    before Temporal gives up on its worker (the next attempt of a ``safe``/``idempotent``
+    tool starts then; a ``manual`` one becomes uncertain). It is written into each new
+    session, so the workflow's schedule stays deterministic.
+    """
+
+    remote = True
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        events: EventSink,
+        artifact_store: ArtifactStore | None = None,
+        registry: AgentRegistry | None = None,
+        heartbeat_timeout: float = 10.0,
+        model_timeout: float = 600.0,
+        tool_timeout: float = 3600.0,
+        poll_interval: float = 0.5,
+    ) -> None:
+        if events is None:
+            raise ConfigurationError("TemporalBackend needs events=RedisEvents(url): where run events go")
+        if heartbeat_timeout <= 0 or model_timeout <= 0 or tool_timeout <= 0:
+            raise ConfigurationError("TemporalBackend timeouts must be positive")
+        self.client = client
+        self.task_queue = task_queue
+        self.events = events
+        self.artifact_store = artifact_store
+        self.registry = registry or agents
+        self.settings = {
+            "heartbeat_timeout": float(heartbeat_timeout),
+            "model_timeout": float(model_timeout),
+            "tool_timeout": float(tool_timeout),
+        }
+        self.poll_interval = poll_interval
+        self._owns_client = False
+
+    def __repr__(self) -> str:
+        return f"TemporalBackend(task_queue={self.task_queue!r}, events={self.events!r})"
+
+    @classmethod
+    async def connect(
+        cls,
+        target: str,
+        *,
+        events: EventSink,
+        namespace: str = "default",
+        artifact_store: ArtifactStore | None = None,
+        **kwargs: Any,
+    ) -> TemporalBackend:
+        """Connect to the Temporal frontend at ``target`` (``host:port``)."""
+        try:
+            client = await Client.connect(
+                target, namespace=namespace, data_converter=data_converter(artifact_store)
+            )
+        except RuntimeError as exc:
+            raise ConfigurationError(
+                f"cannot connect to Temporal at {target!r} (namespace {namespace!r}): {exc}; check that "
+                "the frontend runs there (temporal server start-dev, or your cluster's address)"
+            ) from None
+        backend = cls(client, events=events, artifact_store=artifact_store, **kwargs)
+        backend._owns_client = True
+        return backend
+
+    async def __aenter__(self) -> Self:
+        await self.initialize()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def initialize(self) -> None:
+        if self.artifact_store is not None:
+            codec = self.client.data_converter.payload_codec
+            if not isinstance(codec, ArtifactCodec):
+                raise ConfigurationError(
+                    "artifact_store= needs a client whose data converter offloads to it: use "
+                    "TemporalBackend.connect(), or Client.connect(data_converter=data_converter(store))"
+                )
+        await self.events.initialize()
+
+    async def aclose(self) -> None:
+        """Close the event sink (and nothing of a client passed in)."""
+        await self.events.aclose()
+
+    async def worker(self, **options: Any) -> Worker:
+        """A Temporal worker for this task queue and registry (``async with`` runs it)."""
+        from harnessx.temporal._worker import build_worker
+
+        return build_worker(self, **options)
+
+    # -------------------------------------------------------------- sessions
+
+    def handle(self, session_id: str) -> WorkflowHandle[Any, Any]:
+        return self.client.get_workflow_handle(workflow_id(session_id))
+
+    async def create_session(self, session_id: str, agent: AgentRef) -> None:
+        data = {"session_id": session_id, "agent": str(agent), "settings": dict(self.settings)}
+        try:
+            await self.client.start_workflow(
+                WORKFLOW_NAME,
+                data,
+                id=workflow_id(session_id),
+                task_queue=self.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                memo={_MEMO_AGENT: str(agent)},
+            )
+        except WorkflowAlreadyStartedError:
+            found = await self.session_agent(session_id)
+            if found != agent:
+                raise ConfigurationError(
+                    f"session {session_id} exists with agent {found}; bind it with AgentRef "
+                    f"{found} or start a new session"
+                ) from None
+        except RPCError as exc:
+            raise _unreachable(self, exc) from None
+
+    async def session_agent(self, session_id: str) -> AgentRef | None:
+        """The agent a session was started with (from its memo: no worker needed)."""
+        try:
+            described = await self.handle(session_id).describe()
+        except RPCError as exc:
+            if "not found" in str(exc).lower():
+                return None
+            raise _unreachable(self, exc) from None
+        memo = await described.memo()
+        ref = memo.get(_MEMO_AGENT)
+        return AgentRef.parse(str(ref)) if ref else None
+
+    # ----------------------------------------------------------------- runs
+
+    async def submit(self, session_id: str, message: str, request_id: str | None) -> str:
+        run_id = uuid.uuid4().hex
+        request = {"run_id": run_id, "message": message, "request_id": request_id}
+        # Temporal answers a repeated update id with the first outcome, without asking the
+        # workflow: the id names the message too, so a reused request_id with another
+        # message reaches the workflow, which refuses it.
+        digest = hashlib.sha256(message.encode()).hexdigest()[:16]
+        update_id = f"submit:{request_id}:{digest}" if request_id else f"submit:{run_id}"
+        outcome = await self._update(session_id, "submit", request, update_id=update_id)
+        return str(outcome["run_id"])
+
+    async def resume(self, session_id: str) -> str | None:
+        outcome = await self._update(session_id, "resume", None)
+        run_id = outcome.get("run_id")
+        return str(run_id) if run_id else None
+
+    async def decide(self, session_id: str, decision: dict[str, Any]) -> None:
+        await self._update(session_id, "decide", decision)
+
+    async def control(self, session_id: str, action: str) -> None:
+        await self._update(session_id, "control", {"action": action})
+
+    async def run_record(self, session_id: str, run_id: str) -> dict[str, Any]:
+        return dict(await self._query(session_id, "run", run_id))
+
+    async def latest_result(self, session_id: str) -> RunResult | None:
+        record = await self._query(session_id, "latest")
+        return RunResult.from_dict(record["result"]) if record and record.get("result") else None
+
+    async def session_of(self, run_id: str) -> str | None:
+        """The session of a run, read from its first event (``None`` without events)."""
+        first = await self.events.read(run_id, 0, limit=1)
+        return first[0].session_id if first else None
+
+    async def wait_result(self, session_id: str, run_id: str) -> RunResult:
+        """The run's result once it stops running (finished, waiting or paused)."""
+        while True:
+            record = await self.run_record(session_id, run_id)
+            if record.get("status") != "running" and not record.get("busy"):
+                return RunResult.from_dict(record["result"])
+            # The next event is the moment to look again (the workflow publishes one at every
+            # boundary that changes the status); otherwise a slow poll.
+            with contextlib.suppress(StorageError):
+                await self.events.wait(run_id, int(record.get("cursor", 0)), self.poll_interval * 4)
+
+    async def follow(self, session_id: str, run_id: str, after: str) -> AsyncIterator[RunEvent]:
+        """Events behind ``after`` until the run's current execution has ended."""
+        position = parse_cursor(after)
+        result_at = -1
+        while True:
+            events = await self.events.read(run_id, position)
+            for event in events:
+                position = int(event.cursor or position)
+                yield event
+                if event.type is RunEventType.RUN_RESULT:
+                    result_at = position
+            if events:
+                continue
+            if result_at == position:
+                record = await self.run_record(session_id, run_id)
+                if record.get("status") != "running" and int(record.get("cursor", 0)) <= position:
+                    return
+            await self.events.wait(run_id, position, self.poll_interval * 4)
+
+    # -------------------------------------------------------------- plumbing
+
+    async def _update(
+        self, session_id: str, name: str, arg: Any, *, update_id: str | None = None
+    ) -> dict[str, Any]:
+        handle = self.handle(session_id)
+        try:
+            if arg is None:
+                outcome = await handle.execute_update(name, id=update_id)
+            else:
+                outcome = await handle.execute_update(name, arg, id=update_id)
+        except WorkflowUpdateFailedError as exc:
+            raise _refusal(exc.cause) from None
+        except RPCError as exc:
+            raise _missing_or_unreachable(self, session_id, exc) from None
+        return dict(outcome or {})
+
+    async def _query(self, session_id: str, name: str, *args: Any) -> Any:
+        try:
+            return await self.handle(session_id).query(
+                name, *args, rpc_timeout=timedelta(seconds=30), reject_condition=None
+            )
+        except WorkflowQueryFailedError as exc:
+            raise StorageError(f"reading session {session_id} from Temporal failed: {exc}") from None
+        except RPCError as exc:
+            raise _missing_or_unreachable(self, session_id, exc) from None
+
+
+def _refusal(cause: BaseException | None) -> Exception:
+    """The harnessx error an update's refusal names (ConfigurationError if unnamed)."""
+    if isinstance(cause, ApplicationError) and cause.type in _REFUSALS:
+        cls: type[Exception] = getattr(_errors, cause.type)
+        return cls(cause.message)
+    message = getattr(cause, "message", None) or str(cause)
+    return StorageError(f"the session's workflow refused the request: {message}")
+
+
+def _missing_or_unreachable(backend: TemporalBackend, session_id: str, exc: RPCError) -> Exception:
+    if "not found" in str(exc).lower():
+        return ConfigurationError(
+            f"no session {session_id!r} on Temporal (task queue {backend.task_queue!r}): check the id and "
+            "the namespace, or start it with AgentRuntime.start()"
+        )
+    return _unreachable(backend, exc)
+
+
+def _unreachable(backend: TemporalBackend, exc: RPCError) -> Exception:
+    return StorageError(
+        f"Temporal did not answer ({exc.status.name}: {exc.message}); check the cluster, and that a "
+        f"worker polls task queue {backend.task_queue!r} (harness-worker --temporal ...)"
+    )

@@ -1,0 +1,574 @@
+"""The session workflow: one per session, the engine's decisions replayed deterministically.
+
+The workflow plays the part the driver and the store play in the SQL bindings. It keeps
+the session's latest ``RunState`` in memory (Temporal's history is what makes it
+durable), asks ``Engine.next_step`` what to do, and performs effects only through
+activities: a model call, one activity per tool call (heartbeating; its retry policy
+follows the call's replay policy), result middleware and event publishing (local
+activities). Each outcome goes back through the engine's transition methods, so the
+rules are the same code as everywhere else; only the recording differs.
+
+Determinism: the engine is pure; the agent's definition comes from the worker's registry
+(the factory runs here too, so it must not do I/O), and every value that comes from
+outside (replies, results, ids) is an activity result or an update's argument, recorded
+in the history. A changed definition under the same version label can make replay
+diverge: give changed tools or permissions a new version (see docs/temporal.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from harnessx._agent import Agent
+from harnessx._engine import AskApproval, CallModel, CompleteResult, Dispatch, Engine, Stop
+from harnessx._registry import AgentRef, AgentRegistry
+from harnessx._results import RunStatus, ToolResult
+from harnessx._state import Delta, Phase, RunState, ToolStatus
+from harnessx._tools import ReplayPolicy
+from harnessx.temporal._codec import response_from_dict, state_from_dict, state_to_dict
+
+__all__ = [
+    "ACTIVITY_MODEL",
+    "ACTIVITY_PUBLISH",
+    "ACTIVITY_RESULT",
+    "ACTIVITY_TOOL",
+    "WORKFLOW_NAME",
+    "SessionWorkflowV1",
+    "bind_registry",
+    "workflow_id",
+]
+
+WORKFLOW_NAME = "harnessx.session.v1"
+ACTIVITY_MODEL = "harnessx.model.v1"
+ACTIVITY_TOOL = "harnessx.tool.v1"
+ACTIVITY_RESULT = "harnessx.result.v1"
+ACTIVITY_PUBLISH = "harnessx.publish.v1"
+
+_UNFINISHED = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.AWAITING_INPUT})
+# Everything the engine reads fits in memory; a finished run keeps only its summary.
+_SUMMARY_FIELDS = ("request_id", "message")
+
+
+def workflow_id(session_id: str) -> str:
+    return f"harnessx-session:{session_id}"
+
+
+class _Cancelled(Exception):
+    """Internal: cancellation was requested while an effect ran."""
+
+
+_ERROR_TYPES: dict[str, type[Exception]] = {}
+
+
+def _remote_error(type_name: str, message: str) -> Exception:
+    """An exception named like the one an activity reported (what ``engine.fail`` records)."""
+    cls = _ERROR_TYPES.get(type_name)
+    if cls is None:
+        name = type_name if type_name.isidentifier() else "RemoteError"
+        cls = _ERROR_TYPES.setdefault(type_name, type(name, (Exception,), {}))
+    return cls(message)
+
+
+def _cause(error: BaseException) -> tuple[str, str]:
+    """The type and message of what failed at the bottom of an activity error."""
+    inner: BaseException = error
+    while getattr(inner, "cause", None) is not None:
+        inner = inner.cause  # type: ignore[attr-defined]
+    if isinstance(inner, ApplicationError) and inner.type:
+        return inner.type, inner.message
+    return type(inner).__name__, str(inner)
+
+
+def _refuse(kind: str, message: str) -> ApplicationError:
+    """An update refused: the client raises the harnessx error named ``kind``."""
+    return ApplicationError(message, type=kind, non_retryable=True)
+
+
+class SessionWorkflow:
+    """Base of the workflow class ``session_workflow`` binds to a registry."""
+
+    registry: AgentRegistry
+
+    def setup(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.data.setdefault("requests", {})
+        self.data.setdefault("runs", {})
+        self.data.setdefault("event_counts", {})
+        self.data.setdefault("cursors", {})
+        saved = self.data.get("state")
+        self.state: RunState | None = state_from_dict(saved) if saved else None
+        self.busy = False
+        self.control: str | None = None
+        self._engine: Engine | None = None
+        self._lock = asyncio.Lock()
+        self._tasks: list[Any] = []
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def session_id(self) -> str:
+        return str(self.data["session_id"])
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict(self.data.get("settings") or {})
+
+    def engine(self) -> Engine:
+        """The rules of the session's agent, from this worker's registry (built once)."""
+        if self._engine is None:
+            ref = AgentRef.parse(str(self.data["agent"]))
+            if ref not in self.registry:
+                known = ", ".join(str(r) for r in self.registry.refs()) or "none"
+                raise _refuse(
+                    "ConfigurationError",
+                    f"unknown agent {ref}: the workers of task queue {workflow.info().task_queue!r} have "
+                    f"{known}; register it in their --agents registry",
+                )
+            try:
+                self._engine = self.registry.create(ref).engine(durable=True)
+            except Exception as exc:
+                raise _refuse(
+                    "ConfigurationError",
+                    f"building agent {ref} failed on the worker: {type(exc).__name__}: {exc}",
+                ) from None
+        return self._engine
+
+    def snapshot(self) -> dict[str, Any]:
+        data = dict(self.data)
+        data["state"] = state_to_dict(self.state) if self.state is not None else None
+        return data
+
+    def _seconds(self, name: str, default: float) -> timedelta:
+        return timedelta(seconds=float(self.settings.get(name, default)))
+
+    async def commit(self, delta: Delta) -> None:
+        """Apply ``delta`` to the run and publish its events (numbered per run)."""
+        state = self.state
+        assert state is not None
+        async with self._lock:
+            state.apply(delta)
+            counts = self.data["event_counts"]
+            events = []
+            for event in delta.events:
+                counts[state.run_id] = counts.get(state.run_id, 0) + 1
+                event.event_id = f"{state.run_id}:{counts[state.run_id]}"
+                event.session_id = event.session_id or self.session_id
+                events.append(event.to_dict())
+            self.data["runs"].setdefault(state.run_id, {})["status"] = state.status.value
+            if events:
+                # A local activity, retried until the event sink takes them: a follower never
+                # misses a committed event, and a sink outage holds the run at this boundary.
+                last = await workflow.execute_local_activity(
+                    ACTIVITY_PUBLISH,
+                    {"run_id": state.run_id, "events": events},
+                    start_to_close_timeout=timedelta(seconds=10),
+                    retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5)),
+                )
+                # The sink's cursor (it also numbers streamed text): where a follower is done.
+                self.data["cursors"][state.run_id] = int(last)
+
+    def _agent_args(self, state: RunState, **extra: Any) -> dict[str, Any]:
+        return {
+            "agent": self.data["agent"],
+            "state": state_to_dict(state),
+            "heartbeat_timeout": float(self.settings.get("heartbeat_timeout", 10)),
+            **extra,
+        }
+
+    async def _cancellable(self, task: Any) -> Any:
+        """Await an activity unless cancellation is requested first (then cancel it)."""
+        self._tasks.append(task)
+        try:
+            await workflow.wait_condition(lambda: task.done() or self.control == "cancel")
+            if not task.done():
+                task.cancel()
+                raise _Cancelled
+            return await task
+        finally:
+            self._tasks.remove(task)
+
+    # ------------------------------------------------------------------ driving
+
+    async def main(self) -> None:
+        while True:
+            await workflow.wait_condition(
+                lambda: self.state is not None and self.state.status is RunStatus.RUNNING
+            )
+            self.busy = True
+            try:
+                await self.drive()
+            finally:
+                self.busy = False
+                self.control = None
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(
+                    lambda: (
+                        workflow.all_handlers_finished()
+                        and (self.state is None or self.state.status is not RunStatus.RUNNING)
+                    )
+                )
+                workflow.continue_as_new(self.snapshot())
+
+    async def drive(self) -> None:
+        state = self.state
+        assert state is not None
+        try:
+            engine = self.engine()
+        except ApplicationError as exc:
+            # Nothing of the agent's can run here: the run fails saying so (any engine can
+            # record that).
+            await self.commit(
+                Agent().engine(durable=True).fail(state, _remote_error(exc.type or "", exc.message))
+            )
+            return
+        try:
+            while state.status is RunStatus.RUNNING:
+                if self.control == "cancel":
+                    await self.commit(engine.cancel(state))
+                    return
+                if self.control == "pause":
+                    await self.commit(engine.pause(state))
+                    return
+                step = engine.next_step(state)
+                try:
+                    await self.perform(engine, state, step)
+                except _Cancelled:
+                    await self.commit(engine.cancel(state))
+                    return
+        except (asyncio.CancelledError, workflow.ContinueAsNewError):
+            raise
+        except Exception as exc:
+            # A bug or a definition that cannot be built: the run fails with the reason,
+            # and the session's workflow stays usable (a failed run can be resumed).
+            workflow.logger.exception("run %s failed in the workflow", state.run_id)
+            if not state.status.finished:
+                await self.commit(engine.fail(state, exc))
+
+    async def perform(self, engine: Engine, state: RunState, step: Any) -> None:
+        if isinstance(step, Delta):
+            await self.commit(step)
+        elif isinstance(step, CallModel):
+            await self.call_model(engine, state)
+        elif isinstance(step, Dispatch):
+            await self.dispatch(engine, state, step.keys)
+        elif isinstance(step, CompleteResult):
+            await self.complete_result(engine, state, step.key)
+        elif isinstance(step, Stop):
+            return
+        elif isinstance(step, AskApproval):  # pragma: no cover - durable engines never ask
+            raise AssertionError("a durable run does not ask an approver")
+        else:  # pragma: no cover
+            raise TypeError(f"unknown engine step {step!r}")
+
+    async def call_model(self, engine: Engine, state: RunState) -> None:
+        task = workflow.start_activity(
+            ACTIVITY_MODEL,
+            self._agent_args(state),
+            start_to_close_timeout=self._seconds("model_timeout", 600),
+            heartbeat_timeout=self._seconds("heartbeat_timeout", 10),
+            retry_policy=RetryPolicy(
+                maximum_attempts=int(self.settings.get("model_attempts", 5)),
+                initial_interval=timedelta(milliseconds=100),
+                maximum_interval=timedelta(seconds=30),
+            ),
+            cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
+        )
+        try:
+            outcome = await self._cancellable(task)
+        except ActivityError as exc:
+            kind, message = _cause(exc)
+            outcome = {"error": {"type": kind, "message": message}}
+        if "error" in outcome:
+            error = outcome["error"]
+            await self.commit(engine.model_failed(state, _remote_error(error["type"], error["message"])))
+            return
+        await self.commit(engine.model_responded(state, response_from_dict(outcome["response"])))
+
+    def _start_tool(self, state: RunState, key: str) -> Any:
+        entry = state.tools[key]
+        manual = entry.policy == ReplayPolicy.MANUAL
+        if manual:
+            # A manual call whose activity is lost is never sent again by Temporal: its
+            # outcome is unknown, and a person settles it (resolve_tool).
+            retry = RetryPolicy(maximum_attempts=1)
+        else:
+            # What fails here is a lost worker (a tool's own errors are results): the next
+            # attempt goes out at once, backing off only while attempts keep failing.
+            retry = RetryPolicy(
+                initial_interval=timedelta(milliseconds=100), maximum_interval=timedelta(seconds=30)
+            )
+        return workflow.start_activity(
+            ACTIVITY_TOOL,
+            # The whole state: a built-in tool reads the conversation (read_tool_result).
+            self._agent_args(state, key=key),
+            start_to_close_timeout=self._seconds("tool_timeout", 3600),
+            heartbeat_timeout=self._seconds("heartbeat_timeout", 10),
+            retry_policy=retry,
+            cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
+            activity_id=f"tool:{key}#{entry.attempt}",
+        )
+
+    async def dispatch(self, engine: Engine, state: RunState, keys: tuple[str, ...]) -> None:
+        # Dispatch intent first, as in every binding: the calls are 'started' before any runs.
+        await self.commit(engine.dispatched(state, keys))
+        tasks = {key: self._start_tool(state, key) for key in keys}
+        pending = dict(tasks)
+        self._tasks.extend(tasks.values())
+        try:
+            while pending:
+                await workflow.wait_condition(
+                    lambda: any(t.done() for t in pending.values()) or self.control == "cancel"
+                )
+                if self.control == "cancel":
+                    for task in pending.values():
+                        task.cancel()
+                    raise _Cancelled
+                for key in [k for k, t in pending.items() if t.done()]:
+                    task = pending.pop(key)
+                    await self.commit(self._tool_outcome(engine, state, key, task))
+        finally:
+            for task in tasks.values():
+                self._tasks.remove(task)
+
+    def _tool_outcome(self, engine: Engine, state: RunState, key: str, task: Any) -> Delta:
+        try:
+            outcome = task.result()
+        except ActivityError as exc:
+            entry = state.tools[key]
+            if entry.policy != ReplayPolicy.MANUAL:
+                kind, message = _cause(exc)
+                return engine.fail(state, _remote_error(kind, f"tool call {key} failed: {message}"))
+            # Lost (worker gone, heartbeat timed out): the engine's own recovery rule makes
+            # it uncertain, with the same recovery_required event as after a crash.
+            recovered = engine.recover(_tool_view(state, key), may_have_streamed=False)
+            assert recovered is not None
+            return Delta(Phase.RAW_RESULT, tools=recovered.tools, events=recovered.events)
+        if "not_started" in outcome:
+            error = outcome["not_started"]
+            failed = engine.fail(state, _remote_error(error["type"], error["message"]))
+            entry = state.tools[key]
+            failed.tools.append(entry.moved(status=ToolStatus.PREPARED, attempt=entry.attempt - 1))
+            return failed
+        state.tools[key] = state.tools[key].moved(attempt=int(outcome["attempt"]))
+        if "timeout" in outcome:
+            return engine.timed_out(state, key, str(outcome["timeout"]))
+        result = ToolResult.from_dict(outcome["result"])
+        return engine.raw_result(state, key, result)
+
+    async def complete_result(self, engine: Engine, state: RunState, key: str) -> None:
+        outcome = await workflow.execute_local_activity(
+            ACTIVITY_RESULT,
+            self._agent_args(state, key=key),
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+        )
+        await self.commit(engine.completed_result(state, key, ToolResult.from_dict(outcome["result"])))
+
+    # ---------------------------------------------------------------- requests
+
+    def run_record(self, run_id: str) -> dict[str, Any]:
+        state = self.state
+        record = dict(self.data["runs"].get(run_id) or {})
+        if state is not None and state.run_id == run_id:
+            record["result"] = state.result().to_dict()
+            record["status"] = state.status.value
+        record["cursor"] = self.data["cursors"].get(run_id, 0)
+        record["busy"] = self.busy and state is not None and state.run_id == run_id
+        return record
+
+    def check_submit(self, request: dict[str, Any]) -> None:
+        self.engine()  # refuses an agent this worker cannot build
+        prior = self.data["requests"].get(request.get("request_id") or "")
+        if prior is not None:
+            if self.data["runs"][prior].get("message") != request["message"]:
+                raise _refuse(
+                    "ConfigurationError",
+                    f"request_id {request['request_id']!r} was already used in session {self.session_id} "
+                    "with a different message; use a new request_id for a new request",
+                )
+            return
+        state = self.state
+        if self.busy or (state is not None and state.status in _UNFINISHED):
+            assert state is not None
+            raise _refuse(
+                "SessionBusyError",
+                f"session {self.session_id} already has an unfinished run ({state.run_id}, "
+                f"{state.status.value}): resume, resolve or cancel it first",
+            )
+
+    async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
+        request_id = request.get("request_id") or ""
+        prior = self.data["requests"].get(request_id) if request_id else None
+        if prior is not None:
+            return {"run_id": prior, "existing": True}
+        run_id = str(request["run_id"])
+        previous = self.state
+        history = list(previous.messages) if previous is not None else []
+        if previous is not None:
+            self._finish_summary(previous)
+        state = RunState(
+            session_id=self.session_id, run_id=run_id, messages=history, history_length=len(history)
+        )
+        if request_id:
+            self.data["requests"][request_id] = run_id
+        self.data["runs"][run_id] = {"request_id": request_id or None, "message": request["message"]}
+        self.state = state
+        self.control = None
+        await self.commit(self.engine().start(state, str(request["message"])))
+        return {"run_id": run_id, "existing": False}
+
+    def _finish_summary(self, state: RunState) -> None:
+        summary = self.data["runs"].setdefault(state.run_id, {})
+        summary["status"] = state.status.value
+        summary["result"] = state.result().to_dict()
+        for name in list(summary):
+            if name not in (*_SUMMARY_FIELDS, "status", "result"):
+                summary.pop(name)
+
+    async def resume(self) -> dict[str, Any]:
+        state = self.state
+        if state is None or (state.status.finished and state.status is not RunStatus.FAILED):
+            return {"run_id": None}
+        if self.busy:
+            return {"run_id": state.run_id, "following": True}
+        engine = self.engine()
+        recovered = engine.recover(state, may_have_streamed=False)
+        if recovered is not None:
+            await self.commit(recovered)
+        reopened = engine.reopen(state)
+        if reopened is not None:
+            await self.commit(reopened)
+        self.control = None
+        return {"run_id": state.run_id}
+
+    def check_decision(self, request: dict[str, Any]) -> None:
+        state = self.state
+        key = str(request["key"])
+        wanted = ToolStatus.APPROVAL if request["kind"] == "approve" else ToolStatus.UNCERTAIN
+        entry = state.tools.get(key) if state is not None else None
+        if state is None or entry is None or entry.status is not wanted:
+            label = "awaiting approval" if wanted is ToolStatus.APPROVAL else "uncertain"
+            raise _refuse(
+                "UnknownExecutionKey",
+                f"no tool call {label} has execution key {key!r} in session {self.session_id}",
+            )
+        if self.busy:
+            raise _refuse(
+                "RuntimeStateError",
+                f"run {state.run_id} is being driven; decide once it waits (its result says so)",
+            )
+
+    async def decide(self, request: dict[str, Any]) -> None:
+        state = self.state
+        assert state is not None
+        engine = self.engine()
+        key = str(request["key"])
+        if request["kind"] == "approve":
+            await self.commit(engine.approve(state, key, bool(request["allow"])))
+            return
+        result = ToolResult.from_dict(request["result"]) if request.get("result") else None
+        delta = engine.resolve(
+            state, key, result=result, retry=bool(request.get("retry")), abort=bool(request.get("abort"))
+        )
+        await self.commit(delta)
+
+    async def set_control(self, request: dict[str, Any]) -> None:
+        action = str(request["action"])
+        state = self.state
+        if state is None or state.status not in _UNFINISHED:
+            return
+        if self.busy:
+            self.control = action
+            if action == "cancel":
+                for task in list(self._tasks):
+                    task.cancel()
+                # Cancellation interrupts model calls and tool waits: wait for the run to stop.
+                await workflow.wait_condition(lambda: not self.busy)
+            return
+        engine = self.engine()
+        if action == "cancel":
+            await self.commit(engine.cancel(state))
+        elif state.status is RunStatus.RUNNING:  # pragma: no cover - a running run is busy
+            await self.commit(engine.pause(state))
+
+
+def _tool_view(state: RunState, key: str) -> RunState:
+    """The state as a tool activity needs it: the run's ids and this one entry."""
+    return RunState(
+        session_id=state.session_id,
+        run_id=state.run_id,
+        status=state.status,
+        phase=state.phase,
+        iteration=state.iteration,
+        tools={key: state.tools[key]},
+    )
+
+
+# The registry of each task queue this process's workers serve. The SDK instantiates the
+# workflow class itself (module-level classes only), so an instance finds its agents by the
+# task queue it runs on; the last worker built for a queue in this process sets it. A
+# replayer runs on a queue of its own: it uses the registry bound to "*".
+_REGISTRIES: dict[str, AgentRegistry] = {}
+ANY_QUEUE = "*"
+
+
+def bind_registry(task_queue: str, registry: AgentRegistry) -> None:
+    _REGISTRIES[task_queue] = registry
+
+
+def _registry() -> AgentRegistry:
+    queue = workflow.info().task_queue
+    registry = _REGISTRIES.get(queue) or _REGISTRIES.get(ANY_QUEUE)
+    if registry is None:  # pragma: no cover - build_worker binds the queue first
+        raise RuntimeError(f"no agent registry is bound to task queue {queue!r} in this worker")
+    return registry
+
+
+@workflow.defn(name=WORKFLOW_NAME, sandboxed=False)
+class SessionWorkflowV1(SessionWorkflow):
+    @workflow.init
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.registry = _registry()
+        self.setup(data)
+
+    @workflow.run
+    async def run(self, data: dict[str, Any]) -> None:
+        await self.main()
+
+    @workflow.update(name="submit")
+    async def submit_update(self, request: dict[str, Any]) -> dict[str, Any]:
+        return await self.submit(request)
+
+    @submit_update.validator
+    def _validate_submit(self, request: dict[str, Any]) -> None:
+        self.check_submit(request)
+
+    @workflow.update(name="resume")
+    async def resume_update(self) -> dict[str, Any]:
+        return await self.resume()
+
+    @workflow.update(name="decide")
+    async def decide_update(self, request: dict[str, Any]) -> None:
+        await self.decide(request)
+
+    @decide_update.validator
+    def _validate_decide(self, request: dict[str, Any]) -> None:
+        self.check_decision(request)
+
+    @workflow.update(name="control")
+    async def control_update(self, request: dict[str, Any]) -> None:
+        await self.set_control(request)
+
+    @workflow.query(name="run")
+    def run_query(self, run_id: str) -> dict[str, Any]:
+        return self.run_record(run_id)
+
+    @workflow.query(name="latest")
+    def latest_query(self) -> dict[str, Any] | None:
+        return self.run_record(self.state.run_id) if self.state is not None else None

@@ -1,0 +1,200 @@
+"""The runtime's verbs on a real Temporal server, with a worker in this process.
+
+Every test has its own task queue; the agents are the pool tests' (one tool call, then
+an answer) and ``approval`` (its tool needs approval).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporal_agents import registry
+from temporal_support import TemporalSetup, ledger, wait_until
+
+from harnessx import (
+    Agent,
+    AgentRef,
+    AgentRuntime,
+    ConfigurationError,
+    RunEventType,
+    RunStatus,
+    SessionBusyError,
+    SQLiteBackend,
+    UnknownExecutionKey,
+)
+from harnessx.temporal import TemporalBackend, replayer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+async def backend(setup: TemporalSetup) -> AsyncIterator[TemporalBackend]:
+    backend = await setup.backend(registry)
+    try:
+        async with await backend.worker():
+            yield backend
+    finally:
+        await backend.aclose()
+
+
+async def test_a_run_with_a_tool_and_an_answer(backend: TemporalBackend) -> None:
+    runtime = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
+    result = await runtime.run("the report")
+    assert result.status is RunStatus.COMPLETED
+    assert result.output == "Done: safe_tool did the report"
+    assert result.usage.input_tokens > 0
+    status = await runtime.status()
+    assert status["state"] == "completed" and status["run"].run_id == result.run_id
+
+
+async def _event_types(runtime: AgentRuntime, message: str) -> list[str]:
+    handle = await runtime.submit(message)
+    types = []
+    cursors = []
+    async for event in handle.events():
+        types.append(event.type.value)
+        cursors.append(int(event.cursor or 0))
+    assert cursors == list(range(1, len(cursors) + 1)), "cursors are dense per run"
+    return types
+
+
+async def test_events_are_those_of_a_sqlite_run(backend: TemporalBackend, tmp_path: Path) -> None:
+    remote = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
+    on_temporal = await _event_types(remote, "x")
+    local = AgentRuntime(registry.create(AgentRef("safe", "v1")), backend=SQLiteBackend(tmp_path / "db"))
+    try:
+        in_sqlite = await _event_types(local, "x")
+    finally:
+        await local.stop()
+    assert on_temporal == in_sqlite
+    assert on_temporal[0] == "text_delta" and on_temporal[-1] == "run_result"
+    assert "tool_call_start" in on_temporal and "tool_result" in on_temporal
+
+
+async def test_events_after_a_cursor(backend: TemporalBackend) -> None:
+    runtime = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
+    handle = await runtime.submit("y")
+    everything = [e async for e in handle.events()]
+    middle = everything[3].cursor
+    assert middle is not None
+    rest = [e async for e in handle.events(after=middle)]
+    assert [e.event_id for e in rest] == [e.event_id for e in everything[4:]]
+    assert all(e.session_id == handle.session_id for e in everything)
+
+
+async def test_request_id_is_deduplicated(backend: TemporalBackend) -> None:
+    runtime = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
+    first = await runtime.run("once", request_id="r-1")
+    again = await runtime.run("once", request_id="r-1")
+    assert again.run_id == first.run_id and again.output == first.output
+    with pytest.raises(ConfigurationError, match="already used"):
+        await runtime.submit("different", request_id="r-1")
+
+
+async def test_stream_text(backend: TemporalBackend) -> None:
+    runtime = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
+    text = "".join([chunk async for chunk in runtime.stream_text("words")])
+    assert text == "On it.Done: safe_tool did words"
+
+
+async def test_run_stream(backend: TemporalBackend) -> None:
+    runtime = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
+    async with runtime.run_stream("s") as stream:
+        kinds = [event.type async for event in stream]
+        result = await stream.result()
+    assert kinds[-1] is RunEventType.RUN_RESULT and result.ok
+
+
+async def test_approve_and_decline(backend: TemporalBackend, setup: TemporalSetup) -> None:
+    runtime = AgentRuntime(AgentRef("approval", "v1"), backend=backend)
+    waiting = await runtime.run("ask first")
+    assert waiting.status is RunStatus.AWAITING_INPUT
+    [pending] = waiting.pending
+    assert pending.status == "approval"
+    with pytest.raises(UnknownExecutionKey):
+        await runtime.resolve_tool(pending, retry=True)
+    handle = await runtime.approve(pending, resume=True)
+    assert handle is not None
+    done = await handle.result()
+    assert done.status is RunStatus.COMPLETED and done.output == "Done: safe_tool did ask first"
+
+    # A second session; the decision comes from a runtime bound to none (it finds the session).
+    declined = await AgentRuntime(AgentRef("approval", "v1"), backend=backend).run("no")
+    other = AgentRuntime(AgentRef("approval", "v1"), backend=backend)
+    handle = await other.decline(declined.pending[0], resume=True)
+    assert handle is not None
+    assert (await handle.result()).output == "Done: Permission denied"
+
+
+async def test_busy_session_and_resume(backend: TemporalBackend) -> None:
+    runtime = AgentRuntime(AgentRef("approval", "v1"), backend=backend)
+    waiting = await runtime.run("hold")
+    with pytest.raises(SessionBusyError):
+        await runtime.submit("another")
+    follower = AgentRuntime(AgentRef("approval", "v1"), backend=backend)
+    handle = await follower.resume(waiting.session_id)
+    assert handle is not None
+    assert (await handle.result()).status is RunStatus.AWAITING_INPUT
+    with pytest.raises(ConfigurationError, match="runs agent approval@v1"):
+        await AgentRuntime(AgentRef("safe", "v1"), backend=backend).resume(waiting.session_id)
+    with pytest.raises(ConfigurationError, match="no session"):
+        await follower.resume("no-such-session")
+
+
+async def test_pause_then_resume(
+    backend: TemporalBackend, setup: TemporalSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HX_LEDGER", str(setup.ledger_path))
+    monkeypatch.setenv("HX_SLOW_TOOL", "1")
+    runtime = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
+    handle = await runtime.submit("slowly")
+    await wait_until(lambda: ledger(setup.ledger_path), what="the tool started")
+    await runtime.pause()
+    paused = await handle.result()
+    assert paused.status is RunStatus.PAUSED
+    monkeypatch.setenv("HX_SLOW_TOOL", "0")
+    resumed = await runtime.resume(paused.session_id)
+    assert resumed is not None
+    done = await resumed.result()
+    assert done.status is RunStatus.COMPLETED
+    assert len(ledger(setup.ledger_path)) == 1, "the settled tool is not run again"
+
+
+async def test_cancel_interrupts_a_tool(
+    backend: TemporalBackend, setup: TemporalSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HX_LEDGER", str(setup.ledger_path))
+    monkeypatch.setenv("HX_SLOW_TOOL", "30")
+    runtime = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
+    handle = await runtime.submit("forever")
+    await wait_until(lambda: ledger(setup.ledger_path), what="the tool started")
+    await asyncio.wait_for(runtime.cancel(), 20)
+    result = await handle.result()
+    assert result.status is RunStatus.CANCELLED
+    assert await runtime.resume(result.session_id) is None
+
+
+async def test_bad_bindings_are_clear_errors(backend: TemporalBackend) -> None:
+    with pytest.raises(ConfigurationError, match="pass AgentRef"):
+        AgentRuntime(Agent(), backend=backend)
+    with pytest.raises(ConfigurationError, match="keeps no journal"):
+        AgentRuntime(AgentRef("safe", "v1"), backend=backend, recording=True)
+    runtime = AgentRuntime(AgentRef("nobody", "v9"), backend=backend)
+    with pytest.raises(ConfigurationError, match="unknown agent nobody@v9: the workers of task queue"):
+        await runtime.submit("who?")
+
+
+async def test_history_replays_deterministically(backend: TemporalBackend) -> None:
+    runtime = AgentRuntime(AgentRef("approval", "v1"), backend=backend)
+    waiting = await runtime.run("replay me")
+    handle = await runtime.approve(waiting.pending[0], resume=True)
+    assert handle is not None
+    await handle.result()
+    await runtime.run("and again")
+    history = await backend.handle(waiting.session_id).fetch_history()
+    checker = replayer(registry, backend.client.data_converter)
+    result = await checker.replay_workflow(history, raise_on_replay_failure=True)
+    assert result.replay_failure is None
