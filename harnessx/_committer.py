@@ -22,6 +22,8 @@ from harnessx.store._protocol import Lease, Store
 
 __all__ = ["RunFeed", "StoreCommitter"]
 
+_CONFIRM_ATTEMPTS = 3
+
 
 class RunFeed:
     """Events of a run driven in this process, flushed or not, for local followers."""
@@ -94,17 +96,50 @@ class StoreCommitter:
             event.cursor = str(self._seq)
 
     async def commit(self, state: RunState, delta: Delta) -> None:
+        before = self._seq
         self._number(delta.events)
         buffered, self._buffer = self._buffer, []
-        if self.journal is None:
-            await self.store.commit(self.lease, state, delta, buffered)
-        else:
-            records = self.journal.for_commit(state, delta, [*buffered, *delta.events])
-            with _recorded(state):
-                await self.store.commit(self.lease, state, delta, buffered, records)
-            self.journal.committed()
+        try:
+            if self.journal is None:
+                await self.store.commit(self.lease, state, delta, buffered)
+            else:
+                records = self.journal.for_commit(state, delta, [*buffered, *delta.events])
+                with _recorded(state):
+                    await self.store.commit(self.lease, state, delta, buffered, records)
+                self.journal.committed()
+        except BaseException:
+            # Not written: whatever the driver commits next (the run's failure) numbers its
+            # events from here again, with the buffered ones, so that the stream stays dense.
+            # (After a lost lease or a store failure it writes nothing more at all.)
+            self._seq, self._buffer = before, buffered + self._buffer
+            raise
         if self.feed is not None:
             self.feed.publish(delta.events)
+
+    async def confirm(self) -> None:
+        """Return once the lease certainly still holds for a moment, by this process's clock;
+        called right before a tool is invoked. The checkpoint before it (the dispatch intent)
+        proves only that the lease held when the server committed it: its reply may have
+        been held up, past the lease, while another process took the run over. When the last
+        claim or renewal is too old to tell, renew the lease first. ``LeaseLostError`` if it
+        turns out lost, or cannot be shown to hold: the tool must not run then."""
+        margin = min(1.0, self.store.lease_seconds / 10)  # clocks' rates may drift apart
+        for _ in range(_CONFIRM_ATTEMPTS):
+            if time.monotonic() + margin < self.store.lease_deadline(self.lease):
+                return
+            try:
+                renewal = await self.store.renew([self.lease])
+            except StorageError as exc:
+                raise self._unconfirmed(f"renewing it failed: {exc}") from exc
+            if self.lease.session_id not in renewal.held:
+                raise self._unconfirmed("another process took the session over")
+        raise self._unconfirmed(f"{_CONFIRM_ATTEMPTS} renewals in a row took longer than the lease")
+
+    def _unconfirmed(self, why: str) -> LeaseLostError:
+        return LeaseLostError(
+            f"the lease on session {self.lease.session_id} (generation {self.lease.generation}) could "
+            f"not be confirmed before a tool call ({why}); the tool did not run"
+        )
 
     async def provisional(self, state: RunState, event: RunEvent) -> None:
         self._number([event])
@@ -127,12 +162,16 @@ class StoreCommitter:
         if self._buffer:
             buffered, self._buffer = self._buffer, []
             run_id = buffered[0].run_id
-            if self.journal is None:
-                await self.store.append_events(self.lease, run_id, buffered)
-            else:
-                records = self.journal.for_events(buffered)
-                with _recorded(buffered[0]):
-                    await self.store.append_events(self.lease, run_id, buffered, records)
+            try:
+                if self.journal is None:
+                    await self.store.append_events(self.lease, run_id, buffered)
+                else:
+                    records = self.journal.for_events(buffered)
+                    with _recorded(buffered[0]):
+                        await self.store.append_events(self.lease, run_id, buffered, records)
+            except BaseException:
+                self._buffer = buffered + self._buffer  # not written: they go with the next commit
+                raise
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from harnessx._builtin_tools import RunView, planning_guidance, render_todos, run_view_scope, todos_of
 from harnessx._config import Limits
 from harnessx._engine import AskApproval, CallModel, CompleteResult, Dispatch, Engine, Stop
-from harnessx._errors import LeaseLostError, ProviderError
+from harnessx._errors import LeaseLostError, ProviderError, StorageError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._hooks import HookEvent, Hooks
 from harnessx._journal import RunJournal
@@ -153,6 +153,13 @@ class Driver:
         except (LeaseLostError, asyncio.CancelledError):
             # Fenced out or torn down: nothing more may be written for this run.
             raise
+        except StorageError:
+            # The store failed, after its own retries. The write that failed may or may not
+            # have applied, so this state may be behind or ahead of the database: writing
+            # the run's failure from it would leave a gap in its events, or a failed run with
+            # tool calls in flight. The run stays running; its next holder (a worker once
+            # the lease expires, or resume()) loads it from the database and recovers.
+            raise
         except Exception as exc:
             logger.exception("run %s failed unexpectedly", state.run_id)
             await hooks.emit(HookEvent.ERROR, agent, {"run_id": state.run_id, "error": str(exc)})
@@ -214,6 +221,8 @@ class Driver:
             if journal is not None:
                 journal.model_interrupted()
             raise
+        except (LeaseLostError, StorageError):
+            raise  # writing streamed text failed: the store's problem, not the model's (see drive)
         except Exception as exc:
             logger.warning("model call for run %s failed: %s", state.run_id, exc)
             if journal is not None:
@@ -382,6 +391,9 @@ class Driver:
             lookup_result=lambda result_id: self._lookup_result(state, result_id),
             max_result_chars=self.settings.limits.max_result_chars if self.settings.limits else 12_000,
         )
+        # Right before the call: a dispatch whose reply came late (a stalled connection)
+        # must not start a tool that another process has taken over meanwhile.
+        await self.committer.confirm()
         agent_token = _agent_context.set(agent)
         try:
             with tool_context_scope(context), run_view_scope(view):

@@ -342,9 +342,11 @@ class Engine:
         """Settle what a dead process left in flight; ``None`` when nothing needs it.
 
         A call dispatched without a committed raw result is invoked again when its replay
-        policy allows it, and otherwise becomes ``uncertain`` for a person to resolve.
+        policy allows it, and otherwise becomes ``uncertain`` for a person to resolve. A
+        failed run is settled too, since resume() continues it: it may have failed with
+        calls in flight.
         """
-        if state.status.finished:
+        if state.status in (RunStatus.COMPLETED, RunStatus.CANCELLED):
             return None
         delta = Delta(state.phase)
         for entry in state.entries():

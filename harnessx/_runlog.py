@@ -17,12 +17,15 @@ class Committer(Protocol):
 
     ``commit`` makes a delta and its events durable (assigning event cursors) or raises;
     ``provisional`` records a streamed event (text deltas) that may be batched and is
-    lost, harmlessly, if the process dies before the next commit.
+    lost, harmlessly, if the process dies before the next commit; ``confirm`` returns once
+    the run may start an effect outside the store (a tool call), or raises.
     """
 
     async def commit(self, state: RunState, delta: Delta) -> None: ...
 
     async def provisional(self, state: RunState, event: RunEvent) -> None: ...
+
+    async def confirm(self) -> None: ...
 
 
 def parse_cursor(after: str | None) -> int:
@@ -52,6 +55,9 @@ class MemoryRunLog:
 
     async def provisional(self, state: RunState, event: RunEvent) -> None:
         self._append(event)
+
+    async def confirm(self) -> None:
+        return None  # nobody else can take an in-memory run over
 
     def _append(self, event: RunEvent) -> None:
         event.cursor = str(len(self.events) + 1)

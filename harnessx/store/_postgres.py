@@ -44,6 +44,7 @@ import contextlib
 import logging
 import secrets
 import shlex
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -83,6 +84,7 @@ from harnessx.store._codec import (
     run_record,
     run_values,
 )
+from harnessx.store._deadlines import LeaseDeadlines
 from harnessx.store._migrations import (
     MigrationReport,
     check_applied,
@@ -283,6 +285,8 @@ class PostgresBackend(PostgresConsole):
         # changes hands, so under any other lease a progress-only checkpoint is sent whole
         # at once rather than refused first (HX003). Only a hint: absent means "send whole".
         self._progress: dict[str, tuple[str, int, str]] = {}
+        self._deadlines = LeaseDeadlines(self.lease_seconds)
+        self._liveness_losses = 0  # a deadline counts only if no loss came between send and reply
         self._closed = False
 
     def __repr__(self) -> str:
@@ -732,6 +736,9 @@ class PostgresBackend(PostgresConsole):
         conn.add_termination_listener(self._liveness_lost)
 
     def _liveness_lost(self, _: Any) -> None:
+        # Others may judge this process dead and take its leases at once, before they expire.
+        self._liveness_losses += 1
+        self._deadlines.clear()
         if self._pool is not None and not self._closed:
             task = asyncio.get_running_loop().create_task(self._retake_liveness())
             self._background.add(task)
@@ -873,6 +880,7 @@ class PostgresBackend(PostgresConsole):
         owner = self.owner_for(holder)
         # Never hold a lease while others can see this process as dead.
         await self._keep_liveness()
+        sent = self._sent()
         row = await self._run(
             "claiming a session",
             lambda conn: conn.fetchrow(Q["take_lease"], session_id, owner, self.lease_seconds),
@@ -885,7 +893,9 @@ class PostgresBackend(PostgresConsole):
                 f"session {session_id} is held by another live process until its lease expires "
                 f"(in {busy_seconds:.0f} s); wait for it to finish or stop that process"
             )
-        return Lease(session_id, owner, int(generation))
+        lease = Lease(session_id, owner, int(generation))
+        self._extended([lease], sent)
+        return lease
 
     async def renew(self, leases: list[Lease]) -> Renewal:
         await self._keep_liveness()
@@ -894,6 +904,7 @@ class PostgresBackend(PostgresConsole):
             [lease.owner for lease in leases],
             [lease.generation for lease in leases],
         )
+        sent = self._sent()
         rows = await self._run(
             "renewing leases",
             lambda conn: conn.fetch(Q["renew_leases"], self.lease_seconds, ids, owners, generations),
@@ -902,11 +913,32 @@ class PostgresBackend(PostgresConsole):
         held = {
             lease.session_id for lease in leases if (lease.session_id, lease.owner, lease.generation) in still
         }
+        self._extended([lease for lease in leases if lease.session_id in held], sent)
+        for lease in leases:
+            if lease.session_id not in held:
+                self._deadlines.forget(lease.session_id)
         controls = {sid: control for sid, _, _, control in rows if control}
         return Renewal(held=held, lost={lease.session_id for lease in leases} - held, controls=controls)
 
+    def _sent(self) -> tuple[float, int]:
+        """When a request that extends leases is sent, and the liveness losses seen so far."""
+        return time.monotonic(), self._liveness_losses
+
+    def _extended(self, leases: list[Lease], sent: tuple[float, int]) -> None:
+        at, losses = sent
+        # Had the liveness lock gone in between, others may have taken the leases already.
+        if losses == self._liveness_losses:
+            for lease in leases:
+                self._deadlines.extended(lease, at)
+
+    def lease_deadline(self, lease: Lease) -> float:
+        if self._liveness is None or self._liveness.is_closed():
+            return 0.0  # others may see this process as dead right now
+        return self._deadlines.until(lease)
+
     async def release(self, lease: Lease) -> None:
         self._progress.pop(lease.session_id, None)
+        self._deadlines.forget(lease.session_id)
         await self._run(
             "releasing a lease",
             lambda conn: conn.execute(Q["release_lease"], lease.session_id, lease.owner, lease.generation),
@@ -1239,8 +1271,11 @@ class PostgresBackend(PostgresConsole):
                 await conn.fetch(Q["claim_queued"], owner, agent_refs, limit, self.lease_seconds, claim_id)
             )
 
+        sent = self._sent()
         rows = await self._run("claiming queued runs", claim)
-        return [(Lease(str(sid), owner, int(gen)), str(run_id)) for run_id, sid, gen in rows]
+        claimed = [(Lease(str(sid), owner, int(gen)), str(run_id)) for run_id, sid, gen in rows]
+        self._extended([lease for lease, _ in claimed], sent)
+        return claimed
 
     async def wait_for_work(self, max_wait: float) -> bool:
         """Return soon after a run is queued in any process (LISTEN), or after ``max_wait``

@@ -392,6 +392,13 @@ class Store(Protocol):
 
     async def release(self, lease: Lease) -> None: ...
 
+    def lease_deadline(self, lease: Lease) -> float:
+        """The ``time.monotonic()`` until which ``lease`` certainly still holds, by what this
+        process saw: when the claim or renewal that last extended it was sent, plus
+        ``lease_seconds`` (0 when unknown, or when the process may have been judged dead
+        since). A holder checks it before an effect outside the store (a tool call): a
+        reply that came late only shows that the lease held when the server processed it."""
+
     async def process_alive(self, owner: str) -> bool: ...
 
     # runs

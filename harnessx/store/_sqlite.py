@@ -50,6 +50,7 @@ from harnessx.store._codec import (
     tool_entry_bodies,
     tool_entry_values,
 )
+from harnessx.store._deadlines import LeaseDeadlines
 from harnessx.store._migrations import MigrationReport, check_applied, check_objects, pending, report
 from harnessx.store._original import (
     SQLITE_PREFIX,
@@ -134,6 +135,7 @@ class SQLiteBackend(SQLiteConsole):
         self._closed = False
         self._waiters = RunWaiters()
         self._leaderships: dict[str, tuple[int, Leadership]] = {}  # role -> (locked fd, term)
+        self._deadlines = LeaseDeadlines(lease_seconds)
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({str(self.path)!r})"
@@ -460,7 +462,10 @@ class SQLiteBackend(SQLiteConsole):
             ).fetchone()
             return Lease(session_id, owner, int(generation))
 
-        return await self._call(self._write, body)
+        sent = time.monotonic()
+        lease: Lease = await self._call(self._write, body)
+        self._deadlines.extended(lease, sent)
+        return lease
 
     async def renew(self, leases: list[Lease]) -> Renewal:
         named = dumps([[lease.session_id, lease.owner, lease.generation] for lease in leases])
@@ -468,15 +473,25 @@ class SQLiteBackend(SQLiteConsole):
         def body(conn: sqlite3.Connection) -> list[Any]:
             return conn.execute(Q["renew_leases"], (time.time() + self.lease_seconds, named)).fetchall()
 
+        sent = time.monotonic()
         rows = await self._call(self._write, body)
         still = {(sid, owner, int(gen)) for sid, owner, gen, _ in rows}
         held = {
             lease.session_id for lease in leases if (lease.session_id, lease.owner, lease.generation) in still
         }
+        for lease in leases:
+            if lease.session_id in held:
+                self._deadlines.extended(lease, sent)
+            else:
+                self._deadlines.forget(lease.session_id)
         controls = {sid: control for sid, _, _, control in rows if control}
         return Renewal(held=held, lost={lease.session_id for lease in leases} - held, controls=controls)
 
+    def lease_deadline(self, lease: Lease) -> float:
+        return self._deadlines.until(lease)
+
     async def release(self, lease: Lease) -> None:
+        self._deadlines.forget(lease.session_id)
         await self._call(
             self._write,
             lambda conn: conn.execute(Q["release_lease"], (lease.session_id, lease.owner, lease.generation)),
@@ -840,7 +855,11 @@ class SQLiteBackend(SQLiteConsole):
                 claimed.append((Lease(session_id, owner, int(generation)), str(run_id)))
             return claimed
 
-        return await self._call(self._write, body)
+        sent = time.monotonic()
+        claimed: list[tuple[Lease, str]] = await self._call(self._write, body)
+        for lease, _ in claimed:
+            self._deadlines.extended(lease, sent)
+        return claimed
 
     async def wait_for_work(self, max_wait: float) -> bool:
         # SQLite cannot notify other processes: the claim loop's back-off is the polling.

@@ -30,27 +30,30 @@ from harnessx import (
     SQLiteBackend,
     StorageError,
     ToolCall,
+    current_tool_context,
 )
-from harnessx.store._protocol import Store
+from harnessx._state import Delta, ToolStatus
+from harnessx.store._protocol import Lease, Store
 from harnessx.testing import ThrowawayCluster
 from supervisor._supervisor import ROLE, Supervisor, SupervisorConfig
 
 pytestmark = pytest.mark.process
 
 
-def _registry(tool: Callable[[], Any]) -> AgentRegistry:
-    def build() -> Agent:
-        def reply(request: ScriptedRequest) -> ProviderResponse | str:
-            if request.turn == 0:
-                return ProviderResponse(text="working", tool_calls=[ToolCall("c1", "work", {})])
-            return "done"
+def _agent(tool: Callable[[], Any], policy: str = "safe") -> Agent:
+    def reply(request: ScriptedRequest) -> ProviderResponse | str:
+        if request.turn == 0:
+            return ProviderResponse(text="working", tool_calls=[ToolCall("c1", "work", {})])
+        return "done"
 
-        agent = Agent(config=AgentConfig(system_prompt="finding"), provider=ScriptedProvider(reply))
-        agent.tools.register(name="work", replay_policy="safe")(tool)
-        return agent
+    agent = Agent(config=AgentConfig(system_prompt="finding"), provider=ScriptedProvider(reply))
+    agent.tools.register(name="work", replay_policy=policy)(tool)
+    return agent
 
+
+def _registry(tool: Callable[[], Any], policy: str = "safe") -> AgentRegistry:
     registry = AgentRegistry()
-    registry.register("finding", build)
+    registry.register("finding", lambda: _agent(tool, policy))
     return registry
 
 
@@ -59,6 +62,16 @@ async def _submit(store: Store) -> tuple[str, str]:
     handle = await runtime.submit("go")
     await runtime.stop()
     return handle.session_id, handle.run_id
+
+
+def _store(kind: str, tmp_path: Path, request: pytest.FixtureRequest, **options: Any) -> Store:
+    """A store of ``kind`` for a test (each call a new backend on the same database)."""
+    if kind == "sqlite":
+        return SQLiteBackend(tmp_path / "db.sqlite3", **options)
+    from harnessx.store import PostgresBackend
+
+    backend: Store = PostgresBackend(request.getfixturevalue("pg_database"), **options)
+    return backend
 
 
 @asynccontextmanager
@@ -323,3 +336,157 @@ async def test_a_leader_deposed_by_a_database_restart_cannot_recover_orphans(
         assert await new_store.recover_orphan(new, orphan, requeue=True) is not None  # the new leader may
         session = await client.get_session(session_id)
         assert session is not None and session.generation == lease.generation + 1
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_tool_whose_dispatch_reply_arrives_after_a_takeover_does_not_run(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 6, from a full run (cut-connections, black-holed): a worker's dispatch intent
+    committed, but the reply was held up past the lease; meanwhile the supervisor handed the
+    run on, the new holder found the manual call uncertain, and the operator retried it. When
+    the reply finally arrived, the old worker invoked the manual tool anyway, under its stale
+    lease: a manual call run twice."""
+    calls: list[int | None] = []
+
+    def work() -> str:
+        """A manual tool: it has an effect nobody may repeat."""
+        calls.append(current_tool_context().fencing_token)
+        return "sent"
+
+    def open_store() -> Store:
+        return _store(kind, tmp_path, request, lease_seconds=1)
+
+    registry = _registry(work, policy="manual")
+    async with open_store() as client, open_store() as zombie_store, open_store() as other_store:
+        cut, healed = asyncio.Event(), asyncio.Event()
+        real_commit, real_renew = zombie_store.commit, zombie_store.renew
+
+        async def commit(lease: Lease, state: Any, delta: Delta, *args: Any, **kwargs: Any) -> None:
+            await real_commit(lease, state, delta, *args, **kwargs)  # committed at the server...
+            if any(entry.status == ToolStatus.STARTED for entry in delta.tools):
+                cut.set()
+                await healed.wait()  # ...but the reply is held up in a black-holed connection
+
+        async def renew(leases: list[Lease]) -> Any:
+            if cut.is_set():
+                raise StorageError("renewing leases: the connection is black-holed (injected)")
+            return await real_renew(leases)
+
+        monkeypatch.setattr(zombie_store, "commit", commit)
+        monkeypatch.setattr(zombie_store, "renew", renew)
+        session_id, run_id = await _submit(client)
+        zombie = Worker(zombie_store, registry, WorkerConfig(concurrency=1))
+        async with _running(zombie):
+            await asyncio.wait_for(cut.wait(), 30)
+            # The lease runs out; the supervisor hands the run to another worker, which finds
+            # the manual call uncertain: the run waits for a person.
+            supervisor = Supervisor(other_store, SupervisorConfig(scan_interval=0.05))
+            supervising = asyncio.create_task(supervisor.run())
+            try:
+                async with _running(Worker(other_store, registry, WorkerConfig(concurrency=1))):
+                    deadline = time.monotonic() + 30
+                    while (run := await client.get_run(run_id)) is None or run.status != "awaiting_input":
+                        assert time.monotonic() < deadline, run
+                        await asyncio.sleep(0.05)
+            finally:
+                supervisor.stop()
+                await supervising
+            healed.set()  # the reply arrives; renewals still fail, so none can stop the zombie first
+            deadline = time.monotonic() + 30
+            while zombie.active:
+                assert time.monotonic() < deadline, "the old worker kept the run"
+                await asyncio.sleep(0.05)
+        assert calls == [], f"the manual tool ran under the stale lease (generation {calls})"
+        session = await client.get_session(session_id)
+        assert session is not None and session.generation > 2
+
+
+async def _seqs(store: Store, run_id: str) -> list[int]:
+    return [int(event.cursor) for event in await store.read_events(run_id, 0, 1000)]
+
+
+def _failing_raw_result(store: Store, monkeypatch: pytest.MonkeyPatch, error: Exception) -> list[int]:
+    """Make the commit of the first raw result fail once with ``error``, writing nothing."""
+    failed: list[int] = []
+    real = store.commit
+
+    async def commit(lease: Lease, state: Any, delta: Delta, *args: Any, **kwargs: Any) -> None:
+        if not failed and any(entry.status == ToolStatus.RAW_COMPLETED for entry in delta.tools):
+            failed.append(len(delta.events))
+            raise error
+        await real(lease, state, delta, *args, **kwargs)
+
+    monkeypatch.setattr(store, "commit", commit)
+    return failed
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_checkpoint_that_fails_for_good_leaves_the_run_to_its_next_holder(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 7, from a quick run (restart-postgres on a busy machine): a raw result's
+    commit gave up during a slow restart; the driver then committed the run's failure from
+    its in-memory state, numbering its events after the lost ones (a gap in the stream), with
+    the tool call still in flight; every resume of the failed run then failed again."""
+    calls: list[int | None] = []
+
+    def work() -> str:
+        """A safe tool."""
+        calls.append(current_tool_context().fencing_token)
+        return "ok"
+
+    async with _store(kind, tmp_path, request) as store:
+        failed = _failing_raw_result(store, monkeypatch, StorageError("cannot reach the store (injected)"))
+        runtime = AgentRuntime(_agent(work), backend=store)
+        session_id = await runtime.start()
+        handle = await runtime.submit("go")
+        with pytest.raises(StorageError, match="injected"):
+            await handle.result()
+        assert failed and calls == [1]
+        run = await store.get_run(handle.run_id)
+        assert run is not None and run.status == "running"  # nothing written from a state in doubt
+        resumed = await runtime.resume(session_id)
+        assert resumed is not None
+        result = await resumed.result()
+        await runtime.stop()
+        assert result.status.value == "completed", result
+        seqs = await _seqs(store, handle.run_id)
+        assert seqs == list(range(1, len(seqs) + 1))
+        assert len(calls) == 2  # a safe call cut off before its raw result committed runs again
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_run_that_failed_with_a_call_in_flight_can_be_resumed(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 7's other half: a run can still fail with a call in flight (an unexpected error
+    while committing its raw result), and resume() continues failed runs; it used to fail
+    again at once ('tool calls ... are in flight; recover() the state first'), every time.
+    The failure's events must follow the stream densely too."""
+    calls: list[int | None] = []
+
+    def work() -> str:
+        """A safe tool."""
+        calls.append(current_tool_context().fencing_token)
+        return "ok"
+
+    async with _store(kind, tmp_path, request) as store:
+        _failing_raw_result(store, monkeypatch, RuntimeError("unexpected (injected)"))
+        runtime = AgentRuntime(_agent(work), backend=store)
+        session_id = await runtime.start()
+        first = await runtime.run("go")
+        assert first.status.value == "failed" and calls == [1]
+        seqs = await _seqs(store, first.run_id)
+        assert seqs == list(range(1, len(seqs) + 1)), "a gap where the failed commit's events were"
+        resumed = await runtime.resume(session_id)
+        assert resumed is not None
+        result = await resumed.result()
+        await runtime.stop()
+        assert result.status.value == "completed", result
+        seqs = await _seqs(store, first.run_id)
+        assert seqs == list(range(1, len(seqs) + 1))
+        assert len(calls) == 2
