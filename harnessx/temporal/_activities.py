@@ -55,6 +55,9 @@ class _DeltaPublisher:
     async def commit(self, state: RunState, delta: Delta) -> None:  # pragma: no cover - unused
         raise AssertionError("a Temporal activity commits nothing; the workflow does")
 
+    async def confirm(self) -> None:
+        return None  # no lease to confirm: Temporal decides which worker runs an activity
+
     async def provisional(self, state: RunState, event: RunEvent) -> None:
         if self.broken:
             return
