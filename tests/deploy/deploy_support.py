@@ -135,7 +135,7 @@ def exported_metrics() -> dict[str, str]:
 
 
 # Not a wheel file name (harnessx_durable-0.1.0-py3-none-any.whl).
-_METRIC = re.compile(r"\bharnessx_[a-z0-9_]+\b(?!-)")
+_METRIC = re.compile(r"\bharnessx_[a-z0-9_]*[a-z0-9]\b(?!-)")
 
 
 def metric_names_in(text: str) -> set[str]:
