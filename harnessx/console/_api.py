@@ -21,7 +21,7 @@ from harnessx.console._views import (
     supervisor_view,
     workers_view,
 )
-from harnessx.console._web import json_body, json_response, state
+from harnessx.console._web import WebError, json_body, json_response, state
 
 __all__ = [
     "api_actions",
@@ -67,8 +67,6 @@ async def api_approve(request: Request, who: Identity) -> Response:
     body = await json_body(request)
     allow = body.get("allow", True)
     if not isinstance(allow, bool):
-        from harnessx.console._web import WebError
-
         raise WebError(400, "allow must be true or false")
     run_id = request.path_params["run_id"]
     return _done(await _actions.decide(state(request), who, run_id, body.get("execution_key"), allow))

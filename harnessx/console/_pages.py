@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import secrets
 from urllib.parse import quote, urlencode
 
@@ -25,11 +26,11 @@ from harnessx.console._web import (
     LOGIN_CSRF,
     SECURITY_HEADERS,
     WebError,
-    _secure,
     base,
     flash,
     form,
     page,
+    secure,
     state,
 )
 
@@ -169,7 +170,7 @@ async def login_form(request: Request, message: str | None = None, status: int =
     )
     response.set_cookie(
         LOGIN_CSRF, nonce, max_age=3600, path=base(request) or "/", httponly=True, samesite="strict",
-        secure=_secure(request),
+        secure=secure(request),
     )  # fmt: skip
     return response
 
@@ -180,8 +181,6 @@ async def login(request: Request) -> Response:
         return RedirectResponse(f"{base(request)}/runs", status_code=303)
     fields = await form(request)
     nonce = request.cookies.get(LOGIN_CSRF, "")
-    import hmac
-
     if not nonce or not hmac.compare_digest(nonce, fields.get("nonce", "")):
         return await login_form(request, "the sign-in form expired: try again", 403)
     token = console.tokens.find(fields.get("token", "").strip())
@@ -199,7 +198,7 @@ async def login(request: Request) -> Response:
         path=base(request) or "/",
         httponly=True,
         samesite="strict",
-        secure=_secure(request),
+        secure=secure(request),
     )
     response.delete_cookie(LOGIN_CSRF, path=base(request) or "/")
     return response

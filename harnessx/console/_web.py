@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import hmac
 import ipaddress
 import json
 import logging
@@ -40,6 +41,7 @@ __all__ = [
     "identify",
     "json_body",
     "page",
+    "secure",
     "state",
 ]
 
@@ -140,10 +142,6 @@ def page(request: Request, who: Identity | None, template: str, status: int = 20
     return response
 
 
-def render_part(template: str, **values: Any) -> str:
-    return _templates.get_template(template).render(values)
-
-
 def flash(request: Request, to: str, message: str) -> Response:
     """Redirect (after a form) with a message for the next page."""
     console = state(request)
@@ -156,7 +154,7 @@ def flash(request: Request, to: str, message: str) -> Response:
         path=base(request) or "/",
         httponly=True,
         samesite="strict",
-        secure=_secure(request),
+        secure=secure(request),
     )
     return response
 
@@ -174,7 +172,8 @@ def _read_flash(request: Request) -> str | None:
         return None
 
 
-def _secure(request: Request) -> bool:
+def secure(request: Request) -> bool:
+    """Whether cookies get ``Secure``: over HTTPS, or when told TLS ends at a proxy in front."""
     return state(request).secure_cookies or request.url.scheme == "https"
 
 
@@ -220,8 +219,6 @@ def _check_csrf(request: Request, who: Identity, sent: str | None) -> None:
     if who.via == "api":
         return  # a bearer token is no ambient credential: another site cannot send it
     wanted = csrf_for(request, who)
-    import hmac
-
     if not sent or not hmac.compare_digest(sent, wanted):
         raise WebError(403, "this request lacks the page's CSRF token: reload the page and try again")
 

@@ -311,3 +311,45 @@ def test_tokens_file_is_read_again_when_it_changes(tmp_path: Any) -> None:
     os.utime(path, (time.time() + 5, time.time() + 5))
     tokens._checked = 0.0  # the file is looked at once a second at most
     assert tokens.find(VIEWER) is None and tokens.find(OPERATOR) is not None
+
+
+async def test_mounted_in_another_application_everything_lives_under_its_path(target: BackendTarget) -> None:
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route
+
+    from harnessx._http_server import HttpServer, listen
+
+    async def home(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("the host application")
+
+    def nonce_of(html: str) -> str:
+        return html.split('name="nonce" value="', 1)[1].split('"', 1)[0]
+
+    async with target.open() as store:
+        console = create_app(store, tokens=Tokens(TOKENS))
+        host = Starlette(routes=[Route("/", home), Mount("/ops", app=console)])
+        server = HttpServer(host, listen("127.0.0.1", 0))
+        await server.start()
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as client:
+                assert (await client.get("/")).text == "the host application"
+                first = await client.get("/ops/runs")
+                assert (
+                    first.status_code == 303 and first.headers["location"] == "/ops/login?next=%2Fops%2Fruns"
+                )
+                form = await client.get("/ops/login")
+                assert 'action="/ops/login"' in form.text and 'href="/ops/static/console.css"' in form.text
+                sign = {"nonce": nonce_of(form.text), "token": OPERATOR, "next": "/ops/runs"}
+                done = await client.post("/ops/login", data=sign)
+                assert done.status_code == 303 and done.headers["location"] == "/ops/runs"
+                assert "Path=/ops" in done.headers["set-cookie"]
+                page = await client.get("/ops/runs")
+                assert page.status_code == 200 and 'href="/ops/workers"' in page.text
+                assert (await client.get("/ops/static/console.js")).status_code == 200
+                # After signing in, only a path of the console is followed (no open redirect).
+                again = await client.get("/ops/login")
+                away = {"nonce": nonce_of(again.text), "token": OPERATOR, "next": "https://evil.example/"}
+                assert (await client.post("/ops/login", data=away)).headers["location"] == "/ops/runs"
+        finally:
+            await server.stop()

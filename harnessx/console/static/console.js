@@ -42,7 +42,10 @@
     };
     var source = new EventSource(timeline.dataset.events);
     source.onopen = function () { state.textContent = "live"; };
-    source.onerror = function () { state.textContent = "reconnecting"; };
+    source.onerror = function () {
+      // Closed: the run is over (204 from the console); otherwise the browser reconnects.
+      state.textContent = source.readyState === EventSource.CLOSED ? "run finished" : "reconnecting";
+    };
     source.onmessage = function (message) {
       var event = JSON.parse(message.data);
       if (!noisy[event.type]) {
