@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import re
 import uuid
@@ -144,7 +145,7 @@ class Agent:
 
     @messages.setter
     def messages(self, value: list[dict[str, Any]]) -> None:
-        self.memory.replace_engine_messages(value)
+        self.memory.replace_engine_messages(copy.deepcopy(value))
 
     @property
     def todos(self) -> list[dict[str, str]]:
@@ -269,7 +270,7 @@ class Agent:
     async def _drive(self, message: str, log: MemoryRunLog) -> RunResult:
         try:
             provider = self.provider  # fail before the run starts if none can be built
-            history = self.memory.engine_messages()
+            history = self.memory.history()
             state = RunState(
                 session_id=self.session_id,
                 run_id=uuid.uuid4().hex,

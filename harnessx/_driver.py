@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from harnessx._builtin_tools import RunView, planning_guidance, render_todos, run_view_scope, todos_of
 from harnessx._config import Limits
+from harnessx._context_fit import fit_context
 from harnessx._engine import AskApproval, CallModel, CompleteResult, Dispatch, Engine, Stop
 from harnessx._errors import LeaseLostError, ProviderError, StorageError
 from harnessx._events import RunEvent, RunEventType
@@ -247,12 +248,14 @@ class Driver:
         guidance = planning_guidance(settings.tools)
         if guidance:
             system = f"{system}\n\n{guidance}" if system else guidance
+        # The one last call of a run at its limit is asked for an answer, not more work.
+        offered = [] if final else settings.tools.specs(settings.offered_tools)
+        limit = settings.limits.max_context_tokens if settings.limits is not None else None
         request = ModelRequest(
             model=settings.model,
-            messages=_with_task_reminder(state.messages),
+            messages=_with_task_reminder(fit_context(state.messages, limit, system, offered)),
             system=system,
-            # The one last call of a run at its limit is asked for an answer, not more work.
-            tools=[] if final else settings.tools.specs(settings.offered_tools),
+            tools=offered,
             max_tokens=settings.max_tokens,
             temperature=settings.temperature,
         )
@@ -286,9 +289,9 @@ class Driver:
         """Await a model call, adding a ``waiting`` event to the run stream while it is
         silent (``ProgressPolicy``). Notices only: nothing is cancelled."""
         policy = self.settings.progress
-        task = asyncio.ensure_future(work)
         if policy is None or not policy.enabled or policy.first_after_seconds is None:
-            return await task
+            return await work
+        task = asyncio.ensure_future(work)
         try:
             waited = 0.0
             delay = policy.first_after_seconds
@@ -297,37 +300,63 @@ class Driver:
                 if done:
                     return task.result()
                 waited += delay
-                event = RunEvent(
-                    RunEventType.WAITING,
-                    {"on": "model", "seconds": round(waited, 1)},
-                    state.session_id,
-                    state.run_id,
-                    f"model:{state.iteration}",
-                    f"model:{state.iteration}",
-                )
-                await self.committer.provisional(state, event)
+                await self._waiting_notice(state, waited)
                 delay = policy.repeat_every_seconds
         finally:
             if not task.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
 
+    async def _waiting_notice(self, state: RunState, seconds: float) -> None:
+        step = f"model:{state.iteration}"
+        event = RunEvent(
+            RunEventType.WAITING,
+            {"on": "model", "seconds": round(seconds, 1)},
+            state.session_id,
+            state.run_id,
+            step,
+            step,
+        )
+        await self.committer.provisional(state, event)
+
     async def _noticed_stream(
         self, state: RunState, chunks: AsyncIterator[StreamChunk]
     ) -> AsyncIterator[StreamChunk]:
-        """A provider's stream, each wait for its next chunk watched like ``_noticed``."""
-        iterator = chunks.__aiter__()
+        """A provider's stream, its silences noticed like ``_noticed``'s.
+
+        One task reads the stream into a queue and a timer adds a tick to it when nothing
+        came for a while; this task takes both from the queue in order and writes the
+        notices itself, so they are ordered with the stream's own events. (A task and a
+        wait per chunk cost more than the rest of the driver's work on a chunk.)"""
+        policy = self.settings.progress
+        if policy is None or not policy.enabled or policy.first_after_seconds is None:
+            iterator = chunks.__aiter__()
+            try:
+                async for chunk in iterator:
+                    yield chunk
+            finally:
+                await _aclose(iterator)
+            return
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        watch = _SilenceWatch(loop, policy, queue)
+        pump = asyncio.ensure_future(_pump(chunks, queue, watch))
         try:
             while True:
-                try:
-                    chunk = await self._noticed(state, iterator.__anext__())
-                except StopAsyncIteration:
+                kind, item = await queue.get()
+                if kind == "chunk":
+                    yield item
+                elif kind == "tick":
+                    await self._waiting_notice(state, item)
+                elif kind == "failed":
+                    raise item
+                else:
                     return
-                yield chunk
         finally:
-            closer = getattr(iterator, "aclose", None)
-            if closer is not None:
-                await closer()
+            watch.stop()
+            if not pump.done():
+                pump.cancel()
+            await asyncio.gather(pump, return_exceptions=True)
 
     # ------------------------------------------------------------------ tools
 
@@ -496,3 +525,61 @@ def _with_current_results(state: RunState) -> list[dict[str, Any]]:
                 }
             )
     return [*state.messages, *extra]
+
+
+async def _aclose(iterator: Any) -> None:
+    closer = getattr(iterator, "aclose", None)
+    if closer is not None:
+        await closer()
+
+
+async def _pump(
+    chunks: AsyncIterator[StreamChunk], queue: asyncio.Queue[tuple[str, Any]], watch: _SilenceWatch
+) -> None:
+    """Read a provider's stream into ``queue``: each chunk, then its end or its error."""
+    iterator = chunks.__aiter__()
+    try:
+        async for chunk in iterator:
+            watch.active()
+            queue.put_nowait(("chunk", chunk))
+        queue.put_nowait(("end", None))
+    except Exception as exc:
+        queue.put_nowait(("failed", exc))
+    finally:
+        await _aclose(iterator)
+
+
+class _SilenceWatch:
+    """A timer that puts ``("tick", seconds silent)`` into a queue after
+    ``first_after_seconds`` without activity, then every ``repeat_every_seconds``. It is
+    rescheduled only when it fires, not at every chunk."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, policy: ProgressPolicy, queue: asyncio.Queue[tuple[str, Any]]
+    ) -> None:
+        assert policy.first_after_seconds is not None
+        self._loop = loop
+        self._first = policy.first_after_seconds
+        self._repeat = policy.repeat_every_seconds
+        self._queue = queue
+        self._last = loop.time()
+        self._noticed_at: float | None = None
+        self._timer: asyncio.TimerHandle | None = loop.call_at(self._last + self._first, self._fire)
+
+    def active(self) -> None:
+        self._last = self._loop.time()
+        self._noticed_at = None
+
+    def _fire(self) -> None:
+        now = self._loop.time()
+        due = self._last + self._first if self._noticed_at is None else self._noticed_at + self._repeat
+        if now >= due:
+            self._queue.put_nowait(("tick", now - self._last))
+            self._noticed_at = now
+            due = now + self._repeat
+        self._timer = self._loop.call_at(due, self._fire)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

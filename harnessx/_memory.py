@@ -77,7 +77,13 @@ class ConversationMemory:
         self._messages = from_blocks(given)
 
     def replace_engine_messages(self, messages: list[dict[str, Any]]) -> None:
-        self._messages = copy.deepcopy(messages)
+        """Take a run's conversation as it is (the memory never changes a message it holds
+        in place: it replaces it; what it hands out to programs is a copy)."""
+        self._messages = list(messages)
+
+    def history(self) -> list[dict[str, Any]]:
+        """The conversation for the next run, not copied: runs only append to theirs."""
+        return list(self._messages)
 
     def clear(self) -> None:
         self._messages.clear()

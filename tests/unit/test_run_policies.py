@@ -12,7 +12,9 @@ from harnessx import (
     Limits,
     LoopGuard,
     ProgressPolicy,
+    ProviderError,
     ProviderResponse,
+    RetryPolicy,
     RunEventType,
     ScriptedProvider,
     ScriptedRequest,
@@ -21,7 +23,7 @@ from harnessx import (
     ToolPolicy,
     ToolRegistry,
 )
-from harnessx.providers import LLMProvider
+from harnessx.providers import LLMProvider, StreamChunk
 
 
 def script_of(agent: Agent) -> ScriptedProvider:
@@ -241,3 +243,87 @@ async def test_a_silent_model_call_produces_waiting_notices() -> None:
     quiet = Agent(provider=Slow(0.2), config=AgentConfig(progress=ProgressPolicy(first_after_seconds=None)))
     async with quiet.run_stream("hi") as stream:
         assert not [e async for e in stream if e.type is RunEventType.WAITING]
+
+
+async def test_old_tool_results_are_cleared_from_a_request_over_max_context_tokens() -> None:
+    from harnessx._memory import CLEARED_TOOL_RESULT
+
+    calls = [ProviderResponse(tool_calls=[ToolCall(f"c{i}", "page", {"n": i})]) for i in range(6)]
+    agent = Agent(
+        provider=ScriptedProvider([*calls, "read them all"]),
+        config=AgentConfig(limits=Limits(max_context_tokens=3_000)),
+    )
+    agent.tools.register(name="page", replay_policy="safe")(lambda n: f"page {n}: " + "words " * 400)
+    result = await agent.run("read every page")
+    assert result.ok
+    last = script_of(agent).requests[-1].messages
+    answers = [m["content"] for m in last if m.get("role") == "tool"]
+    cleared = [i for i, text in enumerate(answers) if text == CLEARED_TOOL_RESULT]
+    # The oldest answers were cleared from the request; the newest ones are whole.
+    assert cleared and answers[-1].startswith("page 5:")
+    assert cleared == list(range(len(cleared)))
+    # The conversation itself keeps them all.
+    assert all(m["content"].startswith("page") for m in agent.messages if m.get("role") == "tool")
+
+
+class PausingStream(LLMProvider):
+    """Streams "a", then stays silent until ``go`` is set, then "b" (or fails)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.go = asyncio.Event()
+        self.fail = fail
+        self.closed = False
+
+    async def create(self, **kwargs: object) -> ProviderResponse:
+        raise AssertionError("streamed only")
+
+    async def stream(self, **kwargs: object):  # type: ignore[no-untyped-def]
+        try:
+            yield StreamChunk("text_delta", "a")
+            await self.go.wait()
+            if self.fail:
+                raise ProviderError("the connection dropped")
+            yield StreamChunk("text_delta", "b")
+            yield StreamChunk("response", ProviderResponse(text="ab"))
+        finally:
+            self.closed = True
+
+    async def count_tokens(self, **kwargs: object) -> int:
+        return 0
+
+
+async def test_a_silence_inside_a_stream_is_noticed_in_order_with_its_deltas() -> None:
+    provider = PausingStream()
+    policy = ProgressPolicy(first_after_seconds=0.05, repeat_every_seconds=0.05)
+    agent = Agent(provider=provider, config=AgentConfig(progress=policy, planning=False))
+    seen: list[tuple[str, object]] = []
+    async with agent.run_stream("hi") as stream:
+        async for event in stream:
+            if event.type is RunEventType.TEXT_DELTA:
+                seen.append(("text", event.data["text"]))
+            elif event.type is RunEventType.WAITING:
+                seen.append(("waiting", event.data["seconds"]))
+                if sum(kind == "waiting" for kind, _ in seen) == 2:
+                    provider.go.set()
+        result = await stream.result()
+    assert result.ok and result.output == "ab"
+    assert [kind for kind, _ in seen] == ["text", "waiting", "waiting", "text"]
+    # Seconds count from the last chunk, growing while the silence lasts.
+    assert 0 < float(seen[1][1]) <= float(seen[2][1])  # type: ignore[arg-type]
+    assert provider.closed
+
+
+async def test_a_stream_that_fails_after_a_silence_fails_the_call_and_is_closed() -> None:
+    provider = PausingStream(fail=True)
+    policy = ProgressPolicy(first_after_seconds=0.05, repeat_every_seconds=0.05)
+    agent = Agent(
+        provider=provider,
+        config=AgentConfig(progress=policy, planning=False, retry=RetryPolicy(attempts=1)),
+    )
+    async with agent.run_stream("hi") as stream:
+        async for event in stream:
+            if event.type is RunEventType.WAITING:
+                provider.go.set()
+        result = await stream.result()
+    assert not result.ok and "the connection dropped" in str(result.error)
+    assert provider.closed
