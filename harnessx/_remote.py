@@ -46,6 +46,8 @@ class RemoteBackend(Protocol):
 
     async def control(self, session_id: str, action: str) -> None: ...
 
+    async def request_pause(self, session_id: str, run_id: str | None) -> None: ...
+
     async def latest_result(self, session_id: str) -> RunResult | None: ...
 
     async def session_of(self, run_id: str) -> str | None: ...
@@ -141,12 +143,24 @@ class RemoteRuntime(AgentRuntime):
         self._state = "started"
 
     async def stop(self) -> None:
-        """Stop this client. Runs go on on the workers (nothing here drives them)."""
+        """Stop this client. The session's run pauses at its next boundary (active tools
+        settle on the workers), as a local runtime's does; ``resume()`` continues it.
+        Returns once the request is recorded, without waiting for the pause."""
         if self._state == "stopped":
             return
         self._state = "stopped"
-        if self._agent is not None:
-            await self._agent.aclose()
+        try:
+            sid = self._session_id
+            if sid is not None and self._ready_done:
+                await self._remote.request_pause(sid, self._last_run(sid))
+        finally:
+            if self._agent is not None:
+                await self._agent.aclose()
+
+    def _last_run(self, session_id: str) -> str | None:
+        """The last run of ``session_id`` this runtime handed out (``None``: the current one)."""
+        runs = [run for run, sid in self._run_sessions.items() if sid == session_id]
+        return runs[-1] if runs else None
 
     # ---------------------------------------------------------------- runs
 

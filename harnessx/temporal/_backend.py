@@ -211,6 +211,15 @@ class TemporalBackend:
     async def control(self, session_id: str, action: str) -> None:
         await self._update(session_id, "control", {"action": action})
 
+    async def request_pause(self, session_id: str, run_id: str | None) -> None:
+        """Ask run ``run_id`` (``None``: the session's current run) to pause at its next
+        boundary, without waiting. A signal, not an update: Temporal records it even while
+        no worker is up, and the workflow applies it when one runs."""
+        try:
+            await self.handle(session_id).signal("pause", {"run_id": run_id})
+        except RPCError as exc:
+            raise _missing_or_unreachable(self, session_id, exc) from None
+
     async def run_record(self, session_id: str, run_id: str) -> dict[str, Any]:
         return dict(await self._query(session_id, "run", run_id))
 

@@ -497,6 +497,17 @@ class SessionWorkflow:
         elif state.status is RunStatus.RUNNING:  # pragma: no cover - a running run is busy
             await self.commit(engine.pause(state))
 
+    def request_pause(self, request: dict[str, Any]) -> None:
+        """A client stopped (``stop()``): its run pauses at the next boundary, as a pause
+        request would, unless the run has ended or another one has started since."""
+        state = self.state
+        run_id = request.get("run_id")
+        if state is None or state.status is not RunStatus.RUNNING or (run_id and run_id != state.run_id):
+            return
+        # A cancel already asked for is stronger; drive() reads this at its next boundary.
+        if self.control is None:
+            self.control = "pause"
+
 
 def _tool_view(state: RunState, key: str) -> RunState:
     """The state as a tool activity needs it: the run's ids and this one entry."""
@@ -564,6 +575,10 @@ class SessionWorkflowV1(SessionWorkflow):
     @workflow.update(name="control")
     async def control_update(self, request: dict[str, Any]) -> None:
         await self.set_control(request)
+
+    @workflow.signal(name="pause")
+    def pause_signal(self, request: dict[str, Any]) -> None:
+        self.request_pause(request)
 
     @workflow.query(name="run")
     def run_query(self, run_id: str) -> dict[str, Any]:

@@ -163,6 +163,47 @@ async def test_pause_then_resume(
     assert len(ledger(setup.ledger_path)) == 1, "the settled tool is not run again"
 
 
+async def test_stop_pauses_the_run_it_drives(
+    backend: TemporalBackend, setup: TemporalSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As on SQLite and PostgreSQL: leaving the runtime's context leaves no run going on; the
+    # tool in flight settles and the run waits, paused, for resume().
+    monkeypatch.setenv("HX_LEDGER", str(setup.ledger_path))
+    monkeypatch.setenv("HX_SLOW_TOOL", "1")
+    async with AgentRuntime(AgentRef("safe", "v1"), backend=backend) as runtime:
+        handle = await runtime.submit("then stop")
+        await wait_until(lambda: ledger(setup.ledger_path), what="the tool started")
+    await runtime.stop()  # again: nothing more happens
+    paused = await backend.wait_result(handle.session_id, handle.run_id)
+    assert paused.status is RunStatus.PAUSED
+    monkeypatch.setenv("HX_SLOW_TOOL", "0")
+    later = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
+    resumed = await later.resume(handle.session_id)
+    assert resumed is not None
+    assert (await resumed.result()).status is RunStatus.COMPLETED
+    assert len(ledger(setup.ledger_path)) == 1, "the settled tool is not run again"
+
+
+async def test_stop_is_recorded_with_no_worker_up(
+    setup: TemporalSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HX_LEDGER", str(setup.ledger_path))
+    monkeypatch.setenv("HX_SLOW_TOOL", "1")
+    backend = await setup.backend(registry)
+    try:
+        runtime = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
+        async with await backend.worker():
+            handle = await runtime.submit("stop while down")
+            await wait_until(lambda: ledger(setup.ledger_path), what="the tool started")
+        # The worker is gone (its tool was cancelled with it): stop() does not wait for one.
+        await asyncio.wait_for(runtime.stop(), 20)
+        async with await backend.worker():
+            paused = await backend.wait_result(handle.session_id, handle.run_id)
+        assert paused.status is RunStatus.PAUSED
+    finally:
+        await backend.aclose()
+
+
 async def test_cancel_interrupts_a_tool(
     backend: TemporalBackend, setup: TemporalSetup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
