@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
 # The harnessx image named by deploy/kubernetes (ghcr.io/example/harnessx:0.1.0):
 # harness-worker (the default command), harness-supervisor and harnessx, with the PostgreSQL
-# extra, in a virtual environment at /opt/harnessx, running as uid 10001.
+# and Temporal extras (the same image runs the pool's workers and, with HARNESSX_TEMPORAL or
+# `harness-worker --temporal`, Temporal workers: deploy/kubernetes/temporal), in a virtual
+# environment at /opt/harnessx, running as uid 10001.
 #
 #   docker build -t ghcr.io/example/harnessx:0.1.0 .
 #
@@ -24,10 +26,12 @@ COPY pyproject.toml README.md ./
 COPY harnessx ./harnessx
 COPY harness_workers ./harness_workers
 COPY supervisor ./supervisor
-RUN /opt/harnessx/bin/pip install --no-cache-dir ".[postgres]" \
+# The build fails here if either binding could not load in the image.
+RUN /opt/harnessx/bin/pip install --no-cache-dir ".[postgres,temporal]" \
     && /opt/harnessx/bin/harness-worker --help >/dev/null \
     && /opt/harnessx/bin/harness-supervisor --help >/dev/null \
-    && /opt/harnessx/bin/python -c "import asyncpg, harnessx.store; harnessx.store.PostgresBackend"
+    && /opt/harnessx/bin/python -c "import asyncpg, harnessx.store; harnessx.store.PostgresBackend" \
+    && /opt/harnessx/bin/python -c "import temporalio.worker, redis.asyncio, harnessx.temporal._cli"
 
 # -------------------------------------------------------------- runtime
 FROM ${PYTHON_IMAGE}

@@ -2,7 +2,7 @@
 ``dockerfile`` package wraps BuildKit's) reads it for the properties the deployment relies
 on, and the package is built from exactly the build context the Dockerfile and
 .dockerignore give, to show the image would hold a complete harnessx with the PostgreSQL
-extra."""
+and Temporal extras."""
 
 from __future__ import annotations
 
@@ -85,11 +85,17 @@ def test_multi_stage_build_on_python_311_slim() -> None:
     assert [c.value for c in copies] == [(VENV, VENV)]
 
 
-def test_build_stage_installs_the_postgres_extra_into_a_venv() -> None:
+def test_build_stage_installs_the_postgres_and_temporal_extras_into_a_venv() -> None:
     build = stages(commands())[0]
     runs = " && ".join(c.value[0] for c in build if c.cmd.upper() == "RUN")
     assert f"python -m venv {VENV}" in runs
-    assert re.search(rf"{VENV}/bin/pip install [^&]*\"\.\[postgres\]\"", runs), runs
+    found = re.search(rf"{VENV}/bin/pip install [^&]*\"\.\[([a-z,]+)\]\"", runs)
+    assert found, runs
+    # The same image runs `harness-worker --temporal` (deploy/kubernetes/temporal).
+    assert set(found.group(1).split(",")) >= {"postgres", "temporal"}, found.group(0)
+    # ... and the build proves both bindings load, so a broken extra fails the build.
+    assert "import asyncpg" in runs
+    assert re.search(r"python -c \"import [^\"]*temporalio[^\"]*harnessx\.temporal\._cli", runs), runs
 
 
 def test_runtime_stage_runs_as_non_root_with_an_exec_form_command() -> None:
@@ -239,3 +245,8 @@ def test_package_built_from_the_build_context_is_complete(tmp_path: Path) -> Non
     assert re.search(r"^Name: harnessx-durable$", meta, re.MULTILINE), meta[:200]
     assert "Provides-Extra: postgres" in meta
     assert re.search(r"^Requires-Dist: asyncpg.*extra == \"postgres\"", meta, re.MULTILINE)
+    assert "Provides-Extra: temporal" in meta
+    for requirement in ("temporalio", "redis"):
+        assert re.search(rf"^Requires-Dist: {requirement}.*extra == \"temporal\"", meta, re.MULTILINE), (
+            requirement
+        )
