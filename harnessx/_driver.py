@@ -12,7 +12,7 @@ import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from harnessx._builtin_tools import RunView, planning_guidance, render_todos, run_view_scope, todos_of
 from harnessx._config import Limits
@@ -27,7 +27,7 @@ from harnessx._policies import ProgressPolicy
 from harnessx._results import RunResult, RunStatus, ToolResult
 from harnessx._runlog import Committer
 from harnessx._state import Delta, RunState, ToolStatus
-from harnessx._tools import PermissionManager, ToolContext, ToolRegistry, tool_context_scope
+from harnessx._tools import PermissionManager, RetryWanted, ToolContext, ToolRegistry, tool_context_scope
 from harnessx.providers._base import LLMProvider, ProviderResponse, StreamChunk, call_create
 
 __all__ = ["Driver", "RunControl", "RunSettings", "announce_checkpoint", "current_agent"]
@@ -397,9 +397,23 @@ class Driver:
                 if not task.done():
                     task.cancel()
 
-    async def invoke_tool(self, state: RunState, key: str) -> ToolResult | TimeoutError:
+    @overload
+    async def invoke_tool(
+        self, state: RunState, key: str, *, try_number: None = None
+    ) -> ToolResult | TimeoutError: ...
+
+    @overload
+    async def invoke_tool(
+        self, state: RunState, key: str, *, try_number: int
+    ) -> ToolResult | TimeoutError | RetryWanted: ...
+
+    async def invoke_tool(
+        self, state: RunState, key: str, *, try_number: int | None = None
+    ) -> ToolResult | TimeoutError | RetryWanted:
         """Call the tool of entry ``key`` (dispatched: its intent is committed); a timeout
-        is returned, for the engine's ``timed_out``."""
+        is returned, for the engine's ``timed_out``. With ``try_number``, only that one try
+        of the call runs, and a transient failure with tries left comes back as
+        ``RetryWanted`` (the Temporal binding retries it as an activity attempt)."""
         entry = state.tools[key]
         tool = self.settings.tools.get(entry.call.name)
         if tool is None:
@@ -426,7 +440,13 @@ class Driver:
         agent_token = _agent_context.set(agent)
         try:
             with tool_context_scope(context), run_view_scope(view):
-                result = await tool.invoke(entry.call.input, entry.call.id)
+                if try_number is None:
+                    result = await tool.invoke(entry.call.input, entry.call.id)
+                else:
+                    outcome = await tool.try_once(entry.call.input, entry.call.id, attempt=try_number)
+                    if isinstance(outcome, RetryWanted):
+                        return outcome
+                    result = outcome
         except TimeoutError as exc:
             return exc
         finally:

@@ -36,6 +36,7 @@ __all__ = [
     "PermissionLevel",
     "PermissionManager",
     "ReplayPolicy",
+    "RetryWanted",
     "Tool",
     "ToolContext",
     "ToolDefinition",
@@ -239,34 +240,45 @@ class ToolDefinition:
         A handler's exception becomes an error result; a timeout raises ``TimeoutError``
         (the caller decides what an unknown outcome means); cancellation propagates.
         """
-        retry = self.effective_retry()
-        attempts = retry.attempts if retry else 1
         attempt = 0
         while True:
             attempt += 1
-            try:
-                result = _to_result(await self._call_once(arguments), call_id)
-            except TimeoutError:
-                if attempt < attempts and retry is not None:
-                    await asyncio.sleep(retry.wait_for(attempt))
-                    continue
-                raise TimeoutError(f"Tool '{self.name}' timed out after {self.timeout_seconds:g}s") from None
-            except Exception as exc:
-                transient = is_transient_error(exc)
-                if transient and attempt < attempts and retry is not None:
-                    logger.warning(
-                        "tool %s failed (attempt %d/%d), retrying: %s", self.name, attempt, attempts, exc
-                    )
-                    await asyncio.sleep(retry.wait_for(attempt))
-                    continue
-                if isinstance(exc, TransientToolError):
-                    return ToolResult(call_id, f"{TOOL_ERROR_PREFIX}{exc}", True)
-                logger.warning("tool %s failed: %s: %s", self.name, type(exc).__name__, exc)
-                return ToolResult(call_id, f"{TOOL_ERROR_PREFIX}{type(exc).__name__}: {exc}", True)
-            if retry is not None and attempt < attempts and self._wants_retry(retry, result):
-                await asyncio.sleep(retry.wait_for(attempt))
-                continue
-            return result
+            outcome = await self.try_once(arguments, call_id, attempt=attempt)
+            if isinstance(outcome, ToolResult):
+                return outcome
+            await asyncio.sleep(outcome.delay)
+
+    async def try_once(
+        self, arguments: dict[str, Any], call_id: str = "", *, attempt: int
+    ) -> ToolResult | RetryWanted:
+        """Try number ``attempt`` (1-based) of one call: its result, or ``RetryWanted`` when
+        it failed transiently and ``effective_retry`` allows another try. ``invoke`` loops
+        over this; the Temporal binding makes each try an activity attempt instead, so
+        Temporal's retry policy does the waiting. A timeout on the last try raises
+        ``TimeoutError``."""
+        retry = self.effective_retry()
+        more = retry is not None and attempt < retry.attempts
+        try:
+            result = _to_result(await self._call_once(arguments), call_id)
+        except TimeoutError:
+            if more and retry is not None:
+                return RetryWanted(
+                    "TimeoutError", f"timed out after {self.timeout_seconds:g}s", retry.wait_for(attempt)
+                )
+            raise TimeoutError(f"Tool '{self.name}' timed out after {self.timeout_seconds:g}s") from None
+        except Exception as exc:
+            if more and retry is not None and is_transient_error(exc):
+                logger.warning(
+                    "tool %s failed (attempt %d/%d), retrying: %s", self.name, attempt, retry.attempts, exc
+                )
+                return RetryWanted(type(exc).__name__, str(exc), retry.wait_for(attempt))
+            if isinstance(exc, TransientToolError):
+                return ToolResult(call_id, f"{TOOL_ERROR_PREFIX}{exc}", True)
+            logger.warning("tool %s failed: %s: %s", self.name, type(exc).__name__, exc)
+            return ToolResult(call_id, f"{TOOL_ERROR_PREFIX}{type(exc).__name__}: {exc}", True)
+        if more and retry is not None and self._wants_retry(retry, result):
+            return RetryWanted("RetriedResult", result.content[:500], retry.wait_for(attempt))
+        return result
 
     def _wants_retry(self, retry: ToolRetry, result: ToolResult) -> bool:
         if self.retry_if_result is not None:
@@ -295,6 +307,17 @@ class ToolDefinition:
 
 
 Tool = ToolDefinition
+
+
+@dataclass(frozen=True)
+class RetryWanted:
+    """A try that failed transiently, with another allowed after ``delay`` seconds
+    (``ToolDefinition.try_once``). ``kind`` names the failure (an exception's type, or
+    ``RetriedResult`` for an error result the tool's retry asks to repeat)."""
+
+    kind: str
+    message: str
+    delay: float
 
 
 def is_transient_error(exc: BaseException) -> bool:

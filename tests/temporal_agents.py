@@ -1,15 +1,29 @@
 """Agents for the Temporal tests, importable by worker processes as ``temporal_agents:registry``.
 
 The pool tests' three agents (``safe``, ``idempotent``, ``manual``: one tool call, then an
-answer; tools write ``$HX_LEDGER`` and sleep ``$HX_SLOW_TOOL``), and ``approval``, whose
-tool needs a person's approval first.
+answer; tools write ``$HX_LEDGER`` and sleep ``$HX_SLOW_TOOL``), ``approval``, whose
+tool needs a person's approval first, and ``flaky`` / ``flaky_manual``, whose tool (``safe``
+with ``ToolRetry(attempts=3)``, or ``manual``) raises ``TransientToolError`` on its first
+``$HX_FLAKY_FAILURES`` tries of a call (each try writes a ledger line first; ``$HX_LEDGER``
+must be set).
 """
 
 from __future__ import annotations
 
-from pool_agents import _agent
+import json
+import os
 
-from harnessx import Agent, AgentRegistry, PermissionLevel
+from pool_agents import _agent, _ledger, _script
+
+from harnessx import (
+    Agent,
+    AgentConfig,
+    AgentRegistry,
+    PermissionLevel,
+    ToolRetry,
+    TransientToolError,
+    current_tool_context,
+)
 
 __all__ = ["registry"]
 
@@ -20,7 +34,32 @@ def _approval() -> Agent:
     return agent
 
 
+def _flaky(policy: str) -> Agent:
+    agent = Agent(config=AgentConfig(system_prompt="Flaky agent."), provider=_script("flaky_tool"))
+    retry = ToolRetry(attempts=3, backoff_seconds=0.05) if policy == "safe" else None
+
+    @agent.tools.register(name="flaky_tool", replay_policy=policy, retry=retry)
+    def flaky_tool(item: str) -> str:
+        """Do the work, failing transiently at first.
+
+        Args:
+            item: What to do.
+        """
+        done = _ledger("flaky_tool", item)
+        key = current_tool_context().execution_key
+        # Counted in the ledger, so every worker process agrees.
+        with open(os.environ["HX_LEDGER"], encoding="utf-8") as lines:
+            tries = sum(json.loads(line)["key"] == key for line in lines if line.strip())
+        if tries <= int(os.environ.get("HX_FLAKY_FAILURES", "0") or 0):
+            raise TransientToolError(f"the service is busy (try {tries})")
+        return done
+
+    return agent
+
+
 registry = AgentRegistry()
 for _policy in ("safe", "idempotent", "manual"):
     registry.register(_policy, lambda policy=_policy: _agent(policy), version="v1")
 registry.register("approval", _approval, version="v1")
+registry.register("flaky", lambda: _flaky("safe"), version="v1")
+registry.register("flaky_manual", lambda: _flaky("manual"), version="v1")

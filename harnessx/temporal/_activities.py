@@ -32,6 +32,7 @@ from harnessx._logging import log_context
 from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import ToolResult
 from harnessx._state import Delta, RunState
+from harnessx._tools import RetryWanted
 from harnessx.temporal._codec import response_to_dict, state_from_dict
 from harnessx.temporal._events import EventSink
 from harnessx.temporal._workflow import ACTIVITY_MODEL, ACTIVITY_PUBLISH, ACTIVITY_RESULT, ACTIVITY_TOOL
@@ -207,7 +208,8 @@ class SessionActivities:
     async def _tool(self, state: RunState, args: dict[str, Any]) -> dict[str, Any]:
         """Run one dispatched tool call and return its raw result.
 
-        The call's attempt counts every dispatch and every Temporal retry; it is also the
+        The call's attempt counts every dispatch and every Temporal retry (a lost worker's
+        and a transient failure's); it is also the
         fencing token ``current_tool_context()`` carries (it only grows for one execution
         key, so a late effect of a lost attempt can be refused by a ledger)."""
         key = str(args["key"])
@@ -221,7 +223,25 @@ class SessionActivities:
         state.tools[key] = entry.moved(attempt=attempt)
         driver = self._driver(agent, fencing_token=attempt)
         async with self._heartbeating(args):
-            result = await driver.invoke_tool(state, key)
+            # One try per activity attempt: a transient failure (TransientToolError, a
+            # connection error, a retried timeout or error result) is Temporal's to retry,
+            # under the retry policy the workflow built from the tool's ToolRetry; the try
+            # number is this dispatch's activity attempt, so a lost attempt counts too.
+            result = await driver.invoke_tool(state, key, try_number=info.attempt)
+        if isinstance(result, RetryWanted):
+            logger.warning(
+                "tool call %s (%s) attempt %d failed transiently; Temporal retries it: %s: %s",
+                key,
+                entry.policy,
+                attempt,
+                result.kind,
+                result.message,
+            )
+            raise ApplicationError(
+                f"tool call {key} failed transiently: {result.kind}: {result.message}",
+                type=result.kind,
+                non_retryable=False,
+            )
         if isinstance(result, TimeoutError):
             # The engine decides what a call with an unknown outcome means (timed_out).
             return {"timeout": str(result) or f"tool call {key} timed out", "attempt": attempt}

@@ -9,6 +9,7 @@ activities with the agents of ``registry``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import uuid
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from temporalio.client import (
     Client,
+    RPCTimeoutOrCancelledError,
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
@@ -275,6 +277,8 @@ class TemporalBackend:
                 outcome = await handle.execute_update(name, arg, id=update_id)
         except WorkflowUpdateFailedError as exc:
             raise _refusal(exc.cause) from None
+        except RPCTimeoutOrCancelledError as exc:
+            raise _update_cut_off(self, session_id, name, exc) from None
         except RPCError as exc:
             raise _missing_or_unreachable(self, session_id, exc) from None
         return dict(outcome or {})
@@ -297,6 +301,25 @@ def _refusal(cause: BaseException | None) -> Exception:
         return cls(cause.message)
     message = getattr(cause, "message", None) or str(cause)
     return StorageError(f"the session's workflow refused the request: {message}")
+
+
+def _update_cut_off(
+    backend: TemporalBackend, session_id: str, name: str, exc: RPCTimeoutOrCancelledError
+) -> BaseException:
+    """What a request cut off before its answer raises.
+
+    The SDK reports both the caller's own cancellation and the server giving up on the
+    call (its deadline, or a restart cancelling it) as ``RPCTimeoutOrCancelledError``. The
+    first stays a cancellation, so ``asyncio.wait_for`` and task groups behave; the second
+    is a ``StorageError`` like any unanswered request, which a caller may retry."""
+    if isinstance(exc.__cause__, asyncio.CancelledError):
+        return exc.__cause__
+    return StorageError(
+        f"Temporal gave up on the {name!r} request to session {session_id} before it was answered "
+        f"(the cluster was busy or restarting); try again: a submit with the same request_id is the "
+        f"same run. If it keeps happening, check the cluster and the workers of task queue "
+        f"{backend.task_queue!r}"
+    )
 
 
 def _missing_or_unreachable(backend: TemporalBackend, session_id: str, exc: RPCError) -> Exception:

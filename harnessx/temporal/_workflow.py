@@ -27,6 +27,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from harnessx._agent import Agent
 from harnessx._engine import AskApproval, CallModel, CompleteResult, Dispatch, Engine, Stop
+from harnessx._policies import ToolRetry
 from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import RunStatus, ToolResult
 from harnessx._state import Delta, Phase, RunState, ToolStatus
@@ -106,6 +107,7 @@ class SessionWorkflow:
         self.busy = False
         self.control: str | None = None
         self._engine: Engine | None = None
+        self._definition: Agent | None = None
         self._lock = asyncio.Lock()
         self._tasks: list[Any] = []
 
@@ -131,7 +133,8 @@ class SessionWorkflow:
                     f"{known}; register it in their --agents registry",
                 )
             try:
-                self._engine = self.registry.create(ref).engine(durable=True)
+                self._definition = self.registry.create(ref)
+                self._engine = self._definition.engine(durable=True)
             except Exception as exc:
                 raise _refuse(
                     "ConfigurationError",
@@ -292,17 +295,10 @@ class SessionWorkflow:
 
     def _start_tool(self, state: RunState, key: str) -> Any:
         entry = state.tools[key]
+        # A manual call whose activity is lost is never sent again by Temporal: its outcome
+        # is unknown, and a person settles it (resolve_tool). Its tool has no ToolRetry.
         manual = entry.policy == ReplayPolicy.MANUAL
-        if manual:
-            # A manual call whose activity is lost is never sent again by Temporal: its
-            # outcome is unknown, and a person settles it (resolve_tool).
-            retry = RetryPolicy(maximum_attempts=1)
-        else:
-            # What fails here is a lost worker (a tool's own errors are results): the next
-            # attempt goes out at once, backing off only while attempts keep failing.
-            retry = RetryPolicy(
-                initial_interval=timedelta(milliseconds=100), maximum_interval=timedelta(seconds=30)
-            )
+        retry = RetryPolicy(maximum_attempts=1) if manual else self._tool_retry_policy(entry.call.name)
         return workflow.start_activity(
             ACTIVITY_TOOL,
             # The whole state: a built-in tool reads the conversation (read_tool_result).
@@ -312,6 +308,26 @@ class SessionWorkflow:
             retry_policy=retry,
             cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
             activity_id=f"tool:{key}#{entry.attempt}",
+        )
+
+    def _tool_retry_policy(self, name: str) -> RetryPolicy:
+        """Temporal's retry policy for a ``safe``/``idempotent`` tool: its ``ToolRetry``'s
+        back-off (the same waits ``ToolRetry.wait_for`` gives), with no attempt limit.
+
+        Two kinds of failed attempt come here: a lost worker, which is always retried
+        (nothing else would finish the call), and a transient failure the activity reports
+        as a retryable ``ApplicationError`` while the tool's ``ToolRetry.attempts`` allow
+        another try (its last try's failure is the call's error result, as in every
+        binding). The activity counts tries by its attempt, a lost one included."""
+        self.engine()
+        tool = self._definition.tools.get(name) if self._definition is not None else None
+        tool_retry = (tool.effective_retry() if tool is not None else None) or ToolRetry()
+        first = max(tool_retry.backoff_seconds, 0.01)
+        return RetryPolicy(
+            initial_interval=timedelta(seconds=first),
+            backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=max(first, tool_retry.max_backoff_seconds)),
+            maximum_attempts=0,
         )
 
     async def dispatch(self, engine: Engine, state: RunState, keys: tuple[str, ...]) -> None:

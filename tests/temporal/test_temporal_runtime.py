@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from temporal_agents import registry
 from temporal_support import TemporalSetup, ledger, wait_until
+from temporalio.client import RPCTimeoutOrCancelledError
 
 from harnessx import (
     Agent,
@@ -23,9 +25,11 @@ from harnessx import (
     RunStatus,
     SessionBusyError,
     SQLiteBackend,
+    StorageError,
     UnknownExecutionKey,
 )
 from harnessx.temporal import TemporalBackend, replayer
+from harnessx.temporal._backend import _update_cut_off
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -216,6 +220,27 @@ async def test_cancel_interrupts_a_tool(
     result = await handle.result()
     assert result.status is RunStatus.CANCELLED
     assert await runtime.resume(result.session_id) is None
+
+
+async def test_a_request_cut_off_is_a_cancellation_or_a_storage_error(setup: TemporalSetup) -> None:
+    backend = await setup.backend(registry)  # no worker polls this task queue: updates wait
+    try:
+        runtime = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
+        await runtime.start()
+        # The caller's own deadline: a cancellation, as for any coroutine (not an SDK error).
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(runtime.submit("nobody polls"), 1)
+        # The server giving up on the call (here its RPC deadline): a StorageError to retry.
+        assert runtime.session_id is not None
+        with pytest.raises(RPCTimeoutOrCancelledError) as cut:
+            await backend.handle(runtime.session_id).execute_update(
+                "resume", rpc_timeout=timedelta(milliseconds=300)
+            )
+        error = _update_cut_off(backend, runtime.session_id, "resume", cut.value)
+        assert isinstance(error, StorageError)
+        assert "try again" in str(error) and backend.task_queue in str(error)
+    finally:
+        await backend.aclose()
 
 
 async def test_bad_bindings_are_clear_errors(backend: TemporalBackend) -> None:
