@@ -10,8 +10,8 @@ activities with the agents of ``registry``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
+import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -235,15 +235,47 @@ class TemporalBackend:
         return first[0].session_id if first else None
 
     async def wait_result(self, session_id: str, run_id: str) -> RunResult:
-        """The run's result once it stops running (finished, waiting or paused)."""
+        """The run's result once it stops running (finished, waiting or paused).
+
+        A query costs a workflow task on a worker (a replay of the history if no worker has
+        the workflow cached), so this asks the workflow only when the event stream shows the
+        run stopped (every stop publishes ``run_result``), and every ``30 * poll_interval``
+        seconds besides, in case the stream is unreachable. Polling the workflow at every
+        event starved the workers' query answers under the chaos profile's load."""
+        position = 0
+        settle = 0.05
         while True:
             record = await self.run_record(session_id, run_id)
-            if record.get("status") != "running" and not record.get("busy"):
-                return RunResult.from_dict(record["result"])
-            # The next event is the moment to look again (the workflow publishes one at every
-            # boundary that changes the status); otherwise a slow poll.
-            with contextlib.suppress(StorageError):
-                await self.events.wait(run_id, int(record.get("cursor", 0)), self.poll_interval * 4)
+            if record.get("status") != "running":
+                if not record.get("busy"):
+                    return RunResult.from_dict(record["result"])
+                # Stopped; the workflow is finishing that step (a moment): look again soon.
+                await asyncio.sleep(settle)
+                settle = min(settle * 2, self.poll_interval)
+                continue
+            settle = 0.05
+            # The stop comes after what the workflow had published when it answered.
+            position = max(position, int(record.get("cursor", 0)))
+            position = await self._until_run_result(run_id, position, self.poll_interval * 60)
+
+    async def _until_run_result(self, run_id: str, position: int, within: float) -> int:
+        """Read the run's events after ``position`` until a ``run_result`` or ``within``
+        seconds; the position reached."""
+        deadline = time.monotonic() + within
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                events = await self.events.read(run_id, position)
+                for event in events:
+                    position = int(event.cursor or position)
+                    if event.type is RunEventType.RUN_RESULT:
+                        return position
+                if not events:
+                    await self.events.wait(run_id, position, remaining)
+            except StorageError:
+                # The stream is down: ask the workflow instead, at a slow pace.
+                await asyncio.sleep(min(remaining, self.poll_interval * 4))
+                break
+        return position
 
     async def follow(self, session_id: str, run_id: str, after: str) -> AsyncIterator[RunEvent]:
         """Events behind ``after`` until the run's current execution has ended."""

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporal_agents import registry
@@ -63,6 +64,39 @@ async def _event_types(runtime: AgentRuntime, message: str) -> list[str]:
         cursors.append(int(event.cursor or 0))
     assert cursors == list(range(1, len(cursors) + 1)), "cursors are dense per run"
     return types
+
+
+class _CountingBackend(TemporalBackend):
+    """Notes the status of every answer the workflow gives (each one a query)."""
+
+    answers: list[str]
+
+    async def run_record(self, session_id: str, run_id: str) -> dict[str, Any]:
+        record = await super().run_record(session_id, run_id)
+        self.answers.append(str(record.get("status")))
+        return record
+
+
+async def test_waiting_for_a_result_asks_the_workflow_only_when_the_run_stopped(
+    setup: TemporalSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A query costs a workflow task on a worker; polling one per event starved the
+    # workers under load (the chaos profile). The event stream says when to ask.
+    monkeypatch.setenv("HX_LEDGER", str(setup.ledger_path))
+    monkeypatch.setenv("HX_SLOW_TOOL", "3")
+    backend = await _CountingBackend.connect(
+        setup.target, events=setup.events(), registry=registry, task_queue=setup.task_queue
+    )
+    backend.answers = []
+    try:
+        async with await backend.worker():
+            handle = await AgentRuntime(AgentRef("safe", "v1"), backend=backend).submit("patiently")
+            result = await handle.result()
+    finally:
+        await backend.aclose()
+    assert result.status is RunStatus.COMPLETED
+    assert backend.answers.count("running") == 1, backend.answers
+    assert backend.answers[-1] == "completed"
 
 
 async def test_events_are_those_of_a_sqlite_run(backend: TemporalBackend, tmp_path: Path) -> None:
