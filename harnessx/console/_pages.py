@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
@@ -11,6 +12,7 @@ from starlette.responses import RedirectResponse, Response
 
 from harnessx.console import _actions
 from harnessx.console._auth import Identity, session_hash
+from harnessx.console._state import ConsoleState
 from harnessx.console._views import (
     FILTERS,
     STATUS_TABS,
@@ -49,6 +51,8 @@ __all__ = [
     "workers_page",
 ]
 
+_TIMELINE = 200  # events a run's page shows; older ones stay in the store (and the API)
+
 
 async def runs_page(request: Request, who: Identity) -> Response:
     params = dict(request.query_params)
@@ -71,8 +75,7 @@ async def run_page(request: Request, who: Identity) -> Response:
     run_id = request.path_params["run_id"]
     detail, shown = await run_view(state(request), run_id)
     template = "_run.html" if request.query_params.get("fragment") else "run.html"
-    events = await state(request).store.read_events(run_id, max(0, detail.row.event_count - 200), 200)
-    timeline = [state(request).redact(event.to_dict()) for event in events]
+    timeline = await _timeline(state(request), run_id, detail.row.event_count)
     return page(
         request,
         who,
@@ -83,6 +86,18 @@ async def run_page(request: Request, who: Identity) -> Response:
         timeline=timeline,
         last_cursor=timeline[-1]["cursor"] if timeline else "0",
     )
+
+
+async def _timeline(console: ConsoleState, run_id: str, shown: int) -> list[dict[str, Any]]:
+    """The last events up to the ``shown`` one, the count read with the status on the page.
+
+    Events that commit after that read are left to the page's event stream, which starts
+    behind the last event shown: a page that showed them, while its status was read before
+    them, would follow the run from after its end and never learn that it ended."""
+    start = max(0, shown - _TIMELINE)
+    # Cursors are dense: the events behind ``start``, at most up to the ``shown`` one.
+    events = await console.store.read_events(run_id, start, shown - start) if shown > start else []
+    return [console.redact(event.to_dict()) for event in events]
 
 
 def _run_url(request: Request, run_id: str) -> str:

@@ -4,7 +4,9 @@ CSRF, the JSON API, decisions through it, and the live event stream."""
 from __future__ import annotations
 
 import asyncio
+import html
 import json
+import re
 import threading
 from typing import Any
 
@@ -280,6 +282,45 @@ async def test_events_resume_from_last_event_id_without_gaps_or_repeats(pool: An
         by_query = await read_stream(client, f"{url}?after={received[-3]['id']}", headers, stop_after=None)
         assert [e["id"] for e in by_query] == [e["id"] for e in received[-2:]]
         assert (await client.get(f"{url}?after=abc", headers=headers)).status_code == 400
+
+
+async def test_a_run_page_follows_events_that_commit_while_it_is_read(pool: Any, monkeypatch: Any) -> None:
+    """The run's page reads its status, then its timeline. When the run ends between the two
+    reads, the page shows the older status and its event stream must still bring the end
+    (a stream started behind the run's last event would bring nothing, and the page would
+    show the run running for ever). The run is finished exactly between the reads here."""
+    store, release = pool
+    _, run_id = await submit(store, "plain")
+    await until(lambda: _has_events(store, run_id), "the run's first events")
+    read_row = store.list_runs
+
+    async def row_then_the_run_ends(where: Any, **kwargs: Any) -> Any:
+        page = await read_row(where, **kwargs)
+        if where.run_id == run_id and page.runs[0].status == "running":
+            release.set()
+            await until(lambda: _is(store, run_id, "completed"), "the run to end")
+        return page
+
+    monkeypatch.setattr(store, "list_runs", row_then_the_run_ends)
+    async with serve_console(store) as served, httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+        await sign_in(client, OPERATOR)
+        page = await client.get(f"/runs/{run_id}")
+        assert re.search(r'id="run-status">running<', page.text), page.text
+        follow = re.search(r'data-events="([^"]+)"', page.text)
+        assert follow is not None
+        monkeypatch.undo()
+        followed = await read_stream(client, html.unescape(follow.group(1)), {}, stop_after=None)
+        assert followed[-1]["data"]["type"] == "run_result"
+        assert followed[-1]["data"]["data"]["status"] == "completed"
+        after = int(follow.group(1).rsplit("after=", 1)[1])
+        assert all(int(c) <= after for c in re.findall(r'<li data-cursor="(\d+)"', page.text))
+        stored = await store.read_events(run_id, 0, 10_000)
+        assert [e["id"] for e in followed] == [e.cursor for e in stored[after:]]  # no gap, no repeat
+
+
+async def _has_events(store: Any, run_id: str) -> bool:
+    record = await store.get_run(run_id)
+    return record is not None and record.status == "running" and record.event_count > 0
 
 
 async def test_without_auth_only_localhost_is_answered(target: BackendTarget) -> None:

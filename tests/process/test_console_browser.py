@@ -125,6 +125,16 @@ def run_status(pool: Pool, run_id: str) -> str:
     return asyncio.run(go())
 
 
+def replaced(exc: Exception) -> bool:
+    """Whether an element went away while it was used: Selenium's stale-element error, or
+    Chromium's own words for a node detached between being found and being used."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    if isinstance(exc, StaleElementReferenceException):
+        return True
+    return isinstance(exc, WebDriverException) and "does not belong to the document" in str(exc.msg)
+
+
 class Browser:
     def __init__(self, driver: Any, console: Console, shots: Path) -> None:
         self.driver = driver
@@ -140,26 +150,24 @@ class Browser:
         return self.driver.find_elements(By.CSS_SELECTOR, selector)
 
     def text(self, selector: str) -> str:
-        """The element's text, or "" (also when the live refresh replaced it meanwhile)."""
-        from selenium.common.exceptions import StaleElementReferenceException
-
-        try:
-            found = self.css(selector)
-            return str(found[0].text) if found else ""
-        except StaleElementReferenceException:
-            return ""
+        """The element's rendered text, or "". Found and read in one step inside the page, so
+        the live refresh cannot replace the element in between."""
+        found = self.driver.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.innerText : '';", selector
+        )
+        return str(found).strip()
 
     def click(self, selector: str) -> None:
-        from selenium.common.exceptions import StaleElementReferenceException
-
         def clicked() -> bool:
             try:
                 found = self.css(selector)
                 if found:
                     found[0].click()
                 return bool(found)
-            except StaleElementReferenceException:
-                return False  # replaced by the live refresh: find it again
+            except Exception as exc:
+                if replaced(exc):
+                    return False  # by the live refresh, between finding and clicking: again
+                raise
 
         wait(clicked, f"{selector} on {self.driver.current_url}")
 

@@ -32,12 +32,19 @@
       recovery_required: true, waiting: true, run_result: true, error: true, turn_complete: true,
       attempt_reset: true
     };
-    var pending = null;
+    // One refresh at a time: two in flight could answer out of order and leave the older
+    // state on the page after the run's last event. A refresh asked for meanwhile runs
+    // after it, so the page ends with a state read after the last event it saw.
+    var busy = false;
+    var again = false;
     var refresh = function () {
-      if (pending) { return; }
-      pending = setTimeout(function () {
-        pending = null;
-        replaceWith(body, body.dataset.refresh);
+      if (busy) { again = true; return; }
+      busy = true;
+      setTimeout(function () {
+        replaceWith(body, body.dataset.refresh).then(function () {
+          busy = false;
+          if (again) { again = false; refresh(); }
+        });
       }, 150);
     };
     var source = new EventSource(timeline.dataset.events);
