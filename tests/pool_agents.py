@@ -3,8 +3,10 @@
 ``asks@v1``'s tool waits for approval. Tools append a JSON line per invocation to
 ``$HX_LEDGER``; while ``$HX_SLOW_TOOL`` is set, each tool call sleeps that many seconds (so a
 test can kill a worker mid-call), and ``$HX_HANG_FIRST_ATTEMPT`` seconds on a call's first
-attempt only. The factory of agent ``fragile`` raises while the file ``$HX_FACTORY_BROKEN``
-exists (a deploy missing a secret).
+attempt only. While the file ``$HX_HOLD`` exists, each call waits for it to go away (a test
+that must act while a call is in flight holds it there for as long as it takes). The
+factory of agent ``fragile`` raises while the file ``$HX_FACTORY_BROKEN`` exists (a deploy
+missing a secret).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ def _ledger(name: str, item: str) -> str:
         }
         with open(ledger, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(line) + "\n")
+    hold = os.environ.get("HX_HOLD")
+    while hold and os.path.exists(hold):
+        time.sleep(0.01)
     slow = float(os.environ.get("HX_SLOW_TOOL", "0") or 0)
     if context.attempt == 1:
         slow += float(os.environ.get("HX_HANG_FIRST_ATTEMPT", "0") or 0)

@@ -80,6 +80,13 @@ class Pool:
     def ledger_path(self) -> Path:
         return self.folder / "ledger"
 
+    def hold_tools(self) -> None:
+        """From now on the workers' tool calls wait, once in the ledger, until release_tools()."""
+        (self.folder / "hold").touch()
+
+    def release_tools(self) -> None:
+        (self.folder / "hold").unlink(missing_ok=True)
+
     def _store_args(self) -> list[str]:
         if self.target.kind == "sqlite":
             return ["--sqlite", self.target.location]
@@ -91,6 +98,7 @@ class Pool:
             "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
             "HX_LEDGER": str(self.ledger_path),
             "HX_SLOW_TOOL": str(self.slow_tool),
+            "HX_HOLD": str(self.folder / "hold"),
             "HARNESSX_LOG_FORMAT": "json",
         }
 

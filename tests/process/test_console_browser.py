@@ -199,7 +199,7 @@ def test_an_operator_decides_in_the_browser(setup: tuple[Pool, Console], tmp_pat
     shots.mkdir()
     # Three manual calls cut off by a worker's death: the supervisor requeues their runs and
     # the next worker finds each call uncertain.
-    pool.slow_tool = 60
+    pool.hold_tools()  # the calls stay in flight until the worker is dead
     first = pool.worker("w1")
     pool.supervisor("s1")
     asyncio.run(pool.wait_for_workers(1))
@@ -207,7 +207,7 @@ def test_an_operator_decides_in_the_browser(setup: tuple[Pool, Console], tmp_pat
     wait(lambda: len(ledger(pool.ledger_path)) == 3, "three manual calls in flight")
     first.signal(signal.SIGKILL)
     first.wait()
-    pool.slow_tool = 1.0
+    pool.release_tools()
     pool.worker("w2")
     for _, run_id in uncertain:
         wait(lambda run_id=run_id: run_status(pool, run_id) == "awaiting_input", "an uncertain call")

@@ -56,6 +56,15 @@ async def submit(pool: Pool, agent: str) -> tuple[str, str]:
     return handle.session_id, handle.run_id
 
 
+async def request_taken(pool: Pool, session_id: str, within: float = 60) -> None:
+    """Wait until a worker has taken the session's pause or cancel request (it clears it)."""
+    async with pool.target.open(auto_migrate=False) as store:
+        deadline = asyncio.get_running_loop().time() + within
+        while session_id in await store.pending_controls():
+            assert asyncio.get_running_loop().time() < deadline, "no worker took the request"
+            await asyncio.sleep(0.02)
+
+
 async def status_of(pool: Pool, run_id: str, wanted: str, within: float = 60) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
@@ -102,7 +111,7 @@ async def test_list_show_and_approve_a_pool_run(pool: Pool) -> None:
 
 
 async def test_pause_resume_cancel_and_resolve_from_the_terminal(pool: Pool) -> None:
-    pool.slow_tool = 1.5
+    pool.hold_tools()  # each call stays in flight until the test has done what it must meanwhile
     worker = pool.worker("w1")
     pool.supervisor("s1")
     await pool.wait_for_workers(1)
@@ -110,6 +119,8 @@ async def test_pause_resume_cancel_and_resolve_from_the_terminal(pool: Pool) -> 
     await pool.wait_for_ledger(lambda lines: len(lines) == 1)
     paused = hx(pool, "pause", session_id)
     assert paused.stdout.strip() == f"asked the process driving run {run_id} to pause it at its next boundary"
+    await request_taken(pool, session_id)  # the worker has it: the run pauses after the call
+    pool.release_tools()
     await status_of(pool, run_id, "paused")
     resumed = hx(pool, "resume", session_id, "--as", "bob")
     assert resumed.returncode == 0, resumed.stderr
@@ -121,11 +132,12 @@ async def test_pause_resume_cancel_and_resolve_from_the_terminal(pool: Pool) -> 
     ]
 
     # A manual call cut off by a worker's death: uncertain, settled from the terminal.
+    pool.hold_tools()
     manual_session, manual_run = await submit(pool, "manual")
     await pool.wait_for_ledger(lambda lines: len(lines) == 2)
     worker.signal(signal.SIGKILL)
     worker.wait()
-    pool.slow_tool = 0.0
+    pool.release_tools()
     pool.worker("w2")
     waiting = await status_of(pool, manual_run, "awaiting_input")
     [call] = waiting["tool_calls"]
