@@ -137,12 +137,17 @@ async def drip(connection: Connection, first: bytes) -> None:
 async def test_dripping_clients_do_not_starve_probes_and_are_cut_off(after_a_response: bool) -> None:
     app = App()
     async with serving(app, head_timeout=0.5, max_connections=64) as server:
-        connections = [await connect(server.port) for _ in range(50)]
-        if after_a_response:
-            # A kept-alive connection gets no more for its next request head than a new one.
-            for reader, writer in connections:
+        connections = []
+        for _ in range(50):
+            connection = await connect(server.port)
+            if after_a_response:
+                # A kept-alive connection gets no more for its next request head than a new
+                # one. Asked at once: one left idle while the others are opened may be
+                # closed before its first request (its head timeout) on a busy machine.
+                reader, writer = connection
                 writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
                 await reader.readuntil(b"ok\n")
+            connections.append(connection)
         drips = [asyncio.create_task(drip(c, b"GET /healthz HTTP/1.1\r\nX-Slow: ")) for c in connections]
         await probes_answer(server.port)
         await wait_until(lambda: all(task.done() for task in drips), "every dripping client cut off")
