@@ -256,7 +256,7 @@ class TemporalBackend:
             settle = 0.05
             # The stop comes after what the workflow had published when it answered.
             position = max(position, int(record.get("cursor", 0)))
-            position = await self._until_run_result(run_id, position, self.poll_interval * 60)
+            position = await self._until_run_result(run_id, position, self.poll_interval * 30)
 
     async def _until_run_result(self, run_id: str, position: int, within: float) -> int:
         """Read the run's events after ``position`` until a ``run_result`` or ``within``
