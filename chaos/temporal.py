@@ -165,6 +165,13 @@ class Fleet:
         log.close()
         self.processes[popen.pid] = popen
 
+    def keep(self, wanted: int, tool_ms: str) -> None:
+        """Start workers until ``wanted`` run, as a Kubernetes Deployment would: one started
+        while the server was restarting exits at once (it cannot connect)."""
+        alive = sum(p.poll() is None for p in self.processes.values())
+        for _ in range(wanted - alive):
+            self.spawn(tool_ms)
+
     def in_tool(self) -> dict[int, set[str]]:
         """Live workers inside a tool call now, with the calls' keys (from the ledger)."""
         open_calls: dict[tuple[int, str, int], bool] = {}
@@ -274,6 +281,7 @@ async def _faults(
         outcome.kills_mid_tool < args.kills or outcome.server_restarts < args.server_restarts
     ):
         await asyncio.sleep(args.pace)
+        fleet.keep(args.workers, args.tool_ms)
         if outcome.kills_mid_tool in restarts_at and outcome.server_restarts < args.server_restarts:
             restarts_at.discard(outcome.kills_mid_tool)
             # Every call of every worker is hit: its heartbeats and its result may not reach
@@ -307,8 +315,17 @@ def check(
     completed = [r for r in outcome.runs.values() if r.status is RunStatus.COMPLETED]
     if len(completed) != expected:
         violations["no-lost-run"].append(
-            f"{len(completed)} of {expected} runs completed; {outcome.errors[:5]}"
+            f"{len(completed)} of {expected} runs completed; "
+            f"{len(outcome.errors)} raised: {outcome.errors[:5]}"
         )
+        # Each run that ended otherwise, with what it says (status, error, pending calls).
+        for result in outcome.runs.values():
+            if result.status is not RunStatus.COMPLETED:
+                pending = [(p.status, p.execution_key) for p in result.pending]
+                violations["no-lost-run"].append(
+                    f"run {result.run_id} of session {result.session_id}: {result.status.value}, "
+                    f"error {result.error}, pending {pending}"
+                )
     starts: Counter[str] = Counter()
     policy_of: dict[str, str] = {}
     for line in _ledger(fleet.ledger):

@@ -275,8 +275,12 @@ class SessionWorkflow:
             self._agent_args(state),
             start_to_close_timeout=self._seconds("model_timeout", 600),
             heartbeat_timeout=self._seconds("heartbeat_timeout", 10),
+            # What fails here is a lost (or starved) worker: a provider's errors are values,
+            # already retried under the agent's RetryPolicy. Like a safe tool's, every lost
+            # attempt is retried (0: no limit), backing off while attempts keep failing; a
+            # heartbeat timeout is no reason for the run to fail.
             retry_policy=RetryPolicy(
-                maximum_attempts=int(self.settings.get("model_attempts", 5)),
+                maximum_attempts=int(self.settings.get("model_attempts", 0)),
                 initial_interval=timedelta(milliseconds=100),
                 maximum_interval=timedelta(seconds=30),
             ),

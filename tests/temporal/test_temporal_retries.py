@@ -108,3 +108,20 @@ async def test_a_manual_tools_transient_error_is_not_retried(
     assert len(ledger(setup.ledger_path)) == 1
     activity = await _tool_activity(backend, result.session_id)
     assert activity["attempt"] == 1 and activity["maximum_attempts"] == 1
+
+
+async def test_a_model_call_on_a_lost_worker_is_retried_without_limit(
+    backend: TemporalBackend, setup: TemporalSetup
+) -> None:
+    # A provider's errors come back as values (the run fails with them); what Temporal sees
+    # fail is a lost or starved worker, and that must not fail the run after a few tries.
+    result = await AgentRuntime(AgentRef("flaky", "v1"), backend=backend).run("think")
+    history = await backend.handle(result.session_id).fetch_history()
+    policies = [
+        e.activity_task_scheduled_event_attributes.retry_policy
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "harnessx.model.v1"
+    ]
+    assert len(policies) == 2  # the tool call's turn and the answer's
+    assert all(p.maximum_attempts == 0 for p in policies)
