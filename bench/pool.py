@@ -45,15 +45,19 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 class Fleet:
-    """Worker and supervisor processes against one store."""
+    """Worker and supervisor processes against one store.
 
-    def __init__(self, store_args: list[str], folder: Path) -> None:
+    ``store_env`` carries a PostgreSQL DSN (``HARNESSX_DSN``): on a command line its password
+    would be visible to every user of the machine."""
+
+    def __init__(self, store_args: list[str], folder: Path, store_env: dict[str, str] | None = None) -> None:
         self.store_args = store_args
         self.folder = folder
         self.ledger = folder / "ledger.jsonl"
         self.processes: list[subprocess.Popen[bytes]] = []
         self.env = {
             **os.environ,
+            **(store_env or {}),
             "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]),
             "HX_BENCH_LEDGER": str(self.ledger),
         }
@@ -212,6 +216,7 @@ def postgres_timestamps(dsn: str, schema: str) -> Any:
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as folder_name, ExitStack() as stack:
         folder = Path(folder_name)
+        store_env: dict[str, str] = {}
         if args.sqlite:
             database = folder / "pool.sqlite3"
             store_args = ["--sqlite", str(database)]
@@ -225,20 +230,26 @@ async def main(args: argparse.Namespace) -> None:
 
                 dsn = stack.enter_context(ThrowawayCluster(durable=True)).dsn
                 label = "PostgreSQL 15 (loopback, fsync on)"
-            store_args = ["--dsn", dsn, "--schema", "harnessx_pool_bench"]
+            store_args = ["--schema", "harnessx_pool_bench"]
+            store_env = {"HARNESSX_DSN": dsn}
             timestamps = postgres_timestamps(dsn, "harnessx_pool_bench")
-        subprocess.run([str(BIN / "harnessx"), "migrate", *store_args], check=True, capture_output=True)
+        subprocess.run(
+            [str(BIN / "harnessx"), "migrate", *store_args],
+            check=True,
+            capture_output=True,
+            env={**os.environ, **store_env},
+        )
         from harnessx._processes import open_store
 
         store = open_store(
-            dsn=None if args.sqlite else store_args[1],
-            sqlite_path=store_args[1],
+            dsn=store_env.get("HARNESSX_DSN"),
+            sqlite_path=str(folder / "pool.sqlite3"),  # used without a DSN
             schema="harnessx_pool_bench",
             lease_seconds=30.0,
             auto_migrate=False,
         )
         async with store:
-            fleet = Fleet(store_args, folder)
+            fleet = Fleet(store_args, folder, store_env)
             try:
                 kills = await bench_kills(store, fleet, args.kills)
                 claims = await bench_claims(store, fleet, args.claims, timestamps)

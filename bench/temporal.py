@@ -152,15 +152,21 @@ async def main(args: argparse.Namespace) -> None:
             worker.wait()
         # The pool on PostgreSQL
         dsn = stack.enter_context(ThrowawayCluster(durable=True)).dsn
-        store_args = ["--dsn", dsn, "--schema", "harnessx_temporal_bench"]
-        subprocess.run([str(BIN / "harnessx"), "migrate", *store_args], check=True, capture_output=True)
+        # The DSN in the environment: a password on a command line is visible to every user.
+        store_args, store_env = ["--schema", "harnessx_temporal_bench"], {"HARNESSX_DSN": dsn}
+        subprocess.run(
+            [str(BIN / "harnessx"), "migrate", *store_args],
+            check=True,
+            capture_output=True,
+            env={**os.environ, **store_env},
+        )
         from harnessx._processes import open_store
 
         store = open_store(
             dsn=dsn, sqlite_path="", schema="harnessx_temporal_bench", lease_seconds=30.0, auto_migrate=False
         )
         async with store:
-            fleet = Fleet(store_args, folder)
+            fleet = Fleet(store_args, folder, store_env)
             try:
                 fleet.spawn("harness-supervisor")
                 fleet.worker()

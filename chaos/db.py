@@ -78,12 +78,20 @@ class Target:
     location: str  # a path, or a postgresql:// DSN
     schema: str = "harness_x"
 
-    def store_args(self, dsn: str | None = None) -> list[str]:
-        """Arguments for ``harness-worker`` / ``harness-supervisor``; ``dsn`` overrides the
-        address (a worker behind a proxy)."""
+    def store_args(self) -> list[str]:
+        """Arguments for ``harness-worker`` / ``harness-supervisor``. A PostgreSQL DSN is not
+        one of them (see ``store_env``)."""
         if self.kind == "sqlite":
             return ["--sqlite", self.location]
-        return ["--dsn", dsn or self.location, "--schema", self.schema]
+        return ["--schema", self.schema]
+
+    def store_env(self, dsn: str | None = None) -> dict[str, str]:
+        """Environment for those processes: the DSN as ``HARNESSX_DSN``, since a command line
+        is visible to every user of the machine and a DSN may carry a password; ``dsn``
+        overrides the address (a worker behind a proxy)."""
+        if self.kind == "sqlite":
+            return {}
+        return {"HARNESSX_DSN": dsn or self.location}
 
     def address(self) -> tuple[str, int]:
         parts = urlsplit(self.location)

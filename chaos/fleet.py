@@ -88,13 +88,16 @@ class Fleet:
 
     # ------------------------------------------------------------------ spawning
 
-    def _spawn(self, role: str, command: list[str], proxy: Proxy | None = None) -> Proc:
+    def _spawn(
+        self, role: str, command: list[str], proxy: Proxy | None = None, dsn: str | None = None
+    ) -> Proc:
         self._counter += 1
         name = f"{role}-{self._counter}"
         log = self.folder / "logs" / f"{name}.log"
         env = {
             **os.environ,
             **self.env,
+            **self.target.store_env(dsn),
             "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
             "HARNESSX_LOG_FORMAT": "json",
         }
@@ -116,7 +119,7 @@ class Fleet:
             "worker",
             [
                 _command("harness-worker"),
-                *self.target.store_args(dsn),
+                *self.target.store_args(),
                 "--agents", "chaos.agents:registry",
                 "--concurrency", str(self.concurrency),
                 "--lease-seconds", str(self.lease_seconds),
@@ -124,6 +127,7 @@ class Fleet:
                 "--metrics-addr", "off",
             ],
             proxy,
+            dsn,
         )  # fmt: skip
 
     def spawn_supervisor(self) -> Proc:

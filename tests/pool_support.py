@@ -88,13 +88,16 @@ class Pool:
         (self.folder / "hold").unlink(missing_ok=True)
 
     def _store_args(self) -> list[str]:
+        # A PostgreSQL DSN goes in the environment (_env): on a command line its password
+        # would be visible to every user of the machine.
         if self.target.kind == "sqlite":
             return ["--sqlite", self.target.location]
-        return ["--dsn", self.target.location]
+        return []
 
     def _env(self) -> dict[str, str]:
         return {
             **os.environ,
+            **({"HARNESSX_DSN": self.target.location} if self.target.kind == "postgres" else {}),
             "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
             "HX_LEDGER": str(self.ledger_path),
             "HX_SLOW_TOOL": str(self.slow_tool),
@@ -104,7 +107,10 @@ class Pool:
 
     def migrate(self) -> None:
         subprocess.run(
-            [str(BIN / "harnessx"), "migrate", *self._store_args()], check=True, capture_output=True
+            [str(BIN / "harnessx"), "migrate", *self._store_args()],
+            check=True,
+            capture_output=True,
+            env=self._env(),
         )
 
     def _spawn(self, name: str, command: list[str]) -> Process:

@@ -93,4 +93,9 @@ def test_a_dsn_is_pointed_at_the_proxy() -> None:
     target = Target("postgres", "postgresql://u:p%40ss@db.example:6432/app?sslmode=disable", "s")
     assert target.address() == ("db.example", 6432)
     assert target.via(5555) == "postgresql://u:p%40ss@127.0.0.1:5555/app?sslmode=disable"
-    assert target.store_args("dsn") == ["--dsn", "dsn", "--schema", "s"]
+    # The DSN, password and all, goes to the processes in their environment, never on their
+    # command lines.
+    assert target.store_args() == ["--schema", "s"]
+    assert target.store_env("dsn") == {"HARNESSX_DSN": "dsn"}
+    assert target.store_env() == {"HARNESSX_DSN": target.location}
+    assert Target("sqlite", "/x.db").store_env() == {}

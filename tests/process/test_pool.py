@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from durable_support import BackendTarget
@@ -265,3 +266,37 @@ def test_pool_metrics_are_served(target: BackendTarget, tmp_path: Path) -> None:
         "harnessx_stuck_runs",
     ):  # fmt: skip
         assert f"# TYPE {name.removesuffix('_total')}" in supervisor.text, name
+
+
+def command_line(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+async def test_the_dsn_and_its_password_stay_off_the_process_list(pg_database: str, tmp_path: Path) -> None:
+    # The shared cluster trusts every login, so the server ignores the password; what matters
+    # is where the processes got it from: only their environment holds the DSN.
+    password = "pool-Secret-8f3e"
+    parts = urlsplit(pg_database)
+    with_password = urlunsplit(
+        parts._replace(netloc=f"{parts.username}:{password}@{parts.hostname}:{parts.port}")
+    )
+    database = parts.path.lstrip("/")
+    pool = Pool(BackendTarget("postgres", with_password), tmp_path)
+    pool.migrate()
+    try:
+        worker = pool.worker("w1", concurrency=1)
+        supervisor = pool.supervisor("s1")
+        await pool.wait_for_workers(1)
+        async with pool.target.open(auto_migrate=False) as store:
+            ((runtime, handle, _),) = await submit_many(store, ["safe"])
+            result = await asyncio.wait_for(handle.result(), 60)
+            await runtime.stop()
+        assert result.ok, result
+        for process in (worker, supervisor):
+            assert process.popen.poll() is None, process.text()
+            line = command_line(process.popen.pid)
+            assert "harness-" in line, line
+            assert password not in line and database not in line, line
+            assert password not in process.text()
+    finally:
+        pool.stop_all()
