@@ -1,9 +1,10 @@
-"""Session-wide PostgreSQL for tests.
+"""Session-wide PostgreSQL for tests, and the backend a durable test runs on.
 
 ``postgres_dsn`` is ``$HARNESSX_TEST_DSN`` if set, otherwise a throwaway cluster started
 once per session (see ``harnessx.testing``). When PostgreSQL is unavailable the tests
 that need it are skipped with the reason, or fail when ``CI=true`` or
 ``HARNESSX_REQUIRE_POSTGRES=1``. ``pg_database`` gives each test its own fresh database.
+``target`` runs a test once per backend: a real SQLite file and a real PostgreSQL database.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from durable_support import BackendTarget
 
 from harnessx.testing import (
     ClusterError,
@@ -81,3 +83,11 @@ def pg_database(postgres_dsn: str) -> Iterator[str]:
         yield dsn_with_database(postgres_dsn, name)
     finally:
         run_psql(postgres_dsn, f"DROP DATABASE IF EXISTS {quote_ident(name)} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> BackendTarget:
+    """Where a durable test's state lives; the test runs once on each backend."""
+    if request.param == "sqlite":
+        return BackendTarget("sqlite", str(tmp_path / "runtime.sqlite3"))
+    return BackendTarget("postgres", request.getfixturevalue("pg_database"))
