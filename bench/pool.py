@@ -58,8 +58,8 @@ class Fleet:
         self.env = {
             **os.environ,
             **(store_env or {}),
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]),
-            "HX_BENCH_LEDGER": str(self.ledger),
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),  # chaos.agents
+            "HX_LEDGER": str(self.ledger),
         }
 
     def spawn(self, kind: str, *extra: str) -> subprocess.Popen[bytes]:
@@ -80,7 +80,7 @@ class Fleet:
 
     def worker(self, concurrency: int = 8) -> subprocess.Popen[bytes]:
         return self.spawn(
-            "harness-worker", "--agents", "bench_agents:registry", "--concurrency", str(concurrency)
+            "harness-worker", "--agents", "chaos.agents:registry", "--concurrency", str(concurrency)
         )
 
     def stop(self) -> None:
@@ -153,7 +153,7 @@ async def bench_claims(store: Store, fleet: Fleet, claims: int, timestamps: Any)
     await asyncio.sleep(1.0)  # let both workers settle into their idle polling
     run_ids = []
     for index in range(claims):
-        runtime, handle = await submit(store, "fast", f"claim {index}")
+        runtime, handle = await submit(store, "safe", f"claim {index}")
         await handle.result()
         await runtime.stop()
         run_ids.append(handle.run_id)
@@ -167,7 +167,7 @@ async def bench_throughput(store: Store, fleet: Fleet, workers: int, runs: int) 
         fleet.worker(concurrency=8)
     await live_workers(store, workers)
     started = time.perf_counter()
-    submitted = [await submit(store, "fast", f"throughput {i}") for i in range(runs)]
+    submitted = [await submit(store, "safe", f"throughput {i}") for i in range(runs)]
     await asyncio.gather(*(handle.result() for _, handle in submitted))
     elapsed = time.perf_counter() - started
     for runtime, _ in submitted:

@@ -36,7 +36,7 @@ from harnessx import AgentRef, AgentRuntime
 
 ENV = {
     **os.environ,
-    "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]),
+    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),  # chaos.agents
 }
 
 
@@ -48,12 +48,12 @@ def temporal_worker(target: str, redis_url: str, queue: str, folder: Path, ledge
             "--temporal", target,
             "--task-queue", queue,
             "--events-url", redis_url,
-            "--agents", "bench_agents:registry",
+            "--agents", "chaos.agents:registry",
             "--concurrency", "8",
             "--metrics-addr", "off",
             "--log-level", "WARNING",
         ],
-        stdout=log, stderr=subprocess.STDOUT, env={**ENV, "HX_BENCH_LEDGER": str(ledger)},
+        stdout=log, stderr=subprocess.STDOUT, env={**ENV, "HX_LEDGER": str(ledger)},
     )  # fmt: skip
     log.close()
     return process
@@ -145,7 +145,7 @@ async def main(args: argparse.Namespace) -> None:
         try:
             async with backend:
                 on_temporal = await one_tool_runs(
-                    lambda: AgentRuntime(AgentRef("fast", "v1"), backend=backend), args.runs
+                    lambda: AgentRuntime(AgentRef("safe", "v1"), backend=backend), args.runs
                 )
         finally:
             worker.kill()
@@ -172,7 +172,7 @@ async def main(args: argparse.Namespace) -> None:
                 fleet.worker()
                 await live_workers(store, 1)
                 on_pool = await one_tool_runs(
-                    lambda: AgentRuntime(AgentRef("fast", "v1"), backend=store, execution="pool"), args.runs
+                    lambda: AgentRuntime(AgentRef("safe", "v1"), backend=store, execution="pool"), args.runs
                 )
             finally:
                 fleet.stop()

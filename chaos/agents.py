@@ -1,9 +1,23 @@
-"""The workload agent, loaded by every worker with ``--agents chaos.agents:registry``.
+"""The agents of every worker process the tests, the benchmarks and the chaos suite start:
+``--agents chaos.agents:registry``, with the checkout's root on ``PYTHONPATH``.
 
-``chaos@v1`` has a scripted model that follows the run's plan (``chaos.plan``) and one tool
-per entry of ``TOOLS``. Each tool call takes a random time (seeded by its execution key)
-and records itself in the effects ledger; ``idempotent`` and ``manual`` tools apply their
-effect through the fenced effects table. The worker learns where the ledger is from:
+**Ledger agents** (the pool, deploy, Temporal and benchmark workers). ``safe``,
+``idempotent`` and ``manual`` (``@v1``) have a scripted model that calls their one tool,
+``<policy>_tool``, once with the prompt and then answers ``Done: <result>``; ``asks`` is
+``safe`` with a tool that needs a person's approval; ``fragile``'s factory raises while the
+file ``$HX_FACTORY_BROKEN`` exists (a deploy missing a secret); ``slow`` is ``safe`` with a
+first attempt of 30 s, long enough to be killed in the middle of it. Each tool call appends
+``{"tool", "key", "attempt", "token", "pid", "t"}`` as one JSON line to the file
+``$HX_LEDGER`` (when set), then sleeps ``$HX_SLOW_TOOL`` seconds, plus
+``$HX_HANG_FIRST_ATTEMPT`` on a call's first attempt; while the file ``$HX_HOLD`` exists, each
+call waits for it to go away (a test that must act while a call is in flight holds it there
+for as long as it takes). The variables are read at each call.
+
+**The chaos workload** ``chaos@v1`` has a scripted model that follows the run's plan
+(``chaos.plan``) and one tool per entry of ``TOOLS``. Each tool call takes a random time
+(seeded by its execution key) and records itself in the effects ledger; ``idempotent`` and
+``manual`` tools apply their effect through the fenced effects table. The worker learns
+where the ledger is from:
 
 - ``CHAOS_LEDGER``: the invocation-lines folder; ``CHAOS_EFFECTS``: the effects database;
 - ``CHAOS_SEED``; ``CHAOS_TOOL_MS``: ``"low,high"`` tool durations in milliseconds;
@@ -13,6 +27,8 @@ effect through the fenced effects table. The worker learns where the ledger is f
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import os
 import time
 import uuid
@@ -33,7 +49,7 @@ from harnessx import (
     current_tool_context,
 )
 
-__all__ = ["AGENT", "registry"]
+__all__ = ["AGENT", "LEDGER_POLICIES", "build", "ledger_agent", "record", "registry", "script"]
 
 AGENT = "chaos"
 
@@ -133,5 +149,88 @@ def build() -> Agent:
     return agent
 
 
-registry = AgentRegistry()
-registry.register(AGENT, build, version="v1")
+# ------------------------------------------------------------------ ledger agents
+
+LEDGER_POLICIES = ("safe", "idempotent", "manual")
+
+
+def _seconds(name: str) -> float:
+    return float(os.environ.get(name, "0") or 0)
+
+
+def script(tool: str) -> ScriptedProvider:
+    """A model that calls ``tool`` once with the prompt as ``item``, then reports the result."""
+
+    def reply(request: ScriptedRequest) -> ProviderResponse | str:
+        if request.turn == 0:
+            call = ToolCall("call_0", tool, {"item": str(request.last_message.get("content", ""))})
+            return ProviderResponse(text="On it.", tool_calls=[call])
+        return "Done: " + "; ".join(str(m["content"]) for m in request.tool_results)
+
+    # Streamed in chunks of 64: the benchmarks measure the pool, not the text deltas.
+    return ScriptedProvider(reply, chunk_size=64)
+
+
+def record(tool: str, item: str, *, first_attempt_seconds: float = 0.0) -> str:
+    """What a ledger agent's tool does (see the module's doc); returns its result."""
+    context = current_tool_context()
+    ledger = os.environ.get("HX_LEDGER")
+    if ledger:
+        line = {
+            "tool": tool,
+            "key": context.execution_key,
+            "attempt": context.attempt,
+            "token": context.fencing_token,
+            "pid": os.getpid(),
+            "t": time.time(),
+        }
+        with open(ledger, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line) + "\n")
+    hold = os.environ.get("HX_HOLD")
+    while hold and os.path.exists(hold):
+        time.sleep(0.01)
+    pause = _seconds("HX_SLOW_TOOL")
+    if context.attempt == 1:
+        pause += _seconds("HX_HANG_FIRST_ATTEMPT") + first_attempt_seconds
+    if pause:
+        time.sleep(pause)
+    return f"{tool} did {item}"
+
+
+def ledger_agent(policy: str, *, permission: str | None = None, first_attempt_seconds: float = 0.0) -> Agent:
+    """An agent whose one tool, ``<policy>_tool``, writes the ledger (see the module's doc)."""
+    tool = f"{policy}_tool"
+    agent = Agent(config=AgentConfig(system_prompt=f"Ledger agent ({policy})."), provider=script(tool))
+
+    def handler(item: str) -> str:
+        """Do the work.
+
+        Args:
+            item: What to do.
+        """
+        return record(tool, item, first_attempt_seconds=first_attempt_seconds)
+
+    handler.__name__ = tool
+    agent.tools.register(name=tool, replay_policy=policy, permission=permission)(handler)
+    return agent
+
+
+def _fragile() -> Agent:
+    broken = os.environ.get("HX_FACTORY_BROKEN")
+    if broken and os.path.exists(broken):
+        raise RuntimeError("the model's API key is missing from this deploy")
+    return ledger_agent("safe")
+
+
+def _registry() -> AgentRegistry:
+    found = AgentRegistry()
+    found.register(AGENT, build, version="v1")
+    for policy in LEDGER_POLICIES:
+        found.register(policy, functools.partial(ledger_agent, policy), version="v1")
+    found.register("asks", lambda: ledger_agent("safe", permission="ask"), version="v1")
+    found.register("fragile", _fragile, version="v1")
+    found.register("slow", lambda: ledger_agent("safe", first_attempt_seconds=30.0), version="v1")
+    return found
+
+
+registry = _registry()

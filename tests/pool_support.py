@@ -26,7 +26,7 @@ __all__ = [
     "submit_many",
 ]
 
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: the workers load chaos.agents
 BIN = Path(sys.executable).parent
 
 
@@ -98,7 +98,7 @@ class Pool:
         return {
             **os.environ,
             **({"HARNESSX_DSN": self.target.location} if self.target.kind == "postgres" else {}),
-            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
             "HX_LEDGER": str(self.ledger_path),
             "HX_SLOW_TOOL": str(self.slow_tool),
             "HX_HOLD": str(self.folder / "hold"),
@@ -128,7 +128,7 @@ class Pool:
             [
                 str(BIN / "harness-worker"),
                 *self._store_args(),
-                "--agents", "pool_agents:registry",
+                "--agents", "chaos.agents:registry",
                 "--concurrency", str(concurrency),
                 "--lease-seconds", str(self.lease_seconds),
                 "--metrics-addr", "off",

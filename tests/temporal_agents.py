@@ -1,11 +1,11 @@
 """Agents for the Temporal tests, importable by worker processes as ``temporal_agents:registry``.
 
-The pool tests' three agents (``safe``, ``idempotent``, ``manual``: one tool call, then an
-answer; tools write ``$HX_LEDGER`` and sleep ``$HX_SLOW_TOOL``), ``approval``, whose
-tool needs a person's approval first, and ``flaky`` / ``flaky_manual``, whose tool (``safe``
-with ``ToolRetry(attempts=3)``, or ``manual``) raises ``TransientToolError`` on its first
-``$HX_FLAKY_FAILURES`` tries of a call (each try writes a ledger line first; ``$HX_LEDGER``
-must be set).
+The ledger agents ``safe``, ``idempotent`` and ``manual`` of ``chaos.agents`` (one tool call,
+then an answer; tools write ``$HX_LEDGER`` and sleep ``$HX_SLOW_TOOL``), ``approval``, whose
+tool needs a person's approval first (set on the agent, not at registration), and ``flaky`` /
+``flaky_manual``, whose tool (``safe`` with ``ToolRetry(attempts=3)``, or ``manual``) raises
+``TransientToolError`` on its first ``$HX_FLAKY_FAILURES`` tries of a call (each try writes a
+ledger line first; ``$HX_LEDGER`` must be set).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from pool_agents import _agent, _ledger, _script
-
+from chaos.agents import LEDGER_POLICIES, ledger_agent, record, script
 from harnessx import (
     Agent,
     AgentConfig,
@@ -29,13 +28,13 @@ __all__ = ["registry"]
 
 
 def _approval() -> Agent:
-    agent = _agent("safe")
+    agent = ledger_agent("safe")
     agent.permissions.set_permission("safe_tool", PermissionLevel.ASK)
     return agent
 
 
 def _flaky(policy: str) -> Agent:
-    agent = Agent(config=AgentConfig(system_prompt="Flaky agent."), provider=_script("flaky_tool"))
+    agent = Agent(config=AgentConfig(system_prompt="Flaky agent."), provider=script("flaky_tool"))
     retry = ToolRetry(attempts=3, backoff_seconds=0.05) if policy == "safe" else None
 
     @agent.tools.register(name="flaky_tool", replay_policy=policy, retry=retry)
@@ -45,7 +44,7 @@ def _flaky(policy: str) -> Agent:
         Args:
             item: What to do.
         """
-        done = _ledger("flaky_tool", item)
+        done = record("flaky_tool", item)
         key = current_tool_context().execution_key
         # Counted in the ledger, so every worker process agrees.
         with open(os.environ["HX_LEDGER"], encoding="utf-8") as lines:
@@ -58,8 +57,8 @@ def _flaky(policy: str) -> Agent:
 
 
 registry = AgentRegistry()
-for _policy in ("safe", "idempotent", "manual"):
-    registry.register(_policy, lambda policy=_policy: _agent(policy), version="v1")
+for _policy in LEDGER_POLICIES:
+    registry.register(_policy, lambda policy=_policy: ledger_agent(policy), version="v1")
 registry.register("approval", _approval, version="v1")
 registry.register("flaky", lambda: _flaky("safe"), version="v1")
 registry.register("flaky_manual", lambda: _flaky("manual"), version="v1")

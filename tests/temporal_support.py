@@ -2,7 +2,8 @@
 
 ``TemporalSetup`` names one test's corner of the shared servers: its own task queue (run
 ids are unique, so the event streams never meet). ``WorkerProcess`` runs
-``harness-worker --temporal`` with the pool tests' agents (``pool_agents:registry``).
+``harness-worker --temporal`` with the pool tests' agents (``temporal_agents:registry``, built
+on ``chaos.agents``).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class TemporalSetup:
         log = self.folder / f"{name}.log"
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
             "HX_LEDGER": str(self.ledger_path),
             "HX_SLOW_TOOL": str(slow_tool),
             "HARNESSX_LOG_FORMAT": "json",

@@ -31,7 +31,9 @@ from harnessx import AgentRef, AgentRuntime, RunStatus, SQLiteBackend
 
 pytestmark = pytest.mark.process
 
-HERE = Path(__file__).resolve().parent
+ROOT = (
+    Path(__file__).resolve().parent.parent.parent
+)  # the checkout, where the workers import chaos.agents from
 DASHBOARD = DEPLOY / "grafana" / "harnessx.json"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 # What Grafana would substitute, with 1 s scrapes.
@@ -187,9 +189,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     ports = {name: free_port() for name in ("w1", "w2", "supervisor", "prometheus")}
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-        "HX_DEPLOY_LEDGER": str(ledger_path),
-        "HX_DEPLOY_TOOL_SECONDS": str(TOOL_SECONDS),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "HX_LEDGER": str(ledger_path),
+        "HX_SLOW_TOOL": str(TOOL_SECONDS),
         "HARNESSX_LOG_FORMAT": "json",
     }
     processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -239,7 +241,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             spawn(
                 name,
                 [
-                    str(BIN / "harness-worker"), "--sqlite", str(db), "--agents", "deploy_agents:registry",
+                    str(BIN / "harness-worker"), "--sqlite", str(db), "--agents", "chaos.agents:registry",
                     "--concurrency", "4", "--lease-seconds", str(LEASE_SECONDS),
                     "--metrics-addr", f"127.0.0.1:{ports[name]}",
                 ],

@@ -14,7 +14,9 @@ from deploy_support import BIN, free_port, need_module
 
 pytestmark = pytest.mark.process
 
-HERE = Path(__file__).resolve().parent
+ROOT = (
+    Path(__file__).resolve().parent.parent.parent
+)  # the checkout, where the workers import chaos.agents from
 PASSWORD = "hunter2-not-in-logs"
 
 
@@ -26,9 +28,9 @@ def test_a_bad_dsn_is_reported_without_its_password() -> None:
         **os.environ,
         "HARNESSX_DSN": dsn,
         "HARNESSX_LOG_FORMAT": "json",
-        "HARNESSX_AGENTS": "deploy_agents:registry",
+        "HARNESSX_AGENTS": "chaos.agents:registry",
         "HARNESSX_METRICS_ADDR": "off",
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     commands = {"worker": [str(BIN / "harness-worker")], "supervisor": [str(BIN / "harness-supervisor")]}
     running = {

@@ -20,7 +20,9 @@ from deploy_support import BIN
 
 pytestmark = pytest.mark.process
 
-HERE = Path(__file__).resolve().parent
+ROOT = (
+    Path(__file__).resolve().parent.parent.parent
+)  # the checkout, where the workers import chaos.agents from
 
 
 @pytest.fixture
@@ -47,7 +49,7 @@ def spawn(command: list[str], notify_path: str, log: Path) -> subprocess.Popen[b
     env = {
         **os.environ,
         "NOTIFY_SOCKET": notify_path,
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "HARNESSX_LOG_FORMAT": "json",
     }
     env.pop("WATCHDOG_USEC", None)
@@ -99,7 +101,7 @@ def test_worker_notifies_ready_watchdog_and_stopping(
         [
             str(BIN / "harness-worker"),
             "--sqlite", str(db),
-            "--agents", "deploy_agents:registry",
+            "--agents", "chaos.agents:registry",
             # Heartbeat (and so WATCHDOG=1) every 0.2 s instead of every 10 s.
             "--lease-seconds", "0.6",
             "--metrics-addr", "off",
