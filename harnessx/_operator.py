@@ -65,13 +65,7 @@ class _DecidingRuntime(AgentRuntime):
     alone (the engine's ``approve``/``resolve``/``pause``/``cancel`` read nothing else), so
     the definition check a driving runtime makes does not apply."""
 
-    def _check_compatible(self, session_id: str, saved: dict[str, Any]) -> None:
-        return None
-
-    async def bind(self, session: SessionRecord) -> None:
-        await self._ready()
-        self._adopt_recording(session)
-        self._bind(session.id)
+    checks_definition = False
 
 
 class Operator:
@@ -203,7 +197,7 @@ class Operator:
     async def _control(self, session: SessionRecord, request: str) -> None:
         runtime = _DecidingRuntime(backend=self.store)
         try:
-            await runtime.bind(session)
+            await runtime.start(session.id)  # the stored session, as it was started
             await (runtime.cancel() if request == "cancel" else runtime.pause())
         finally:
             await runtime.aclose()

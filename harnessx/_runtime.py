@@ -15,7 +15,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from harnessx._agent import Agent
 from harnessx._committer import RunFeed
@@ -91,6 +91,13 @@ class RuntimeConfig:
 
 class AgentRuntime:
     """Drives an agent durably. ``async with`` starts a new session and stops on exit."""
+
+    checks_definition: ClassVar[bool] = True
+    """Whether binding a stored session checks it against this runtime's agent (the
+    configuration and tool replay policies it was started with). A subclass that never
+    drives a run, and commits only decisions and controls computed from the stored run
+    alone, sets it to False: it has no definition to compare (the operator's runtime in
+    harnessx/_operator.py, which decides for the console and the terminal)."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> AgentRuntime:
         # A remote backend (Temporal) runs the agent on its workers: the same verbs, each a
@@ -611,7 +618,9 @@ class AgentRuntime:
         return self._session_id
 
     def _check_compatible(self, session_id: str, saved: dict[str, Any]) -> None:
-        if self.pooled or not saved:
+        if not self.checks_definition or not saved:
+            return
+        if self.pooled:
             return  # by reference: the workers' registry decides what the version means
         current = self.agent.fingerprint()
         problems: list[str] = []

@@ -67,6 +67,9 @@ async def runs_page(request: Request, who: Identity) -> Response:
         filter_names=FILTERS,
         query=lambda **changes: urlencode({k: v for k, v in {**kept, **changes}.items() if v}),
         live=not params.get("before"),
+        # The counts are of every run (a filtered count would scan what the indexes spare).
+        filtered=bool(kept),
+        counts_ttl=state(request).counts_ttl,
         **view,
     )
 

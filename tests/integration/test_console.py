@@ -234,6 +234,23 @@ async def test_the_json_api_lists_pages_and_counts(pool: Any) -> None:
             assert OPERATOR not in page.text
 
 
+async def test_the_runs_page_says_what_its_counts_count(target: BackendTarget) -> None:
+    """The counts per status are of every run, whatever the other filters, and a few seconds
+    old: the page says both, so that a filtered page is not read as counting what it lists."""
+    async with (
+        target.open() as store,
+        serve_console(store, counts_ttl=2.5) as served,
+        httpx.AsyncClient(base_url=served.url) as client,
+    ):
+        await sign_in(client, OPERATOR)
+        for params, filtered in (({}, False), ({"status": "failed"}, False), ({"agent": "asks@v1"}, True)):
+            page = await client.get("/runs", params={**params, "fragment": "1"})
+            counted = re.search(r'<span class="as-of" id="counted">([^<]*)</span>', page.text)
+            assert counted is not None, page.text
+            assert counted.group(1).endswith("recounted every 2.5 s"), counted.group(1)
+            assert counted.group(1).startswith("of all runs, not only those filtered;") is filtered
+
+
 async def _counts(client: httpx.AsyncClient, total: int) -> dict[str, int] | None:
     answer = (await client.get("/api/runs/counts")).json()
     return answer["counts"] if answer["total"] == total else None  # type: ignore[no-any-return]

@@ -183,6 +183,12 @@ async def test_resolving_an_uncertain_call_of_a_local_session(
         waiting = await handle.result()
         assert waiting.needs_input and waiting.pending[0].status == "uncertain"
         key = waiting.pending[0].execution_key
+        # A runtime without the agent's definition may not decide for it (checks_definition);
+        # the operator's runtime decides with no definition at all.
+        bare = AgentRuntime(backend=store)
+        with pytest.raises(ConfigurationError, match="is not registered on this agent"):
+            await bare.resolve_tool(key, retry=True)
+        await bare.aclose()
         operator = Operator(store, "erin", "console")
         if choice == "result":
             done = await operator.resolve(key, result="the report was written by hand")
