@@ -1,6 +1,7 @@
 """Testing helpers that ship with harnessx: a throwaway PostgreSQL cluster, a Temporal dev
 server and a Redis server for tests, benchmarks and the chaos suite (no Docker needed; the
-server binaries must be installed)."""
+server binaries must be installed), and a real model server (llama.cpp's llama-server,
+built by bench/real_model_setup.sh)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from harnessx.testing._cluster import (
     quote_ident,
     run_psql,
 )
+from harnessx.testing._llama import LlamaServer, LlamaServerError, real_model_dir
 from harnessx.testing._services import (
     RedisServer,
     ServiceError,
@@ -23,6 +25,8 @@ from harnessx.testing._services import (
 
 __all__ = [
     "ClusterError",
+    "LlamaServer",
+    "LlamaServerError",
     "RedisServer",
     "ServiceError",
     "TemporalDevServer",
@@ -33,5 +37,6 @@ __all__ = [
     "find_temporal_cli",
     "free_port",
     "quote_ident",
+    "real_model_dir",
     "run_psql",
 ]
