@@ -33,8 +33,11 @@ logger = logging.getLogger("harnessx.providers")
 ANTHROPIC_DEFAULT_BASE_URL = "https://api.anthropic.com"
 _ANTHROPIC_HOST = "api.anthropic.com"
 
-# The current API version (the one the vendor's SDKs send). From this version on the Messages
-# API refuses temperature, top_p and top_k with a 400, whatever their value.
+# The current API version. The vendor's version history lists 2026-10-21 as the latest
+# (https://platform.claude.com/docs/en/api/versioning), and its Python SDK sends it by default
+# (anthropic 2.x: ANTHROPIC_API_VERSION in anthropic/_constants.py; checked against the SDK
+# in tests/providers/test_sdk_conformance.py). From this version on the Messages API refuses
+# temperature, top_p and top_k with a 400, whatever their value (same page).
 ANTHROPIC_API_VERSION = "2026-10-21"
 _NO_SAMPLING_FROM = "2026-10-21"
 

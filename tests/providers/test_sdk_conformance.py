@@ -206,6 +206,26 @@ async def test_anthropic_message_reads_as_the_sdk_reads_it(server: ScriptedServe
     assert said(ours, expected) == expected
 
 
+async def test_the_anthropic_version_header_is_the_one_the_sdk_sends(server: ScriptedServer) -> None:
+    body = anthropic_message("refusal").model_dump(mode="json")
+    server.reply_json(body)
+    server.reply_json(body)
+    provider = AnthropicProvider("sdk-model", base_url=server.url)
+    try:
+        await provider.create(**ASK, tools=[], max_tokens=None)
+    finally:
+        await provider.aclose()
+    client = anthropic_client(server)  # the SDK's defaults: no version chosen
+    try:
+        await client.messages.create(
+            model="sdk-model", max_tokens=100, messages=[{"role": "user", "content": "?"}]
+        )
+    finally:
+        await client.close()
+    ours, sdk = (request.headers["anthropic-version"] for request in server.requests)
+    assert ours == sdk == "2026-10-21"
+
+
 # --------------------------------------------------------------------------- recorded streams
 
 
