@@ -1,9 +1,8 @@
 """Product bugs the chaos suite found, each reduced to a deterministic reproduction.
 
-They run the real ``Worker`` and ``Supervisor`` in this process against real stores. Each
-is marked ``xfail(strict=True)`` with the bug as its reason: when the product is fixed the
-test passes, strict xfail turns that into a failure, and the marker should be removed so
-the test guards the fix from then on.
+They run the real ``Worker`` and ``Supervisor`` in this process against real stores. Every
+bug here is fixed: each test failed before its fix and guards it now (docs/chaos.md lists
+the findings).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 from harness_workers._worker import Worker, WorkerConfig
 from harnessx import (
@@ -33,7 +33,7 @@ from harnessx import (
     current_tool_context,
 )
 from harnessx._state import Delta, ToolStatus
-from harnessx.store._protocol import Lease, Store
+from harnessx.store._protocol import Lease, RunRecord, Store
 from harnessx.testing import ThrowawayCluster
 from supervisor._supervisor import ROLE, Supervisor, SupervisorConfig
 
@@ -74,6 +74,12 @@ def _store(kind: str, tmp_path: Path, request: pytest.FixtureRequest, **options:
     return backend
 
 
+async def finished(store: Store, run_id: str) -> RunRecord | None:
+    """The run's record once it is no longer running."""
+    run = await store.get_run(run_id)
+    return run if run is not None and run.status != "running" else None
+
+
 @asynccontextmanager
 async def _running(worker: Worker) -> AsyncIterator[Worker]:
     task = asyncio.create_task(worker.run())
@@ -99,8 +105,12 @@ async def test_a_run_whose_lease_expired_is_not_stranded(tmp_path: Path) -> None
         SQLiteBackend(path, lease_seconds=1) as second_store,
     ):
         _, run_id = await _submit(client)
-        async with _running(Worker(worker_store, registry, WorkerConfig(concurrency=1))):
-            await asyncio.sleep(3)  # claimed, stalled, fenced at the raw-result commit
+        async with _running(Worker(worker_store, registry, WorkerConfig(concurrency=1))) as worker:
+            # Claimed, stalled, fenced at the raw-result commit: the worker is done with it.
+            await wait_until(
+                lambda: worker.metrics.runs_claimed._value.get() >= 1 and not worker._tasks,
+                "the first worker to claim the run and let it go",
+            )
         supervisor = Supervisor(supervisor_store)
         term = await supervisor_store.try_leadership(ROLE)
         assert term is not None
@@ -108,12 +118,8 @@ async def test_a_run_whose_lease_expired_is_not_stranded(tmp_path: Path) -> None
             await supervisor.scan(term)
         # Another worker gets its chance to continue the run.
         async with _running(Worker(second_store, _registry(lambda: "ok"), WorkerConfig(concurrency=1))):
-            deadline = time.monotonic() + 20
-            while (run := await client.get_run(run_id)) is not None and run.status == "running":
-                if time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.1)
-        assert run is not None and run.status == "completed", (run, await client.get_session(run.session_id))
+            run = await wait_until(lambda: finished(client, run_id), "the run to finish")
+        assert run.status == "completed", (run, await client.get_session(run.session_id))
 
 
 async def test_a_run_whose_lease_could_not_be_given_back_is_not_stranded(
@@ -123,13 +129,14 @@ async def test_a_run_whose_lease_could_not_be_given_back_is_not_stranded(
     restarting) left the lease to expire, but its heartbeat renewed every lease the process
     owned, so while it drove any other run the stranded one never expired."""
     calls = 0
+    first_done = asyncio.Event()
 
     async def work() -> str:
         """Keep the worker's heartbeat going on the first run; return at once on the others."""
         nonlocal calls
         calls += 1
         if calls == 1:
-            await asyncio.sleep(12)
+            await first_done.wait()
         return "ok"
 
     path = tmp_path / "db.sqlite3"
@@ -144,8 +151,7 @@ async def test_a_run_whose_lease_could_not_be_given_back_is_not_stranded(
         try:
             async with _running(worker):
                 await _submit(client)
-                while calls == 0:
-                    await asyncio.sleep(0.05)
+                await wait_until(lambda: calls == 1, "the first run's tool call to start")
                 # The next run's first load fails, and so does giving its lease back.
                 failures = {"load_state": 1, "release": 1}
 
@@ -161,13 +167,18 @@ async def test_a_run_whose_lease_could_not_be_given_back_is_not_stranded(
                 for name in failures:
                     monkeypatch.setattr(worker_store, name, fail_once(name, getattr(worker_store, name)))
                 _, stranded = await _submit(client)
-                deadline = time.monotonic() + 8  # the first run's tool call lasts 12 s
-                while (run := await client.get_run(stranded)) is not None and run.status == "running":
-                    assert time.monotonic() < deadline, "stranded behind a lease its worker kept renewing"
-                    await asyncio.sleep(0.1)
+                # While the first run's tool call goes on (and the heartbeat with it).
+                run = await wait_until(
+                    lambda: finished(client, stranded),
+                    "the stranded run to finish (stranded behind a lease its worker kept renewing?)",
+                    within=60,
+                )
+                assert calls >= 2 and not first_done.is_set()
+                first_done.set()
                 assert failures == {"load_state": 0, "release": 0}
-                assert run is not None and run.status == "completed"
+                assert run.status == "completed"
         finally:
+            first_done.set()
             supervisor.stop()
             await supervising
 
@@ -196,23 +207,35 @@ async def test_a_live_worker_is_not_judged_dead_after_a_database_restart(cluster
         supervisor = Supervisor(supervisor_store, SupervisorConfig(scan_interval=0.1))
         supervising = asyncio.create_task(supervisor.run())
         try:
-            async with _running(Worker(worker_store, registry, WorkerConfig(concurrency=2))):
-                await asyncio.sleep(1)
+            async with _running(Worker(worker_store, registry, WorkerConfig(concurrency=2))) as worker:
+                await wait_until(
+                    lambda: supervisor.is_leader and worker.registered.is_set(), "a live worker and a leader"
+                )
                 await asyncio.to_thread(cluster.restart, "fast")
                 session_id, run_id = await _submit(client)
-                deadline = time.monotonic() + 10
-                while (run := await client.get_run(run_id)) is not None and run.status == "running":
-                    if time.monotonic() > deadline:
-                        break
-                    await asyncio.sleep(0.1)
+                run = await wait_until(lambda: finished(client, run_id), "the run to finish")
                 session = await client.get_session(session_id)
         finally:
             supervisor.stop()
             await supervising
         # The submit's claim and the worker's: anything more is the supervisor taking it away.
-        assert session is not None and run is not None
+        assert session is not None
         assert session.generation <= 2, f"generation {session.generation}, run {run.status}"
         assert run.status == "completed"
+
+
+def counted_looks(*supervisors: Supervisor) -> dict[Supervisor, int]:
+    """How many times each supervisor has checked or tried for the lead (a pass of its loop)."""
+    looks = dict.fromkeys(supervisors, 0)
+    for supervisor in supervisors:
+
+        async def look(supervisor: Supervisor = supervisor, real: Any = supervisor._lead) -> Any:
+            term = await real()
+            looks[supervisor] += 1
+            return term
+
+        supervisor._lead = look  # type: ignore[method-assign]
+    return looks
 
 
 @pytest.mark.timeout(120)
@@ -225,13 +248,23 @@ async def test_one_supervisor_leads_after_a_database_restart(cluster: ThrowawayC
     ):
         config = SupervisorConfig(scan_interval=0.1, leader_retry=0.2)
         first, second = Supervisor(first_store, config), Supervisor(second_store, config)
+        looks = counted_looks(first, second)
         tasks = [asyncio.create_task(first.run())]
-        await asyncio.sleep(0.5)
+        await wait_until(lambda: first.is_leader, "the first supervisor to lead")
         tasks.append(asyncio.create_task(second.run()))
-        await asyncio.sleep(0.5)
-        assert first.is_leader and not second.is_leader
+        await wait_until(lambda: looks[second] >= 1, "the second supervisor to look for the lead")
+        assert first.term is not None and not second.is_leader
+        before = first.term.epoch
         await asyncio.to_thread(cluster.restart, "fast")
-        await asyncio.sleep(3)
+        # The restart takes the leader's lock: whoever leads next holds a newer term...
+        leader = await wait_until(
+            lambda: next((s for s in (first, second) if s.term is not None and s.term.epoch > before), None),
+            "a supervisor to lead after the restart",
+        )
+        # ...and the other one has looked at its own standing since then.
+        other = second if leader is first else first
+        seen = looks[other]
+        await wait_until(lambda: looks[other] >= seen + 2, "the other supervisor to look again")
         both = first.is_leader and second.is_leader
         for supervisor in (first, second):
             supervisor.stop()
@@ -248,8 +281,7 @@ async def test_a_supervisor_outlives_a_database_outage_longer_than_its_retries(
     async with PostgresBackend(cluster.dsn) as store:
         supervisor = Supervisor(store, SupervisorConfig(scan_interval=0.1, leader_retry=0.2))
         task = asyncio.create_task(supervisor.run())
-        await asyncio.sleep(0.5)
-        assert supervisor.is_leader
+        await wait_until(lambda: supervisor.is_leader, "the supervisor to lead")
         await asyncio.to_thread(cluster.stop, "fast")
         outage = time.monotonic()
         # The store gives up after about 4 s of retries; the outage lasts at least twice that,
@@ -274,9 +306,12 @@ async def test_a_worker_and_its_run_outlive_a_database_outage_longer_than_its_re
 ) -> None:
     from harnessx.store import PostgresBackend
 
+    in_flight, back = asyncio.Event(), asyncio.Event()
+
     async def work() -> str:
         """Outlast the outage."""
-        await asyncio.sleep(10)
+        in_flight.set()
+        await back.wait()
         return "ok"
 
     async with (
@@ -287,17 +322,17 @@ async def test_a_worker_and_its_run_outlive_a_database_outage_longer_than_its_re
         worker = Worker(worker_store, _registry(work), config)
         async with _running(worker):
             _, run_id = await _submit(client)
-            while not worker.active:
-                await asyncio.sleep(0.05)
+            # The outage starts with the tool call in flight (its dispatch committed).
+            await asyncio.wait_for(in_flight.wait(), 30)
             await asyncio.to_thread(cluster.stop, "fast")
-            await asyncio.sleep(8)  # longer than the store's ~4 s of retries
+            await asyncio.sleep(8)  # the outage: longer than the store's ~4 s of retries
             await asyncio.to_thread(cluster.start)
-            deadline = time.monotonic() + 30
-            while (run := await client.get_run(run_id)) is not None and run.status == "running":
-                assert time.monotonic() < deadline, "the run did not finish after the outage"
-                await asyncio.sleep(0.1)
+            back.set()
+            run = await wait_until(
+                lambda: finished(client, run_id), "the run to finish after the outage", within=60
+            )
             assert worker._fatal is None
-        assert run is not None and run.status == "completed"
+        assert run.status == "completed"
 
 
 @pytest.mark.timeout(120)

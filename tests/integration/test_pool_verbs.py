@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from durable_support import BackendTarget
+from waiting import wait_until
 
 from harness_workers import Worker, WorkerConfig
 from harnessx import (
@@ -145,7 +146,13 @@ async def test_pause_then_resume_through_the_queue(pool: tuple[Any, Gate]) -> No
         handle = await runtime.submit("go")
         await asyncio.to_thread(gate.entered.wait, 30)
         await runtime.pause()
-        await asyncio.sleep(0.3)  # the worker picks the request up from the store
+        assert gate.worker is not None
+        worker = gate.worker
+        # The tool may return once the worker has the request: the run pauses at the next boundary.
+        await wait_until(
+            lambda: any(e.control.pause_requested for e in worker.active.values()),
+            "the worker to pick the pause request up from the store",
+        )
         gate.release.set()
         paused = await handle.result()
         assert paused.status is RunStatus.PAUSED
@@ -158,13 +165,9 @@ async def test_a_run_for_an_unknown_agent_waits_and_is_reported(pool: tuple[Any,
     store, gate = pool
     async with pooled(store, "nobody-knows") as runtime:
         handle = await runtime.submit("go")
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            assert gate.worker is not None
-            unknown = gate.worker.metrics.queued_unknown.labels(agent="nobody-knows@v1")._value.get()
-            if unknown == 1:
-                break
-        assert unknown == 1
+        assert gate.worker is not None
+        unknown = gate.worker.metrics.queued_unknown.labels(agent="nobody-knows@v1")
+        await wait_until(lambda: unknown._value.get() == 1, "the worker to report the unknown agent's run")
         stats = await store.queue_stats()
         assert stats.by_agent["nobody-knows@v1"][0] == 1  # still queued, untouched
         record = await store.get_run(handle.run_id)
@@ -186,13 +189,14 @@ async def test_made_up_agent_references_make_a_bounded_number_of_series(pool: tu
     for name in made_up:
         async with pooled(store, name) as runtime:
             await runtime.submit("go")
-    assert gate.worker is not None
-    for _ in range(200):  # until the worker's next queue scan has seen them all
-        series = unknown_agent_series(gate.worker)
-        if sum(series.values()) == len(made_up):
-            break
-        await asyncio.sleep(0.05)
-    assert sum(series.values()) == len(made_up), series
+    worker = gate.worker
+    assert worker is not None
+
+    def all_counted() -> dict[str, float] | None:  # the worker's next queue scan has seen them all
+        series = unknown_agent_series(worker)
+        return series if sum(series.values()) == len(made_up) else None
+
+    series = await wait_until(all_counted, f"the worker to count {len(made_up)} runs of unknown agents")
     assert len(series) == UNKNOWN_AGENT_SERIES + 1
     assert series[OTHER_AGENTS] == len(made_up) - UNKNOWN_AGENT_SERIES
     assert set(series) - {OTHER_AGENTS} == {f"{name}@v1" for name in made_up[:UNKNOWN_AGENT_SERIES]}

@@ -96,7 +96,10 @@ async def test_a_zombie_worker_is_fenced_out(pool: Pool) -> None:
         pool.supervisor("s1")
         (result,) = await results_of(submitted)
         zombie.signal(signal.SIGCONT)
-        await asyncio.sleep(3.0)  # the zombie's tool returns and it tries to commit
+        # Its tool returns, it tries to go on and learns the run is not its own any more.
+        await wait_for_log(
+            zombie, lambda p: "lease lost to another process" in p.text(), "stopped the run it lost"
+        )
         runtime = submitted[0][0]
         status = await runtime.status()
         await runtime.stop()
