@@ -5,6 +5,11 @@ once per session (see ``harnessx.testing``). When PostgreSQL is unavailable the 
 that need it are skipped with the reason, or fail when ``CI=true`` or
 ``HARNESSX_REQUIRE_POSTGRES=1``. ``pg_database`` gives each test its own fresh database.
 ``target`` runs a test once per backend: a real SQLite file and a real PostgreSQL database.
+
+Tests that take seconds are marked ``slow``, so that ``pytest -m "not slow"`` runs the rest
+quickly: every test of the tiers in ``SLOW_TIERS`` (child processes, servers, a browser, the
+original harnessx), every test marked ``process``, and the few elsewhere that are marked
+``slow`` by hand (over about 2 s; measure with ``pytest --durations=30``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,19 @@ from harnessx.testing import (
 )
 
 _db_counter = itertools.count(1)
+
+TESTS = Path(__file__).resolve().parent
+# Folders under tests/ whose every test is slow: real worker and supervisor processes, kill -9,
+# Chromium, a Temporal dev server, Prometheus, systemd tools, the original harnessx 0.9.1, a
+# real model in llama-server (a -m on the command line replaces addopts' "not realmodel").
+SLOW_TIERS = frozenset({"chaos", "compat", "deploy", "process", "realmodel", "temporal"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = item.path.relative_to(TESTS).parts[0] if item.path.is_relative_to(TESTS) else ""
+        if tier in SLOW_TIERS or item.get_closest_marker("process") is not None:
+            item.add_marker(pytest.mark.slow)
 
 
 def postgres_required() -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harnessx.testing import ThrowawayCluster, run_psql
 
 
@@ -20,6 +22,7 @@ def test_pg_databases_are_isolated(pg_database: str) -> None:
     assert run_psql(pg_database, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").strip() == "0"
 
 
+@pytest.mark.slow  # a cluster of its own, restarted twice
 def test_cluster_survives_fast_and_immediate_restart(pg_bin_dir: Path) -> None:
     with ThrowawayCluster(pg_bin_dir) as pg:
         root = pg.data_dir.parent

@@ -1098,6 +1098,7 @@ def test_redact_dsn_hides_every_form_of_password() -> None:
     assert _hidden(str(bad.value))
 
 
+@pytest.mark.slow  # a cluster of its own
 async def test_the_password_never_appears_in_reprs_errors_or_logs(
     scram_server: tuple[int, str], caplog: pytest.LogCaptureFixture
 ) -> None:

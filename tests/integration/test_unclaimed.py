@@ -14,6 +14,9 @@ from harness_workers import Worker, WorkerConfig
 from harnessx import Agent, AgentRef, AgentRegistry, AgentRuntime, RunStatus
 from harnessx._observe import UNCLAIMED_WARNING_SECONDS
 
+# Each test waits out the follower's warning delay and then watches it stay quiet.
+pytestmark = pytest.mark.slow
+
 NOTICE = "no pool worker has claimed it yet"
 
 

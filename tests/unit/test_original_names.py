@@ -184,6 +184,7 @@ def test_the_same_objects_under_every_name() -> None:
         ("from harnessx.engine import new_state", "internal module"),
     ],
 )
+@pytest.mark.slow  # a fresh Python process per statement
 def test_unsupported_features_say_so_on_import(statement: str, feature: str) -> None:
     # A fresh interpreter: the import machinery's caches must not decide the outcome.
     done = subprocess.run([sys.executable, "-c", statement], capture_output=True, text=True, check=False)
