@@ -6,8 +6,9 @@
 ``<policy>_tool``, once with the prompt and then answers ``Done: <result>``; ``asks`` is
 ``safe`` with a tool that needs a person's approval; ``fragile``'s factory raises while the
 file ``$HX_FACTORY_BROKEN`` exists (a deploy missing a secret); ``slow`` is ``safe`` with a
-first attempt of 30 s, long enough to be killed in the middle of it. Each tool call appends
-``{"tool", "key", "attempt", "token", "pid", "t"}`` as one JSON line to the file
+first attempt of 30 s, long enough to be killed in the middle of it; ``limited`` is ``safe``
+with at most two runs driving at once across the fleet (``max_concurrent=2``). Each tool
+call appends ``{"tool", "key", "attempt", "token", "pid", "t"}`` as one JSON line to the file
 ``$HX_LEDGER`` (when set), then sleeps ``$HX_SLOW_TOOL`` seconds, plus
 ``$HX_HANG_FIRST_ATTEMPT`` on a call's first attempt; while the file ``$HX_HOLD`` exists, each
 call waits for it to go away (a test that must act while a call is in flight holds it there
@@ -230,6 +231,8 @@ def _registry() -> AgentRegistry:
     found.register("asks", lambda: ledger_agent("safe", permission="ask"), version="v1")
     found.register("fragile", _fragile, version="v1")
     found.register("slow", lambda: ledger_agent("safe", first_attempt_seconds=30.0), version="v1")
+    # At most two of its runs drive at once across the fleet (the registry's limit).
+    found.register("limited", functools.partial(ledger_agent, "safe"), version="v1", max_concurrent=2)
     return found
 
 

@@ -56,6 +56,12 @@ class WorkerMetrics:
             ["cause", "outcome"],
             registry=r,
         )
+        self.runs_deferred = Counter(
+            "harnessx_runs_deferred",
+            "Queued runs this worker's claims passed over because their concurrency key or agent "
+            "already had as many runs driving as its limit allows (counted once per claim).",
+            registry=r,
+        )
         self.active_runs = Gauge("harnessx_active_runs", "Runs this worker is driving now.", registry=r)
         self.slots = Gauge("harnessx_concurrency_slots", "Runs this worker may drive at once.", registry=r)
         self.lease_renewals = Counter(

@@ -122,6 +122,15 @@ class Worker:
         await self.store.register_worker(
             WorkerInfo(self.id, self.config.host, os.getpid(), self.agent_refs, self.config.concurrency)
         )
+        # What this worker's registry says of its agents' pool runs (default priority,
+        # max_concurrent): the store applies it to every claim and submission.
+        await self.store.publish_agent_defaults(
+            {
+                str(ref): (defaults.priority, defaults.max_concurrent)
+                for ref in self.registry.refs()
+                for defaults in [self.registry.defaults(ref)]
+            }
+        )
         self.registered.set()
         self._last_beat = time.monotonic()
         self.metrics.info.labels(worker_id=self.id, host=self.config.host).set(1)
@@ -169,9 +178,12 @@ class Worker:
             claimed: list[tuple[Lease, str]] = []
             if free > 0:
                 try:
-                    claimed = await self.store.claim_queued(self.holder, self.agent_refs, free)
+                    claims = await self.store.claim_queued(self.holder, self.agent_refs, free)
                 except HarnessError as exc:
                     logger.warning("claim failed: %s", exc)
+                else:
+                    claimed = list(claims)
+                    self.metrics.runs_deferred.inc(claims.deferred)
             for lease, run_id in claimed:
                 self._start(lease, run_id)
             if claimed:

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from harnessx._agent import Agent
 from harnessx._errors import ConfigurationError
+from harnessx.store._scheduling import Schedule, check_max_running
 
-__all__ = ["AgentFactory", "AgentRef", "AgentRegistry", "agents"]
+__all__ = ["AgentDefaults", "AgentFactory", "AgentRef", "AgentRegistry", "agents"]
 
 AgentFactory = Callable[[], Agent]
 
@@ -31,18 +32,49 @@ class AgentRef:
         return cls(name, version or "v1")
 
 
+@dataclass(frozen=True)
+class AgentDefaults:
+    """What a registry says of an agent's pool runs: the ``priority`` of a run submitted
+    without one, and ``max_concurrent``, how many of its runs may drive at once across the
+    fleet (``None``: no limit). Workers publish them to the store when they start."""
+
+    priority: int | None = None
+    max_concurrent: int | None = None
+
+
 class AgentRegistry:
     """Factories that build agents by reference. A worker resolves submitted refs here."""
 
     def __init__(self) -> None:
         self._factories: dict[AgentRef, AgentFactory] = {}
+        self._defaults: dict[AgentRef, AgentDefaults] = {}
 
-    def register(self, name: str, factory: AgentFactory, *, version: str = "v1") -> AgentRef:
+    def register(
+        self,
+        name: str,
+        factory: AgentFactory,
+        *,
+        version: str = "v1",
+        priority: int | None = None,
+        max_concurrent: int | None = None,
+    ) -> AgentRef:
+        """Register ``factory`` as ``name@version``. ``priority``: the default priority of
+        the agent's pool runs; ``max_concurrent``: at most this many of them drive at once,
+        across every worker (see docs/scheduling.md)."""
         ref = AgentRef(name, version)
         if ref in self._factories:
             raise ConfigurationError(f"agent {ref} is already registered")
+        if priority is not None:
+            Schedule(priority=priority)  # the same checks as a run's own priority
+        if max_concurrent is not None:
+            check_max_running(max_concurrent)
         self._factories[ref] = factory
+        self._defaults[ref] = AgentDefaults(priority, max_concurrent)
         return ref
+
+    def defaults(self, ref: AgentRef) -> AgentDefaults:
+        """The pool defaults ``ref`` was registered with."""
+        return self._defaults.get(ref, AgentDefaults())
 
     def __contains__(self, ref: object) -> bool:
         return ref in self._factories

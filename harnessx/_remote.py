@@ -8,6 +8,7 @@ such a backend is a ``RemoteRuntime``; everything a program calls is the same.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -164,9 +165,29 @@ class RemoteRuntime(AgentRuntime):
 
     # ---------------------------------------------------------------- runs
 
-    async def submit(self, message: str, *, request_id: str | None = None) -> RunHandle:
+    async def submit(
+        self,
+        message: str,
+        *,
+        request_id: str | None = None,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
+        tenant: str | None = None,
+        not_before: dt.datetime | dt.timedelta | None = None,
+    ) -> RunHandle:
         if not isinstance(message, str):
             raise ConfigurationError(f"message must be a str, got {type(message).__name__}")
+        if (
+            priority is not None
+            or concurrency_key is not None
+            or tenant is not None
+            or not_before is not None
+        ):
+            raise ConfigurationError(
+                "priority, concurrency_key, tenant and not_before schedule runs for the SQL worker pool "
+                "(SQLiteBackend, PostgresBackend with execution='pool'); a Temporal backend schedules "
+                "its workflows itself: leave them out"
+            )
         remote = await self._ready_remote()
         if self._session_id is None:
             await self.start()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import time
 import uuid
@@ -43,6 +44,7 @@ from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
 from harnessx._state import Delta, RunState, ToolStatus
 from harnessx._stream import OnReset, RunStream
 from harnessx.store._protocol import Lease, RunRecord, SessionRecord, Store
+from harnessx.store._scheduling import Schedule, delay_of
 from harnessx.store._sqlite import SQLiteBackend
 
 if TYPE_CHECKING:
@@ -274,10 +276,26 @@ class AgentRuntime:
 
     # ---------------------------------------------------------------- runs
 
-    async def submit(self, message: str, *, request_id: str | None = None) -> RunHandle:
-        """Start a run of ``message`` in the bound session and return its handle."""
+    async def submit(
+        self,
+        message: str,
+        *,
+        request_id: str | None = None,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
+        tenant: str | None = None,
+        not_before: dt.datetime | dt.timedelta | None = None,
+    ) -> RunHandle:
+        """Start a run of ``message`` in the bound session and return its handle.
+
+        A pool runtime's run waits in the queue until a worker claims it; how it waits is
+        its schedule (docs/scheduling.md): ``priority`` (higher first, ties by age; default:
+        the agent's, else 0), ``concurrency_key`` (limits count the runs of a key),
+        ``tenant`` (its fair-share group; default: the concurrency key) and ``not_before``
+        (a time, or a delay from now, before which no worker claims it)."""
         if not isinstance(message, str):
             raise ConfigurationError(f"message must be a str, got {type(message).__name__}")
+        schedule = self._schedule(priority, concurrency_key, tenant, not_before)
         store = await self._ready()
         if self._session_id is None:
             await self.start()
@@ -296,7 +314,14 @@ class AgentRuntime:
             start = self.agent.engine(durable=True).start(probe, message)
             journal = await self._run_started(probe, start, message) if self.recording else ()
             await store.create_run(
-                lease, run_id, request_id, message, start, queued=self.pooled, journal=journal
+                lease,
+                run_id,
+                request_id,
+                message,
+                start,
+                queued=self.pooled,
+                journal=journal,
+                schedule=schedule,
             )
         except BaseException:
             with contextlib.suppress(StorageError):
@@ -307,6 +332,23 @@ class AgentRuntime:
         state = await store.load_state(run_id)
         await announce_checkpoint(self.agent.hooks, self.agent, state)
         return self._launch(lease, state, last_seq=0)
+
+    def _schedule(
+        self,
+        priority: int | None,
+        concurrency_key: str | None,
+        tenant: str | None,
+        not_before: dt.datetime | dt.timedelta | None,
+    ) -> Schedule | None:
+        """``submit``'s scheduling options as the store takes them (``None``: none given)."""
+        if priority is None and concurrency_key is None and tenant is None and not_before is None:
+            return None
+        if not self.pooled:
+            raise ConfigurationError(
+                "priority, concurrency_key, tenant and not_before schedule runs for the worker pool: "
+                "create the runtime with AgentRuntime(AgentRef(name, version), execution='pool')"
+            )
+        return Schedule(priority, concurrency_key, tenant, delay_of(not_before))
 
     async def _run_started(self, probe: RunState, start: Delta, message: str) -> list[JournalRecord]:
         """A recorded run's first journal records, written with the run: what it was asked,
@@ -595,14 +637,40 @@ class AgentRuntime:
 
     async def status(self) -> dict[str, Any]:
         """``{"session_id", "state", "run"}``: ``state`` is the latest run's status (``idle``
-        without a run) and ``run`` its ``RunResult`` or ``None``."""
+        without a run) and ``run`` its ``RunResult`` or ``None``. A pool runtime's status also
+        has ``schedule``: the run's place in the queue (``queued``, ``not_before``,
+        ``priority``, ``concurrency_key``, ``tenant``, ``queued_at``, ``claimed_at``)."""
         store = await self._ready()
         sid = self._require_session()
         record = await store.latest_run(sid)
         if record is None:
             return {"session_id": sid, "state": "idle", "run": None}
         result = (await store.load_state(record.id)).result()
-        return {"session_id": sid, "state": result.status.value, "run": result}
+        status: dict[str, Any] = {"session_id": sid, "state": result.status.value, "run": result}
+        if self.pooled:
+            status["schedule"] = await self._schedule_of(store, record.id)
+        return status
+
+    @staticmethod
+    async def _schedule_of(store: Store, run_id: str) -> dict[str, Any] | None:
+        """A pool run's place in the queue, for ``status()``: whether it waits, from when a
+        worker may claim it, and its priority, concurrency key and tenant."""
+        found = await store.schedule_of(run_id)
+        if found is None:
+            return None
+
+        def when(epoch: float | None) -> dt.datetime | None:
+            return None if epoch is None else dt.datetime.fromtimestamp(epoch, dt.UTC)
+
+        return {
+            "queued": found.queued,
+            "not_before": when(found.not_before) if found.queued else None,
+            "priority": found.priority,
+            "concurrency_key": found.concurrency_key,
+            "tenant": found.tenant or None,
+            "queued_at": when(found.queued_at),
+            "claimed_at": when(found.claimed_at),
+        }
 
     def _refuse_while_driving(self) -> None:
         if self._active is not None and not self._active.task.done():

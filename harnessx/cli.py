@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,6 +21,7 @@ from click.core import ParameterSource
 
 from harnessx._agent import Agent
 from harnessx._cli_common import format_time, open_backend, run_command, to_stderr
+from harnessx._cli_limits import limits
 from harnessx._cli_operate import COMMANDS, actor_option, operate
 from harnessx._demo import DEMO_AGENT, DEMO_PROMPT, invocation_count, kill_after, registry
 from harnessx._demo_dir import prepare_demo_dir
@@ -34,6 +36,7 @@ from harnessx._runtime import AgentRuntime
 from harnessx.console._command import console
 from harnessx.store._migrations import MigrationReport
 from harnessx.store._protocol import SessionSummary, Store
+from harnessx.store._scheduling import RunSchedule
 
 __all__ = ["main"]
 
@@ -254,6 +257,9 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
             if record is None:
                 click.echo("no runs")
                 return
+            schedule = await backend.schedule_of(record.id)
+            if schedule is not None and schedule.queued:
+                click.echo(_queued_line(schedule))
             try:
                 result = (await backend.load_state(record.id)).result()
             except CorruptStateError as exc:
@@ -264,6 +270,18 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
             click.echo(json.dumps(result.to_dict(), indent=2))
 
     run_command(show())
+
+
+def _queued_line(schedule: RunSchedule) -> str:
+    """Where a queued run waits: from when it may be claimed, and what schedules it."""
+    parts = [f"priority {schedule.priority}"]
+    if schedule.concurrency_key:
+        parts.append(f"concurrency key {schedule.concurrency_key}")
+    if schedule.tenant and schedule.tenant != schedule.concurrency_key:
+        parts.append(f"tenant {schedule.tenant}")
+    delayed = schedule.not_before is not None and schedule.not_before > time.time()
+    when = f"not before {format_time(schedule.not_before)}" if delayed else "claimable now"
+    return f"queued since {format_time(schedule.queued_at)}, {when} ({', '.join(parts)})"
 
 
 def _shown_status(row: SessionSummary) -> str:
@@ -412,7 +430,7 @@ def _import(path: str) -> Any:
         raise click.UsageError(f"cannot load {path}: {exc}") from exc
 
 
-for _command in [*COMMANDS, console]:
+for _command in [*COMMANDS, console, limits]:
     main.add_command(_command)
 
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["SupervisorMetrics"]
+from harnessx.store._scheduling import QueueShape
+
+__all__ = ["KEY_SERIES", "SupervisorMetrics"]
+
+# harnessx_queue_*_by_key name at most this many keys: keys come from whoever submits.
+KEY_SERIES = 20
 
 _RECOVERY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 
@@ -63,9 +68,57 @@ class SupervisorMetrics:
         self.queue_oldest = Gauge(
             "harnessx_queue_oldest_age_seconds", "Age of the oldest queued run (0 when empty).", registry=r
         )
+        self.queue_by_priority = Gauge(
+            "harnessx_queue_depth_by_priority",
+            "Runs waiting for a worker, by priority band (high > 0, normal = 0, low < 0).",
+            ["band"],
+            registry=r,
+        )
+        self.oldest_by_priority = Gauge(
+            "harnessx_queue_oldest_age_by_priority_seconds",
+            "The longest a claimable queued run of the band has waited (0 when none).",
+            ["band"],
+            registry=r,
+        )
+        self.queue_by_key = Gauge(
+            "harnessx_queue_depth_by_key",
+            f"Runs waiting for a worker, by concurrency key: the {KEY_SERIES} keys with the most by "
+            "name, the rest as key='other', runs without a key as key='none'.",
+            ["key"],
+            registry=r,
+        )
+        self.oldest_by_key = Gauge(
+            "harnessx_queue_oldest_age_by_key_seconds",
+            "The longest a claimable queued run of the key has waited (0 when none).",
+            ["key"],
+            registry=r,
+        )
+        self.queue_delayed = Gauge(
+            "harnessx_queue_delayed",
+            "Queued runs no worker may claim yet (a not_before delay, or a failed start's back-off).",
+            registry=r,
+        )
+        self._key_series: set[str] = set()
         self.stuck_runs = Gauge(
             "harnessx_stuck_runs",
             "Unfinished runs not updated for longer than the configured age, by status.",
             ["status"],
             registry=r,
         )
+
+    def set_queue_shape(self, shape: QueueShape, now: float) -> None:
+        """The queue by priority band and by key, in a bounded number of series; a key no
+        longer queued loses its series."""
+        for band in ("high", "normal", "low"):
+            count, since = shape.by_band().get(band, (0, None))
+            self.queue_by_priority.labels(band=band).set(count)
+            self.oldest_by_priority.labels(band=band).set(max(0.0, now - since) if since is not None else 0.0)
+        keys = shape.by_key(KEY_SERIES)
+        for gone in self._key_series - set(keys):
+            self.queue_by_key.remove(gone)
+            self.oldest_by_key.remove(gone)
+        for key, (count, since) in keys.items():
+            self.queue_by_key.labels(key=key).set(count)
+            self.oldest_by_key.labels(key=key).set(max(0.0, now - since) if since is not None else 0.0)
+        self._key_series = set(keys)
+        self.queue_delayed.set(shape.delayed)

@@ -40,6 +40,8 @@ class SupervisorConfig:
     stuck_interval: float = 30.0
     # How often the leader records its scans on its leadership row (for the operator console).
     record_interval: float = 1.0
+    # How often the leader reads the queue by priority band and key (one GROUP BY of the queue).
+    shape_interval: float = 5.0
 
 
 @dataclass
@@ -64,6 +66,7 @@ class Supervisor:
         self._stopping = asyncio.Event()
         self._pending: dict[str, _Pending] = {}
         self._last_stuck = 0.0
+        self._last_shape = 0.0
         self._last_scan_ok = time.monotonic()
         self._store_problem: str | None = None  # why the last leadership attempt or scan failed
         self._standing_by = False  # said so in the log
@@ -184,6 +187,9 @@ class Supervisor:
         await self._track_recoveries()
         await self._check_workers(term)
         await self._queue()
+        if time.monotonic() - self._last_shape >= self.config.shape_interval:
+            self.metrics.set_queue_shape(await self.store.queue_shape(), time.time())
+            self._last_shape = time.monotonic()
         if time.monotonic() - self._last_stuck >= self.config.stuck_interval:
             await self._stuck()
             self._last_stuck = time.monotonic()

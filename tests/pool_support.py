@@ -20,9 +20,11 @@ __all__ = [
     "Pool",
     "audit_generations",
     "cut_leader_connection",
+    "driving_intervals",
     "latest_term",
     "ledger",
     "log_records",
+    "most_at_once",
     "submit_many",
 ]
 
@@ -111,6 +113,16 @@ class Pool:
             check=True,
             capture_output=True,
             env=self._env(),
+        )
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``harnessx ARGS`` against the pool's store (a DSN goes in the environment)."""
+        return subprocess.run(
+            [str(BIN / "harnessx"), *args, *self._store_args()],
+            capture_output=True,
+            text=True,
+            env=self._env(),
+            check=False,
         )
 
     def _spawn(self, name: str, command: list[str]) -> Process:
@@ -251,3 +263,44 @@ async def cut_leader_connection(dsn: str, within: float = 10) -> None:
             await asyncio.sleep(0.02)
     finally:
         await conn.close()
+
+
+async def driving_intervals(target: BackendTarget) -> list[tuple[str, str | None, str | None, float, float]]:
+    """Every drive of a run as the database recorded it: ``(run_id, concurrency key, agent,
+    claimed at, last event at)``, from each claim (``run_claims``) to the last event its lease
+    wrote. A drive lasts from its claim until that lease is given up, after its last event,
+    so these intervals lie within the drives."""
+    query = """
+        SELECT c.run_id, r.concurrency_key, r.agent_ref, {claimed}, coalesce(max({created}), {claimed})
+        FROM run_claims c JOIN runs r ON r.id = c.run_id
+        LEFT JOIN events e ON e.run_id = c.run_id AND e.generation = c.generation
+        GROUP BY c.run_id, c.generation, r.concurrency_key, r.agent_ref, c.claimed_at
+    """
+    if target.kind == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(target.location) as conn:
+            rows = conn.execute(query.format(claimed="c.claimed_at", created="e.created_at")).fetchall()
+    else:
+        import asyncpg
+
+        conn = await asyncpg.connect(target.location, server_settings={"search_path": "harness_x"})
+        try:
+            statement = query.format(
+                claimed="extract(epoch FROM c.claimed_at)::float8",
+                created="extract(epoch FROM e.created_at)::float8",
+            )
+            rows = [tuple(r) for r in await conn.fetch(statement)]
+        finally:
+            await conn.close()
+    return [(str(a), b, c, float(d), float(e)) for a, b, c, d, e in rows]
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The largest number of intervals that overlap at one instant."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    most = now = 0
+    for _, step in edges:  # at equal times an end (-1) sorts before a start: touching is not overlapping
+        now += step
+        most = max(most, now)
+    return most

@@ -29,6 +29,7 @@ from harnessx._journal import JournalRecord
 from harnessx._state import ToolEntry
 from harnessx.store._codec import dumps, event_data, tool_entry_bodies, tool_entry_columns
 from harnessx.store._queries import load_queries
+from harnessx.store._scheduling import Schedule
 
 __all__ = ["PROGRESS_NOT_HELD", "checkpoint", "checkpoint_statement", "without_steps"]
 
@@ -59,7 +60,7 @@ def checkpoint_statement(
 ) -> str:
     """The checkpoint query for one shape. ``tools`` and ``events`` count rows: 0 (the step
     is left out), 1 (plain values) or 2 (arrays: two or more rows); ``journal``: the
-    statement appends journal records (parameters 38-44); ``results``: it stores large tool
+    statement appends journal records (parameters 42-48); ``results``: it stores large tool
     results (the three parameters after the last one before them)."""
     if new_run and progress_only:
         raise ValueError("a new run's checkpoint writes its run row")
@@ -74,8 +75,8 @@ def checkpoint_statement(
     replaced = {"run": _PROGRESS_RUN} if progress_only else {}
     statement = without_steps(Q["checkpoint"], unused, replaced)
     if results and not journal:
-        # Parameters must be numbered without gaps: the results step's follow $37.
-        for old, new in ((45, 38), (46, 39), (47, 40)):
+        # Parameters must be numbered without gaps: the results step's follow $41.
+        for old, new in ((49, 42), (50, 43), (51, 44)):
             statement = statement.replace(f"${old}::", f"${new}::")
     single = [*(_TOOL_PARAMS if tools == 1 else ()), *(_EVENT_PARAMS if events == 1 else ())]
     return _single_valued(statement, single)
@@ -180,10 +181,18 @@ def checkpoint(
             events_channel if events or new_run else None,
             work_channel if queued else None,
             progress_only,
+            *_schedule_params(new_run.get("schedule") if queued and new_run else None),
             *(_journal_params(journal) if journal else ()),
             *(_columns(bodies, 3) if bodies else ()),
         ),
     )
+
+
+def _schedule_params(schedule: Schedule | None) -> tuple[Any, ...]:
+    """A new queued run's priority, concurrency key, tenant and delay ($38-$41)."""
+    if schedule is None:
+        return (None, None, None, None)
+    return (schedule.priority, schedule.concurrency_key, schedule.group, schedule.wait)
 
 
 def _event_row(event: RunEvent) -> tuple[Any, ...]:
@@ -199,7 +208,7 @@ def _event_row(event: RunEvent) -> tuple[Any, ...]:
 
 
 def _journal_params(journal: Sequence[JournalRecord]) -> list[list[Any]]:
-    """id, kind, step_id, attempt_id, execution_key, recorded_at, payload ($38-$44)."""
+    """id, kind, step_id, attempt_id, execution_key, recorded_at, payload ($42-$48)."""
     rows = [
         (r.id, r.kind, r.step_id, r.attempt_id, r.execution_key, r.recorded_at, dumps(r.payload))
         for r in journal

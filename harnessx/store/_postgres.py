@@ -114,6 +114,7 @@ from harnessx.store._pg_driver import (
 )
 from harnessx.store._pg_dsn import ENCODING_ADVICE, check_dsn, redact_dsn
 from harnessx.store._pg_notifications import Notifications
+from harnessx.store._pg_scheduling import PostgresScheduling
 from harnessx.store._protocol import (
     IncidentSnapshot,
     Leadership,
@@ -130,6 +131,7 @@ from harnessx.store._protocol import (
     leadership_lost,
 )
 from harnessx.store._queries import load_queries
+from harnessx.store._scheduling import Claims, Schedule
 
 __all__ = ["SQLITE_ONLY_QUERIES", "PostgresBackend", "redact_dsn", "runtime_grants"]
 
@@ -154,8 +156,20 @@ SQLITE_ONLY_QUERIES = {
     ),
     "insert_event": "checkpoint",
     **dict.fromkeys(("journal_tail", "insert_journal"), "checkpoint"),
-    "queued_runs": "claim_queued",
-    "dequeue_run": "claim_queued",
+    **dict.fromkeys(
+        (
+            "claim_setup",
+            "waiting_tenants",
+            "tenant_queue",
+            "limit_of",
+            "driving_key",
+            "driving_agent",
+            "dequeue_run",
+            "record_claim",
+            "advance_pass",
+        ),
+        "claim_queued",
+    ),
     "leased_sessions": "find_orphans",
     "drop_orphan_lease": "recover_orphan",
     "requeue_session": "recover_orphan",
@@ -229,7 +243,7 @@ def _attempts(retrying: AsyncRetrying | None) -> str:
 # --------------------------------------------------------------------------- backend
 
 
-class PostgresBackend(PostgresConsole):
+class PostgresBackend(PostgresConsole, PostgresScheduling):
     """Durable state in PostgreSQL. Use as ``async with PostgresBackend(dsn) as backend``.
 
     Tables live in ``schema`` (created if needed when ``auto_migrate`` is true; otherwise
@@ -1022,6 +1036,7 @@ class PostgresBackend(PostgresConsole):
         *,
         queued: bool = False,
         journal: Sequence[JournalRecord] = (),
+        schedule: Schedule | None = None,
     ) -> None:
         fresh = RunState(session_id=lease.session_id, run_id=run_id)
         await self._checkpoint(
@@ -1031,7 +1046,12 @@ class PostgresBackend(PostgresConsole):
             tools=delta.tools,
             events=delta.events,
             run=run_values(fresh, delta),
-            new_run={"request_id": request_id, "request_message": message, "queued": queued},
+            new_run={
+                "request_id": request_id,
+                "request_message": message,
+                "queued": queued,
+                "schedule": schedule,
+            },
             journal=journal,
         )
 
@@ -1248,9 +1268,7 @@ class PostgresBackend(PostgresConsole):
         )
         return {str(sid): str(control) for sid, control in rows}
 
-    async def claim_queued(
-        self, holder: str, agent_refs: list[str] | None, limit: int
-    ) -> list[tuple[Lease, str]]:
+    async def claim_queued(self, holder: str, agent_refs: list[str] | None, limit: int) -> Claims:
         owner = self.owner_for(holder)
         claim_id = uuid.uuid4().hex
         attempts = 0
@@ -1273,7 +1291,10 @@ class PostgresBackend(PostgresConsole):
 
         sent = self._sent()
         rows = await self._run("claiming queued runs", claim)
-        claimed = [(Lease(str(sid), owner, int(gen)), str(run_id)) for run_id, sid, gen in rows]
+        claimed = Claims(
+            [(Lease(str(sid), owner, int(gen)), str(run_id)) for run_id, sid, gen, *_ in rows if run_id],
+            sum(int(row[3]) for row in rows if len(row) > 3 and row[0] is None),
+        )
         self._extended([lease for lease, _ in claimed], sent)
         return claimed
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from harnessx._errors import LeadershipLostError
 from harnessx._events import RunEvent
@@ -19,6 +19,16 @@ from harnessx._journal import JournalRecord
 from harnessx._state import Delta, RunState, ToolEntry
 from harnessx.store._migrations import MigrationReport
 from harnessx.store._original import OriginalSession
+
+if TYPE_CHECKING:
+    from harnessx.store._scheduling import (
+        Claims,
+        ConcurrencyLimit,
+        QueueShape,
+        RunSchedule,
+        Schedule,
+        TenantShare,
+    )
 
 __all__ = [
     "Action",
@@ -412,11 +422,13 @@ class Store(Protocol):
         *,
         queued: bool = False,
         journal: Sequence[JournalRecord] = (),
+        schedule: Schedule | None = None,
     ) -> None:
         """Insert a run (refused with ``SessionBusyError`` while another is unfinished) and
         commit its first boundary; the run's ``history_length`` is the session's message
         count at that moment. ``queued`` leaves it for a pool worker and gives the lease up
-        in the same commit, so that a worker can claim the session as soon as it sees the run.
+        in the same commit, so that a worker can claim the session as soon as it sees the run;
+        ``schedule`` says how it waits there (priority, limits, fair share, delay).
         ``journal`` records (a recorded run) are appended in the same transaction."""
 
     async def find_run(self, session_id: str, request_id: str) -> RunRecord | None: ...
@@ -503,10 +515,36 @@ class Store(Protocol):
     async def pending_controls(self) -> dict[str, str]:
         """Pause/cancel requests for sessions this process holds leases on."""
 
-    async def claim_queued(
-        self, holder: str, agent_refs: list[str] | None, limit: int
-    ) -> list[tuple[Lease, str]]:
-        """Claim up to ``limit`` queued runs whose sessions are free, as ``(lease, run_id)``."""
+    async def claim_queued(self, holder: str, agent_refs: list[str] | None, limit: int) -> Claims:
+        """Claim up to ``limit`` queued runs whose sessions are free, as ``(lease, run_id)``:
+        tenants in fair-share order, each tenant's runs by rank (priority and age), none whose
+        concurrency key or agent already has as many runs driving as its limit allows, none
+        before its ``not_before`` (see docs/scheduling.md). One transaction: the limits are
+        checked and the runs taken atomically."""
+
+    # scheduling
+    async def schedule_of(self, run_id: str) -> RunSchedule | None:
+        """How a run is scheduled (``None``: no such run)."""
+
+    async def set_concurrency_limit(self, pattern: str, max_running: int) -> None:
+        """At most ``max_running`` runs of a key (each key a ``prefix*`` pattern matches;
+        ``agent:NAME@VERSION``: an agent's runs) drive at once. Replaces an earlier limit."""
+
+    async def remove_concurrency_limit(self, pattern: str) -> bool:
+        """Remove an operator's limit; whether there was one."""
+
+    async def concurrency_limits(self) -> list[ConcurrencyLimit]:
+        """Every limit (operators' and registries'), with usage for exact keys."""
+
+    async def publish_agent_defaults(self, defaults: dict[str, tuple[int | None, int | None]]) -> None:
+        """A worker's registry: per agent reference, its default priority and max_concurrent."""
+
+    async def set_tenant_weight(self, tenant: str, weight: float) -> None: ...
+
+    async def tenant_shares(self) -> list[TenantShare]: ...
+
+    async def queue_shape(self) -> QueueShape:
+        """Queued runs by priority band and concurrency key, for metrics."""
 
     async def wait_for_work(self, max_wait: float) -> bool:
         """Return soon after a run is queued (a wake-up hint: ``True``), or after ``max_wait``

@@ -76,7 +76,9 @@ from harnessx.store._protocol import (
     leadership_lost,
 )
 from harnessx.store._queries import load_queries
+from harnessx.store._scheduling import Schedule
 from harnessx.store._sqlite_console import SQLiteConsole
+from harnessx.store._sqlite_scheduling import SQLiteScheduling
 from harnessx.store._waiters import RunWaiters
 
 __all__ = ["SQLiteBackend"]
@@ -94,7 +96,7 @@ CREATE TABLE IF NOT EXISTS harnessx_migrations (
 )"""
 
 
-class SQLiteBackend(SQLiteConsole):
+class SQLiteBackend(SQLiteConsole, SQLiteScheduling):
     """Durable state in one SQLite file. Use as ``async with SQLiteBackend(path) as backend``."""
 
     dialect = "sqlite"
@@ -618,8 +620,10 @@ class SQLiteBackend(SQLiteConsole):
         *,
         queued: bool = False,
         journal: Sequence[JournalRecord] = (),
+        schedule: Schedule | None = None,
     ) -> None:
         session_id = lease.session_id
+        plan = (schedule or Schedule()) if queued else Schedule()
 
         def body(conn: sqlite3.Connection) -> None:
             now = time.time()
@@ -637,6 +641,10 @@ class SQLiteBackend(SQLiteConsole):
                         now,
                         now,
                         now if queued else None,
+                        plan.priority,
+                        plan.concurrency_key,
+                        plan.group,
+                        now + plan.wait if plan.wait else None,
                     ),
                 )
             except sqlite3.IntegrityError as exc:
@@ -836,31 +844,6 @@ class SQLiteBackend(SQLiteConsole):
         rows = await self._call(lambda conn: conn.execute(Q["pending_controls"], (prefix, upper)).fetchall())
         return {str(sid): str(control) for sid, control in rows}
 
-    async def claim_queued(
-        self, holder: str, agent_refs: list[str] | None, limit: int
-    ) -> list[tuple[Lease, str]]:
-        owner = self.owner_for(holder)
-        refs = dumps(agent_refs) if agent_refs is not None else None
-
-        def body(conn: sqlite3.Connection) -> list[tuple[Lease, str]]:
-            # BEGIN IMMEDIATE serialises claimers, which is what SKIP LOCKED buys on PostgreSQL.
-            now = time.time()
-            claimed = []
-            queued = conn.execute(Q["queued_runs"], (now, now, refs, refs, limit)).fetchall()
-            for run_id, session_id in queued:
-                (generation,) = conn.execute(
-                    Q["take_lease"], (owner, now + self.lease_seconds, session_id)
-                ).fetchone()
-                conn.execute(Q["dequeue_run"], (run_id,))
-                claimed.append((Lease(session_id, owner, int(generation)), str(run_id)))
-            return claimed
-
-        sent = time.monotonic()
-        claimed: list[tuple[Lease, str]] = await self._call(self._write, body)
-        for lease, _ in claimed:
-            self._deadlines.extended(lease, sent)
-        return claimed
-
     async def wait_for_work(self, max_wait: float) -> bool:
         # SQLite cannot notify other processes: the claim loop's back-off is the polling.
         await asyncio.sleep(max_wait)
@@ -1050,9 +1033,19 @@ def _session_record(row: Sequence[Any]) -> SessionRecord:
 
 
 def _statements(script: str) -> list[str]:
-    """Split a migration into statements (our migrations have no ';' inside literals)."""
-    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    """Split a migration into statements: up to each ';' that completes one (SQLite's own
+    test, so a trigger's body, whose statements end in ';' too, stays whole)."""
+    statements, pending = [], ""
+    for line in script.splitlines():
+        if line.strip().startswith("--"):
+            continue
+        pending += line + "\n"
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        statements.append(pending.strip())
+    return statements
 
 
 def _run_conflict(exc: sqlite3.IntegrityError, session_id: str, request_id: str | None) -> Exception:

@@ -52,6 +52,12 @@ TABLES = {
     "tool_results",
     "workers",
     "harnessx_migrations",
+    "run_claims",
+    "concurrency_limits",
+    "agent_defaults",
+    "fair_shares",
+    "rate_limits",
+    "rate_buckets",
 }
 
 
@@ -214,12 +220,12 @@ async def test_every_named_query_is_valid_sql(pg_database: str) -> None:
             expected = [
                 name.removesuffix("[]") if number in single else name for number, name in enumerate(full, 1)
             ]
-            # The journal's parameters ($38-$44) exist only in a recorded run's statement, the
-            # large results' ($45-$47, or $38-$40 without the journal's) only where it stores one.
+            # The journal's parameters ($42-$48) exist only in a recorded run's statement, the
+            # large results' ($49-$51, or $42-$44 without the journal's) only where it stores one.
             expected = [
-                *expected[:37],
-                *(expected[37:44] if shape[5] else ()),
-                *(expected[44:] if shape[6] else ()),
+                *expected[:41],
+                *(expected[41:48] if shape[5] else ()),
+                *(expected[48:] if shape[6] else ()),
             ]
             assert [param.name for param in statement.get_parameters()] == expected, shape
 
@@ -269,6 +275,14 @@ def _view_of(version: int) -> str:
 
 
 UNDO_MIGRATION = {
+    9: "DROP TRIGGER runs_queued_insert ON runs; DROP TRIGGER runs_queued_update ON runs; "
+    "DROP TRIGGER runs_queued_delete ON runs; DROP FUNCTION harnessx_count_queued(); "
+    "DROP FUNCTION harnessx_claim_runs(text, text[], integer, double precision, text); "
+    "DROP FUNCTION harnessx_limit_of(text); DROP VIEW runs_now; DROP INDEX runs_tenant_queue; "
+    "DROP FUNCTION harnessx_queue_rank(timestamptz, timestamptz, integer); "
+    "DROP TABLE run_claims, concurrency_limits, agent_defaults, fair_shares, rate_limits, rate_buckets; "
+    "ALTER TABLE runs DROP COLUMN concurrency_key, DROP COLUMN tenant, DROP COLUMN claimed_at, "
+    "DROP COLUMN claim_generation; " + _view_of(8),
     8: "DROP VIEW runs_now; ALTER TABLE runs DROP COLUMN start_attempts, DROP COLUMN not_before; "
     + _view_of(7),
     6: "DROP TABLE tool_results",
@@ -283,7 +297,7 @@ UNDO_MIGRATION = {
 }
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7, 8])
 async def test_an_older_database_with_a_run_in_flight_upgrades_in_place(
     pg_database: str, version: int
 ) -> None:
@@ -974,7 +988,7 @@ async def test_a_queue_claim_whose_reply_was_lost_returns_what_it_took(
             lease = await backend.claim(f"s{n}", "app")
             await backend.create_run(lease, f"r{n}", None, "go", Delta(Phase.PREPARE_MODEL_CALL), queued=True)
             await backend.release(lease)
-        lossy = _LossyPool(backend._pool, "SKIP LOCKED")
+        lossy = _LossyPool(backend._pool, "harnessx_claim_runs")
         monkeypatch.setattr(backend, "_pool", lossy)
         claimed = await backend.claim_queued("worker", None, 2)
         monkeypatch.undo()

@@ -14,8 +14,8 @@ from harnessx.store._queries import load_queries, parse_queries
 
 DIALECTS = ("sqlite", "postgres")
 MODULES = {
-    "sqlite": ("_sqlite.py", "_sqlite_console.py", "_listing.py"),
-    "postgres": ("_postgres.py", "_pg_checkpoint.py", "_pg_console.py", "_listing.py"),
+    "sqlite": ("_sqlite.py", "_sqlite_console.py", "_sqlite_scheduling.py", "_listing.py"),
+    "postgres": ("_postgres.py", "_pg_checkpoint.py", "_pg_console.py", "_pg_scheduling.py", "_listing.py"),
 }
 
 
@@ -119,7 +119,7 @@ SHAPES = [
     for results in (False, True)
     if not (new_run and progress_only) and not (results and not tools)
 ]
-TOOL_PARAMS, EVENT_PARAMS, JOURNAL_PARAMS = range(7, 17), range(17, 23), range(38, 45)
+TOOL_PARAMS, EVENT_PARAMS, JOURNAL_PARAMS = range(7, 17), range(17, 23), range(42, 49)
 
 
 def with_items(statement: str) -> list[str]:
@@ -154,7 +154,7 @@ def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(
     assert not any(re.search(rf"\bFROM {step}\b", main) for step in OPTIONAL_STEPS)
     # A step with one row takes plain values; with several, arrays to unnest.
     single = {*(TOOL_PARAMS if tools == 1 else ()), *(EVENT_PARAMS if events == 1 else ())}
-    for number in range(1, 38):
+    for number in range(1, 42):
         declared = re.search(rf"\${number}::([a-z]+(?:\[\])?)", statement)
         assert declared is not None, number
         is_array = declared.group(1).endswith("[]")
@@ -166,9 +166,9 @@ def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(
                 assert f"unnest(${number})" in statement, number
     # The journal's parameters exist only in a recorded run's statement (which types them).
     for number in JOURNAL_PARAMS:
-        assert (f"unnest(${number}::" in statement) is journal or (results and not journal and number <= 40)
+        assert (f"unnest(${number}::" in statement) is journal or (results and not journal and number <= 44)
     # The large results' parameters follow the last one before them, without a gap.
-    first = 45 if journal else 38
+    first = 49 if journal else 42
     for number in range(first, first + 3):
         assert (f"unnest(${number}::text[])" in statement) is results, number
     assert f"${first + 3 if results else first}" not in statement

@@ -153,9 +153,12 @@ UPDATE sessions SET control = $1 WHERE id = $2;
 -- of a run to create (queued: also give the lease up); $35, $36 the 'events' and 'work'
 -- channels to notify (NULL: not now; 'events' only while some process follows the session);
 -- $37 progress only: nothing of the run but its phase and event count changes, so they go
--- to the session row alone (see migration 0003). $38-$44 (only in a statement with the
+-- to the session row alone (see migration 0003). $38-$41 a new queued run's schedule
+-- (migration 0009): priority (NULL: its agent's default), concurrency key, tenant (the
+-- fair-share group, '' for none) and seconds before it may be claimed (NULL: at once).
+-- $42-$48 (only in a statement with the
 -- journal_added step, a recorded run's): the journal records, one array per journal column.
--- $45-$47 (only in a statement with the results_added step; numbered $38-$40 in one without
+-- $49-$51 (only in a statement with the results_added step; numbered $42-$44 in one without
 -- the journal step): large tool results stored once (migration 0006), as execution keys,
 -- kinds and texts. A progress-only checkpoint's run step only checks that
 -- the session row holds this run's progress; if it does not, HX003 undoes everything and the
@@ -175,7 +178,8 @@ WITH parameters AS (
            $14::boolean[], $15::json[], $16::json[],
            $17::bigint[], $18::text[], $19::text[], $20::text[], $21::text[], $22::json[], $23::bigint,
            $24::text, $25::text, $26::bigint, $27::jsonb, $28::text, $29::text, $30::json, $31::boolean,
-           $32::text, $33::text, $34::boolean, $35::text, $36::text, $37::boolean
+           $32::text, $33::text, $34::boolean, $35::text, $36::text, $37::boolean,
+           $38::integer, $39::text, $40::text, $41::float8
 ),
 fence AS (
     UPDATE sessions s
@@ -202,9 +206,13 @@ fence AS (
 new_run AS (
     INSERT INTO runs (id, session_id, request_id, request_message, status, phase, iteration, usage,
                       output, stop_reason, error, usage_incomplete, history_length, event_count,
-                      generation, created_at, updated_at, queued_at)
+                      generation, created_at, updated_at, queued_at, priority, concurrency_key, tenant,
+                      not_before)
     SELECT $5, $1, $33, $32, $24, $25, $26, $27, $28, $29, $30, $31, f.history_length, $23, $3,
-           now(), now(), CASE WHEN $34 AND $24 = 'running' THEN now() END
+           now(), now(), CASE WHEN $34 AND $24 = 'running' THEN now() END,
+           coalesce($38, (SELECT d.priority FROM sessions s JOIN agent_defaults d ON d.agent_ref = s.agent_ref
+                          WHERE s.id = $1), 0),
+           $39, coalesce($40, ''), CASE WHEN $41 > 0 THEN now() + make_interval(secs => $41) END
     FROM fence f
     WHERE $32 IS NOT NULL
 ),
@@ -252,14 +260,14 @@ journal_added AS (
     INSERT INTO journal (run_id, seq, id, kind, step_id, attempt_id, execution_key, recorded_at, payload,
                          generation)
     SELECT $5, (SELECT coalesce(max(j.seq), 0) FROM journal j WHERE j.run_id = $5)
-               + generate_subscripts($38::text[], 1),
-           unnest($38::text[]), unnest($39::text[]), unnest($40::text[]), unnest($41::text[]),
-           unnest($42::text[]), unnest($43::text[]), unnest($44::json[]), $3
+               + generate_subscripts($42::text[], 1),
+           unnest($42::text[]), unnest($43::text[]), unnest($44::text[]), unnest($45::text[]),
+           unnest($46::text[]), unnest($47::text[]), unnest($48::json[]), $3
     FROM fence f
 ),
 results_added AS (
     INSERT INTO tool_results (execution_key, kind, run_id, body)
-    SELECT unnest($45::text[]), unnest($46::text[]), $5, unnest($47::text[])
+    SELECT unnest($49::text[]), unnest($50::text[]), $5, unnest($51::text[])
     FROM fence f
     ON CONFLICT (execution_key, kind) DO UPDATE SET body = excluded.body
 )
@@ -467,36 +475,11 @@ SELECT id, control FROM sessions
 WHERE lease_owner COLLATE "C" >= $1 AND lease_owner COLLATE "C" < $2 AND control IS NOT NULL;
 
 -- name: claim_queued
--- Take up to $3 queued runs whose sessions no unexpired lease holds and whose back-off
--- (not_before) has passed (best first), skipping rows
--- other claimers have locked: lease each session for $1 and dequeue the run (marked with the
--- call's id $5), in one statement.
-WITH candidates AS (
-    SELECT r.id AS run_id, r.session_id, r.priority, r.queued_at
-    FROM runs r JOIN sessions s ON s.id = r.session_id
-    WHERE r.queued_at IS NOT NULL
-      AND (s.lease_owner IS NULL OR s.lease_expires_at <= clock_timestamp())
-      AND (r.not_before IS NULL OR r.not_before <= clock_timestamp())
-      AND ($2::text[] IS NULL OR s.agent_ref = ANY ($2::text[]))
-    ORDER BY r.priority DESC, r.queued_at
-    LIMIT $3
-    FOR UPDATE OF r, s SKIP LOCKED
-), picked AS (
-    SELECT DISTINCT ON (session_id) run_id, session_id, priority, queued_at
-    FROM candidates ORDER BY session_id, priority DESC, queued_at
-), leased AS (
-    UPDATE sessions s
-    SET lease_owner = $1, generation = s.generation + 1,
-        lease_expires_at = clock_timestamp() + make_interval(secs => $4)
-    FROM picked p WHERE s.id = p.session_id
-    RETURNING s.id, s.generation
-), dequeued AS (
-    UPDATE runs r SET queued_at = NULL, not_before = NULL, claimed_by = $5
-    FROM picked p WHERE r.id = p.run_id RETURNING r.id
-)
-SELECT p.run_id, l.id, l.generation
-FROM picked p JOIN leased l ON l.id = p.session_id
-ORDER BY p.priority DESC, p.queued_at;
+-- Take up to $3 queued runs for owner $1 (leases of $4 seconds) of the agents $2 (NULL: any),
+-- as claim call $5: in fair-share and rank order, within every concurrency limit, skipping
+-- rows other claimers have locked (harnessx_claim_runs, migration 0009). A last row with a
+-- NULL run says how many runs were passed over because a limit was full.
+SELECT run_id, session_id, generation, deferred FROM harnessx_claim_runs($1, $2, $3, $4, $5);
 
 -- name: claimed_by
 -- What an earlier attempt of one claim_queued call took, if it committed but its reply was lost.
@@ -701,3 +684,71 @@ UPDATE console_logins SET ended_at = clock_timestamp() WHERE id_hash = $1 AND en
 -- name: purge_logins
 -- Forget console sign-ins that expired a day or more ago.
 DELETE FROM console_logins WHERE expires_at < clock_timestamp() - interval '1 day';
+
+-- name: run_schedule
+-- How a run is scheduled: priority, concurrency key, tenant, when it was queued, when it may
+-- be claimed, when it was last claimed (epoch seconds).
+SELECT id, priority, concurrency_key, tenant, extract(epoch FROM queued_at)::float8,
+       extract(epoch FROM not_before)::float8, extract(epoch FROM claimed_at)::float8
+FROM runs WHERE id = $1;
+
+-- name: set_limit
+-- An operator's concurrency limit on a key or pattern (replacing any earlier one).
+INSERT INTO concurrency_limits (pattern, max_running, updated_at) VALUES ($1, $2, now())
+ON CONFLICT (pattern) DO UPDATE SET max_running = excluded.max_running, updated_at = excluded.updated_at;
+
+-- name: remove_limit
+-- Remove an operator's concurrency limit; returns it if there was one.
+DELETE FROM concurrency_limits WHERE pattern = $1 RETURNING pattern;
+
+-- name: list_limits
+-- Every concurrency limit: the operators', then the registries' agent limits no operator's replaces.
+SELECT pattern, max_running, 'operator' FROM concurrency_limits
+UNION ALL
+SELECT 'agent:' || agent_ref, max_concurrent, 'registry' FROM agent_defaults
+WHERE max_concurrent IS NOT NULL AND 'agent:' || agent_ref NOT IN (SELECT pattern FROM concurrency_limits)
+ORDER BY 1;
+
+-- name: key_usage
+-- How many runs of concurrency key $1 drive now and how many wait in the queue.
+SELECT (SELECT count(*) FROM runs d JOIN sessions s ON s.id = d.session_id
+        WHERE d.concurrency_key = $1 AND d.status = 'running' AND d.queued_at IS NULL
+          AND d.claim_generation = s.generation AND s.lease_owner IS NOT NULL
+          AND s.lease_expires_at > clock_timestamp()),
+       (SELECT count(*) FROM runs WHERE concurrency_key = $1 AND queued_at IS NOT NULL);
+
+-- name: agent_usage
+-- How many runs of agent $1 drive now and how many wait in the queue.
+SELECT (SELECT count(*) FROM runs d JOIN sessions s ON s.id = d.session_id
+        WHERE d.agent_ref = $1 AND d.claim_generation IS NOT NULL AND d.status = 'running'
+          AND d.queued_at IS NULL AND d.claim_generation = s.generation AND s.lease_owner IS NOT NULL
+          AND s.lease_expires_at > clock_timestamp()),
+       (SELECT count(*) FROM runs WHERE agent_ref = $1 AND queued_at IS NOT NULL);
+
+-- name: publish_agent_defaults
+-- What a worker's registry says of agents $1: default priorities $2 and max_concurrent $3 (NULL: none).
+INSERT INTO agent_defaults (agent_ref, priority, max_concurrent, updated_at)
+SELECT ref, priority, max_concurrent, now()
+FROM unnest($1::text[], $2::integer[], $3::integer[]) AS d (ref, priority, max_concurrent)
+ORDER BY ref
+ON CONFLICT (agent_ref) DO UPDATE SET priority = excluded.priority, max_concurrent = excluded.max_concurrent,
+                                      updated_at = excluded.updated_at;
+
+-- name: set_weight
+-- A tenant's fair-share weight.
+INSERT INTO fair_shares (tenant, weight) VALUES ($1, $2)
+ON CONFLICT (tenant) DO UPDATE SET weight = excluded.weight;
+
+-- name: list_shares
+-- The fair-share groups that wait or have a weight of their own.
+SELECT tenant, weight, pass, queued FROM fair_shares WHERE queued > 0 OR weight <> 1 OR tenant = '' ORDER BY tenant;
+
+-- name: queue_shape
+-- Queued runs by priority band and concurrency key ('' for none): how many, how many may not
+-- be claimed yet, and since when the longest-claimable one has been claimable (epoch seconds).
+SELECT CASE WHEN priority > 0 THEN 'high' WHEN priority < 0 THEN 'low' ELSE 'normal' END,
+       coalesce(concurrency_key, ''), count(*), count(*) FILTER (WHERE not_before > clock_timestamp()),
+       extract(epoch FROM min(greatest(queued_at, not_before))
+                          FILTER (WHERE not_before IS NULL OR not_before <= clock_timestamp()))::float8
+FROM runs WHERE queued_at IS NOT NULL
+GROUP BY 1, 2;

@@ -50,12 +50,17 @@ RETURNING message_count;
 UPDATE sessions SET control = ? WHERE id = ?;
 
 -- name: insert_run
--- A new run, fenced by the caller's transaction; queued_at is set for the pool. It carries its
--- session's agent reference, for listing runs by agent.
+-- A new run, fenced by the caller's transaction; queued_at is set for the pool, with the run's
+-- schedule (priority, NULL: its agent's default; concurrency key; tenant; not_before). It
+-- carries its session's agent reference, for listing runs by agent.
 INSERT INTO runs (id, session_id, request_id, request_message, status, phase, history_length,
-                  generation, created_at, updated_at, queued_at, agent_ref)
+                  generation, created_at, updated_at, queued_at, agent_ref, priority, concurrency_key,
+                  tenant, not_before)
 VALUES (?1, ?2, ?3, ?4, 'running', 'prepare_model_call', ?5, ?6, ?7, ?8, ?9,
-        (SELECT agent_ref FROM sessions WHERE id = ?2));
+        (SELECT agent_ref FROM sessions WHERE id = ?2),
+        coalesce(?10, (SELECT d.priority FROM sessions s JOIN agent_defaults d ON d.agent_ref = s.agent_ref
+                       WHERE s.id = ?2), 0),
+        ?11, ?12, ?13);
 
 -- name: update_run
 -- Move a run to its state after a checkpoint; a run that stops running leaves the queue.
@@ -171,21 +176,71 @@ UPDATE runs SET queued_at = ? WHERE id = ? AND status IN ('running', 'paused', '
 SELECT id, control FROM sessions
 WHERE lease_owner >= ? AND lease_owner < ? AND control IS NOT NULL;
 
--- name: queued_runs
--- Queued runs whose session no unexpired lease holds and whose back-off (not_before) has
--- passed, for the given agent refs, best first.
-SELECT r.id, r.session_id
+-- name: claim_setup
+-- What a claim must consider: whether any concurrency limit is set, and the lowest pass of
+-- the tenants with queued runs (NULL: only untenanted runs wait).
+SELECT EXISTS (SELECT 1 FROM concurrency_limits) OR EXISTS (SELECT 1 FROM agent_defaults
+                                                             WHERE max_concurrent IS NOT NULL),
+       (SELECT min(pass) FROM fair_shares WHERE queued > 0 AND tenant <> '');
+
+-- name: waiting_tenants
+-- The fair-share groups with queued runs, as (tenant, pass, weight); the untenanted group's
+-- (when some of its runs wait) with a pass no lower than ?1, the lowest of the tenants'.
+SELECT tenant, pass, weight FROM fair_shares WHERE queued > 0
+UNION ALL
+SELECT tenant, max(pass, ?1), weight FROM fair_shares
+WHERE tenant = '' AND EXISTS (SELECT 1 FROM runs WHERE queued_at IS NOT NULL AND tenant = '');
+
+-- name: tenant_queue
+-- A tenant's queued runs whose session no unexpired lease holds, whose not_before has passed
+-- (?2: now), of the given agent refs (?3: a JSON array, NULL: any), in rank order: the time
+-- a run became claimable less a minute per point of priority.
+SELECT r.id, r.session_id, r.concurrency_key, r.agent_ref
 FROM runs r JOIN sessions s ON s.id = r.session_id
-WHERE r.queued_at IS NOT NULL
-  AND (s.lease_owner IS NULL OR s.lease_expires_at <= ?)
-  AND (r.not_before IS NULL OR r.not_before <= ?)
-  AND (? IS NULL OR s.agent_ref IN (SELECT value FROM json_each(?)))
-ORDER BY r.priority DESC, r.queued_at
-LIMIT ?;
+WHERE r.queued_at IS NOT NULL AND r.tenant = ?1
+  AND (s.lease_owner IS NULL OR s.lease_expires_at <= ?2)
+  AND (r.not_before IS NULL OR r.not_before <= ?2)
+  AND (?3 IS NULL OR r.agent_ref IN (SELECT value FROM json_each(?3)))
+ORDER BY max(r.queued_at, coalesce(r.not_before, r.queued_at)) - r.priority * 60.0;
+
+-- name: limit_of
+-- The limit on key ?1: an operator's, the exact pattern first, then the longest trailing-*
+-- pattern that matches; for 'agent:NAME@VERSION', else the registry's. NULL: none.
+SELECT coalesce(
+    (SELECT max_running FROM concurrency_limits
+     WHERE pattern = ?1
+        OR (substr(pattern, -1) = '*' AND substr(?1, 1, length(pattern) - 1) = substr(pattern, 1, length(pattern) - 1))
+     ORDER BY pattern = ?1 DESC, length(pattern) DESC
+     LIMIT 1),
+    (SELECT max_concurrent FROM agent_defaults WHERE substr(?1, 1, 6) = 'agent:' AND agent_ref = substr(?1, 7)));
+
+-- name: driving_key
+-- How many runs of concurrency key ?1 drive now (?2): taken off the queue, not stopped, and
+-- their session still holds the claim's lease.
+SELECT count(*) FROM runs d JOIN sessions s ON s.id = d.session_id
+WHERE d.concurrency_key = ?1 AND d.status = 'running' AND d.queued_at IS NULL
+  AND d.claim_generation = s.generation AND s.lease_owner IS NOT NULL AND s.lease_expires_at > ?2;
+
+-- name: driving_agent
+-- How many runs of agent ?1 drive now (?2), as driving_key counts them.
+SELECT count(*) FROM runs d JOIN sessions s ON s.id = d.session_id
+WHERE d.agent_ref = ?1 AND d.claim_generation IS NOT NULL AND d.status = 'running' AND d.queued_at IS NULL
+  AND d.claim_generation = s.generation AND s.lease_owner IS NOT NULL AND s.lease_expires_at > ?2;
 
 -- name: dequeue_run
--- A worker took the run.
-UPDATE runs SET queued_at = NULL, not_before = NULL WHERE id = ?;
+-- A worker took the run, under the lease of generation ?2 (not_before stays: when the run
+-- became claimable).
+UPDATE runs SET queued_at = NULL, claimed_at = ?1, claim_generation = ?2 WHERE id = ?3;
+
+-- name: record_claim
+-- Who took a run, under which lease generation, when.
+INSERT INTO run_claims (run_id, generation, owner, claimed_at) VALUES (?, ?, ?, ?);
+
+-- name: advance_pass
+-- A tenant was served ?2 runs: its pass advances by that over its weight (the untenanted
+-- group's from no lower than ?1, the lowest pass of the tenants that wait).
+UPDATE fair_shares SET pass = CASE WHEN tenant = '' THEN max(pass, ?1) ELSE pass END + ?2 / weight
+WHERE tenant = ?3;
 
 -- name: last_event_seq
 -- The sequence number of a run's last event (0: none yet).
@@ -373,3 +428,64 @@ UPDATE console_logins SET ended_at = ? WHERE id_hash = ? AND ended_at IS NULL;
 -- name: purge_logins
 -- Forget console sign-ins that expired a day or more ago.
 DELETE FROM console_logins WHERE expires_at < ?;
+
+-- name: run_schedule
+-- How a run is scheduled: priority, concurrency key, tenant, when it was queued, when it may
+-- be claimed, when it was last claimed.
+SELECT id, priority, concurrency_key, tenant, queued_at, not_before, claimed_at FROM runs WHERE id = ?;
+
+-- name: set_limit
+-- An operator's concurrency limit on a key or pattern (replacing any earlier one).
+INSERT INTO concurrency_limits (pattern, max_running, updated_at) VALUES (?, ?, ?)
+ON CONFLICT (pattern) DO UPDATE SET max_running = excluded.max_running, updated_at = excluded.updated_at;
+
+-- name: remove_limit
+-- Remove an operator's concurrency limit; returns it if there was one.
+DELETE FROM concurrency_limits WHERE pattern = ? RETURNING pattern;
+
+-- name: list_limits
+-- Every concurrency limit: the operators', then the registries' agent limits no operator's replaces.
+SELECT pattern, max_running, 'operator' FROM concurrency_limits
+UNION ALL
+SELECT 'agent:' || agent_ref, max_concurrent, 'registry' FROM agent_defaults
+WHERE max_concurrent IS NOT NULL AND 'agent:' || agent_ref NOT IN (SELECT pattern FROM concurrency_limits)
+ORDER BY 1;
+
+-- name: key_usage
+-- How many runs of concurrency key ?1 drive now (?2) and how many wait in the queue.
+SELECT (SELECT count(*) FROM runs d JOIN sessions s ON s.id = d.session_id
+        WHERE d.concurrency_key = ?1 AND d.status = 'running' AND d.queued_at IS NULL
+          AND d.claim_generation = s.generation AND s.lease_owner IS NOT NULL AND s.lease_expires_at > ?2),
+       (SELECT count(*) FROM runs WHERE concurrency_key = ?1 AND queued_at IS NOT NULL);
+
+-- name: agent_usage
+-- How many runs of agent ?1 drive now (?2) and how many wait in the queue.
+SELECT (SELECT count(*) FROM runs d JOIN sessions s ON s.id = d.session_id
+        WHERE d.agent_ref = ?1 AND d.claim_generation IS NOT NULL AND d.status = 'running'
+          AND d.queued_at IS NULL AND d.claim_generation = s.generation AND s.lease_owner IS NOT NULL
+          AND s.lease_expires_at > ?2),
+       (SELECT count(*) FROM runs WHERE agent_ref = ?1 AND queued_at IS NOT NULL);
+
+-- name: publish_agent_defaults
+-- What a worker's registry says of an agent: its default priority and max_concurrent (NULL: none).
+INSERT INTO agent_defaults (agent_ref, priority, max_concurrent, updated_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (agent_ref) DO UPDATE SET priority = excluded.priority, max_concurrent = excluded.max_concurrent,
+                                      updated_at = excluded.updated_at;
+
+-- name: set_weight
+-- A tenant's fair-share weight.
+INSERT INTO fair_shares (tenant, weight) VALUES (?, ?)
+ON CONFLICT (tenant) DO UPDATE SET weight = excluded.weight;
+
+-- name: list_shares
+-- The fair-share groups that wait or have a weight of their own.
+SELECT tenant, weight, pass, queued FROM fair_shares WHERE queued > 0 OR weight <> 1 OR tenant = '' ORDER BY tenant;
+
+-- name: queue_shape
+-- Queued runs by priority band and concurrency key ('' for none): how many, how many may not
+-- be claimed yet (now: ?1), and since when the longest-claimable one has been claimable.
+SELECT CASE WHEN priority > 0 THEN 'high' WHEN priority < 0 THEN 'low' ELSE 'normal' END,
+       coalesce(concurrency_key, ''), count(*), sum(CASE WHEN not_before > ?1 THEN 1 ELSE 0 END),
+       min(CASE WHEN not_before IS NULL OR not_before <= ?1 THEN max(queued_at, coalesce(not_before, queued_at)) END)
+FROM runs WHERE queued_at IS NOT NULL
+GROUP BY 1, 2;

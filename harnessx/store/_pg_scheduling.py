@@ -1,0 +1,99 @@
+"""Scheduling the pool on PostgreSQL (a part of ``PostgresBackend``): limits, shares, and
+what the queue holds. The claim itself is ``harnessx_claim_runs`` (migration 0009), called
+by ``claim_queued``; see docs/scheduling.md."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from harnessx.store._queries import load_queries
+from harnessx.store._scheduling import (
+    AGENT_PREFIX,
+    ConcurrencyLimit,
+    QueueGroup,
+    QueueShape,
+    RunSchedule,
+    TenantShare,
+    check_key,
+    check_max_running,
+    check_pattern,
+    check_weight,
+)
+
+__all__ = ["PostgresScheduling"]
+
+T = TypeVar("T")
+Q = load_queries("postgres")
+
+
+class PostgresScheduling:
+    """Mixed into ``PostgresBackend``, whose ``_run`` runs an operation on a pooled
+    connection with retries."""
+
+    if TYPE_CHECKING:
+
+        async def _run(self, what: str, op: Callable[[Any], Awaitable[T]]) -> T: ...
+
+    async def schedule_of(self, run_id: str) -> RunSchedule | None:
+        row = await self._run(
+            "reading a run's schedule", lambda conn: conn.fetchrow(Q["run_schedule"], run_id)
+        )
+        if row is None:
+            return None
+        rid, priority, key, tenant, queued_at, not_before, claimed_at = row
+        return RunSchedule(str(rid), int(priority), key, str(tenant), queued_at, not_before, claimed_at)
+
+    async def set_concurrency_limit(self, pattern: str, max_running: int) -> None:
+        check_pattern(pattern)
+        cap = check_max_running(max_running)
+        await self._run(
+            "setting a concurrency limit", lambda conn: conn.execute(Q["set_limit"], pattern, cap)
+        )
+
+    async def remove_concurrency_limit(self, pattern: str) -> bool:
+        row = await self._run(
+            "removing a concurrency limit", lambda conn: conn.fetchrow(Q["remove_limit"], pattern)
+        )
+        return row is not None
+
+    async def concurrency_limits(self) -> list[ConcurrencyLimit]:
+        async def read(conn: Any) -> list[ConcurrencyLimit]:
+            found = []
+            for pattern, cap, source in await conn.fetch(Q["list_limits"]):
+                usage = None
+                if pattern.startswith(AGENT_PREFIX) and not pattern.endswith("*"):
+                    usage = await conn.fetchrow(Q["agent_usage"], pattern[len(AGENT_PREFIX) :])
+                elif not pattern.endswith("*"):
+                    usage = await conn.fetchrow(Q["key_usage"], pattern)
+                driving, queued = (int(usage[0]), int(usage[1])) if usage is not None else (None, None)
+                found.append(ConcurrencyLimit(str(pattern), int(cap), str(source), driving, queued))
+            return found
+
+        return await self._run("listing concurrency limits", read)
+
+    async def publish_agent_defaults(self, defaults: dict[str, tuple[int | None, int | None]]) -> None:
+        if not defaults:
+            return
+        refs = sorted(defaults)
+        priorities = [defaults[ref][0] for ref in refs]
+        caps = [defaults[ref][1] for ref in refs]
+        await self._run(
+            "publishing agent defaults",
+            lambda conn: conn.execute(Q["publish_agent_defaults"], refs, priorities, caps),
+        )
+
+    async def set_tenant_weight(self, tenant: str, weight: float) -> None:
+        check_key(tenant, "tenant")
+        value = check_weight(weight)
+        await self._run(
+            "setting a tenant's weight", lambda conn: conn.execute(Q["set_weight"], tenant, value)
+        )
+
+    async def tenant_shares(self) -> list[TenantShare]:
+        rows = await self._run("listing fair shares", lambda conn: conn.fetch(Q["list_shares"]))
+        return [TenantShare(str(t), float(w), float(p), int(q)) for t, w, p, q in rows]
+
+    async def queue_shape(self) -> QueueShape:
+        rows = await self._run("reading the queue's shape", lambda conn: conn.fetch(Q["queue_shape"]))
+        return QueueShape([QueueGroup(str(b), str(k), int(c), int(d), s) for b, k, c, d, s in rows])

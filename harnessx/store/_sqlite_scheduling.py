@@ -1,0 +1,258 @@
+"""Scheduling the pool on SQLite (a part of ``SQLiteBackend``): the claim, limits, shares.
+
+A claim is one ``BEGIN IMMEDIATE`` transaction, and SQLite lets one writer in at a time, so
+counting a key's driving runs and taking one more cannot race with another claimer: the
+count and the take are in the same serialised transaction. The algorithm is the one
+``harnessx_claim_runs`` runs on PostgreSQL (see docs/scheduling.md).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from harnessx.store._codec import dumps
+from harnessx.store._deadlines import LeaseDeadlines
+from harnessx.store._protocol import Lease
+from harnessx.store._queries import load_queries
+from harnessx.store._scheduling import (
+    AGENT_PREFIX,
+    LOOK_AHEAD,
+    Claims,
+    ConcurrencyLimit,
+    QueueGroup,
+    QueueShape,
+    RunSchedule,
+    TenantShare,
+    check_key,
+    check_max_running,
+    check_pattern,
+    check_weight,
+    stride_allocation,
+)
+
+__all__ = ["SQLiteScheduling"]
+
+T = TypeVar("T")
+Q = load_queries("sqlite")
+
+
+class _Limits:
+    """The limits met during one claim: each limited key's cap and runs driving (plus those
+    this claim took), and the keys found full."""
+
+    def __init__(self, conn: sqlite3.Connection, now: float) -> None:
+        self.conn, self.now = conn, now
+        self.caps: dict[str, int | None] = {}
+        self.used: dict[str, int] = {}
+        self.full: set[str] = set()
+
+    def room(self, keys: list[str]) -> bool:
+        for key in keys:
+            if key in self.full:
+                return False
+            if key not in self.caps:
+                (self.caps[key],) = self.conn.execute(Q["limit_of"], (key,)).fetchone()
+            cap = self.caps[key]
+            if cap is None:
+                continue
+            if key not in self.used:
+                if key.startswith(AGENT_PREFIX):
+                    row = self.conn.execute(
+                        Q["driving_agent"], (key[len(AGENT_PREFIX) :], self.now)
+                    ).fetchone()
+                else:
+                    row = self.conn.execute(Q["driving_key"], (key, self.now)).fetchone()
+                self.used[key] = int(row[0])
+            if self.used[key] >= cap:
+                self.full.add(key)
+                return False
+        return True
+
+    def took(self, keys: list[str]) -> None:
+        for key in keys:
+            if key in self.used:
+                self.used[key] += 1
+
+
+class SQLiteScheduling:
+    """Mixed into ``SQLiteBackend``, whose ``_call`` runs a function on the database thread
+    and ``_write`` makes it one write transaction."""
+
+    lease_seconds: float
+    _deadlines: LeaseDeadlines
+
+    if TYPE_CHECKING:
+
+        async def _call(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+        def _write(self, conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T]) -> T: ...
+
+        def owner_for(self, holder: str) -> str: ...
+
+    async def claim_queued(self, holder: str, agent_refs: list[str] | None, limit: int) -> Claims:
+        owner = self.owner_for(holder)
+        refs = dumps(agent_refs) if agent_refs is not None else None
+
+        def body(conn: sqlite3.Connection) -> Claims:
+            now = time.time()
+            picked = self._pick(conn, refs, limit, now)
+            claims = Claims(deferred=picked.deferred)
+            for run_id, session_id, _ in sorted(picked.runs, key=lambda p: (p[2], p[0])):
+                (generation,) = conn.execute(
+                    Q["take_lease"], (owner, now + self.lease_seconds, session_id)
+                ).fetchone()
+                conn.execute(Q["dequeue_run"], (now, int(generation), run_id))
+                conn.execute(Q["record_claim"], (run_id, int(generation), owner, now))
+                claims.append((Lease(session_id, owner, int(generation)), run_id))
+            if picked.floor is not None:  # several groups wait: the ones served advance
+                served: dict[str, int] = {}
+                for _, _, tenant in picked.runs:
+                    served[tenant] = served.get(tenant, 0) + 1
+                for tenant in sorted(served):
+                    conn.execute(Q["advance_pass"], (picked.floor, served[tenant], tenant))
+            return claims
+
+        sent = time.monotonic()
+        claims: Claims = await self._call(self._write, body)
+        for lease, _ in claims:
+            self._deadlines.extended(lease, sent)
+        return claims
+
+    def _pick(self, conn: sqlite3.Connection, refs: str | None, limit: int, now: float) -> _Picked:
+        limited, floor = conn.execute(Q["claim_setup"]).fetchone()
+        picked = _Picked(floor)
+        limits = _Limits(conn, now) if limited else None
+        if floor is None:  # only untenanted runs wait
+            self._take_from(conn, "", limit, refs, now, limits, picked)
+            return picked
+        waiting = [(str(t), float(p), float(w)) for t, p, w in conn.execute(Q["waiting_tenants"], (floor,))]
+        taken: dict[str, int] = {}
+        done: set[str] = set()
+        # Share out what is left among the groups that may still supply, by their passes as
+        # this claim has advanced them, until the claim is full or no group can give more.
+        while len(picked.runs) < limit:
+            left = limit - len(picked.runs)
+            groups = sorted(
+                (
+                    (name, passed + taken.get(name, 0) / weight, weight)
+                    for name, passed, weight in waiting
+                    if name not in done
+                ),
+                key=lambda g: (g[1] + 1 / g[2], g[0]),
+            )[: left + 1]
+            if not groups:
+                break
+            for name, wanted in stride_allocation(groups, left):
+                want = min(wanted, limit - len(picked.runs))
+                got = self._take_from(conn, name, want, refs, now, limits, picked)
+                taken[name] = taken.get(name, 0) + got
+                if got < want:
+                    done.add(name)
+        return picked
+
+    @staticmethod
+    def _take_from(
+        conn: sqlite3.Connection,
+        tenant: str,
+        want: int,
+        refs: str | None,
+        now: float,
+        limits: _Limits | None,
+        picked: _Picked,
+    ) -> int:
+        """Pick up to ``want`` runs of ``tenant`` in rank order; how many it picked."""
+        got = skipped = 0
+        for run_id, session_id, key, agent_ref in conn.execute(Q["tenant_queue"], (tenant, now, refs)):
+            if run_id in picked.ids or session_id in picked.sessions:
+                continue
+            keys = [k for k in (key, f"{AGENT_PREFIX}{agent_ref}" if agent_ref else None) if k]
+            if limits is not None and not limits.room(keys):
+                picked.deferred += 1
+                skipped += 1
+                if skipped >= LOOK_AHEAD:
+                    break
+                continue
+            if limits is not None:
+                limits.took(keys)
+            picked.add(str(run_id), str(session_id), tenant)
+            got += 1
+            if got >= want:
+                break
+        return got
+
+    async def schedule_of(self, run_id: str) -> RunSchedule | None:
+        row = await self._call(lambda conn: conn.execute(Q["run_schedule"], (run_id,)).fetchone())
+        if row is None:
+            return None
+        rid, priority, key, tenant, queued_at, not_before, claimed_at = row
+        return RunSchedule(str(rid), int(priority), key, str(tenant), queued_at, not_before, claimed_at)
+
+    async def set_concurrency_limit(self, pattern: str, max_running: int) -> None:
+        check_pattern(pattern)
+        values = (pattern, check_max_running(max_running), time.time())
+        await self._call(self._write, lambda conn: conn.execute(Q["set_limit"], values))
+
+    async def remove_concurrency_limit(self, pattern: str) -> bool:
+        def body(conn: sqlite3.Connection) -> bool:
+            return conn.execute(Q["remove_limit"], (pattern,)).fetchone() is not None
+
+        return await self._call(self._write, body)
+
+    async def concurrency_limits(self) -> list[ConcurrencyLimit]:
+        def body(conn: sqlite3.Connection) -> list[ConcurrencyLimit]:
+            now = time.time()
+            found = []
+            for pattern, cap, source in conn.execute(Q["list_limits"]).fetchall():
+                usage: tuple[int, int] | None = None
+                if pattern.startswith(AGENT_PREFIX) and not pattern.endswith("*"):
+                    usage = conn.execute(Q["agent_usage"], (pattern[len(AGENT_PREFIX) :], now)).fetchone()
+                elif not pattern.endswith("*"):
+                    usage = conn.execute(Q["key_usage"], (pattern, now)).fetchone()
+                driving, queued = usage if usage is not None else (None, None)
+                found.append(ConcurrencyLimit(str(pattern), int(cap), str(source), driving, queued))
+            return found
+
+        return await self._call(body)
+
+    async def publish_agent_defaults(self, defaults: dict[str, tuple[int | None, int | None]]) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            now = time.time()
+            for ref, (priority, max_concurrent) in sorted(defaults.items()):
+                conn.execute(Q["publish_agent_defaults"], (ref, priority, max_concurrent, now))
+
+        if defaults:
+            await self._call(self._write, body)
+
+    async def set_tenant_weight(self, tenant: str, weight: float) -> None:
+        check_key(tenant, "tenant")
+        values = (tenant, check_weight(weight))
+        await self._call(self._write, lambda conn: conn.execute(Q["set_weight"], values))
+
+    async def tenant_shares(self) -> list[TenantShare]:
+        rows = await self._call(lambda conn: conn.execute(Q["list_shares"]).fetchall())
+        return [TenantShare(str(t), float(w), float(p), int(q)) for t, w, p, q in rows]
+
+    async def queue_shape(self) -> QueueShape:
+        now = time.time()
+        rows = await self._call(lambda conn: conn.execute(Q["queue_shape"], (now,)).fetchall())
+        return QueueShape([QueueGroup(str(b), str(k), int(c), int(d or 0), s) for b, k, c, d, s in rows])
+
+
+class _Picked:
+    """The runs one claim picks, as ``(run_id, session_id, tenant)``, and how many it passed
+    over; ``floor``: the lowest pass of the waiting tenants (``None``: none waits)."""
+
+    def __init__(self, floor: float | None) -> None:
+        self.floor = floor
+        self.runs: list[tuple[str, str, str]] = []
+        self.ids: set[str] = set()
+        self.sessions: set[str] = set()
+        self.deferred = 0
+
+    def add(self, run_id: str, session_id: str, tenant: str) -> None:
+        self.runs.append((run_id, session_id, tenant))
+        self.ids.add(run_id)
+        self.sessions.add(session_id)

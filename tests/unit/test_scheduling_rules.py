@@ -1,0 +1,94 @@
+"""The scheduling rules that need no database: names, patterns, stride shares, the queue's
+metrics in a bounded number of series, delays."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from harnessx import AgentRegistry, ConfigurationError
+from harnessx.store._scheduling import (
+    QueueGroup,
+    QueueShape,
+    Schedule,
+    check_pattern,
+    delay_of,
+    matching_pattern,
+    stride_allocation,
+)
+from supervisor._metrics import KEY_SERIES, SupervisorMetrics
+
+
+def test_stride_shares_follow_passes_and_weights() -> None:
+    assert stride_allocation([("a", 0, 1), ("b", 0, 1)], 4) == [("a", 2), ("b", 2)]
+    assert stride_allocation([("a", 0, 3), ("b", 0, 1)], 4) == [("a", 3), ("b", 1)]
+    # A group far behind in pass takes everything until it catches up.
+    assert stride_allocation([("a", 10, 1), ("b", 0, 1)], 4) == [("b", 4)]
+    assert stride_allocation([("b", 1, 1), ("a", 0, 1)], 3) == [("a", 2), ("b", 1)]
+
+
+def test_the_most_specific_pattern_governs_a_key() -> None:
+    patterns = ["*", "tenant:*", "tenant:4*", "tenant:42"]
+    assert matching_pattern("tenant:42", patterns) == "tenant:42"
+    assert matching_pattern("tenant:43", patterns) == "tenant:4*"
+    assert matching_pattern("tenant:7", patterns) == "tenant:*"
+    assert matching_pattern("crm", patterns) == "*"
+    assert matching_pattern("crm", ["tenant:*"]) is None
+    for good in ("*", "a*", "agent:x@v1", "tenant:42"):
+        assert check_pattern(good) == good
+    for bad in ("a*b", "**", "a b", ""):
+        with pytest.raises(ConfigurationError):
+            check_pattern(bad)
+
+
+def test_a_schedules_group_is_its_tenant_else_its_key() -> None:
+    assert Schedule(tenant="t", concurrency_key="k").group == "t"
+    assert Schedule(concurrency_key="k").group == "k"
+    assert Schedule().group == ""
+    assert Schedule(delay=-5).wait is None and Schedule(delay=2).wait == 2
+    with pytest.raises(ConfigurationError, match="between"):
+        Schedule(priority=10**7)
+    with pytest.raises(ConfigurationError, match="priority must be an int"):
+        Schedule(priority=True)
+
+
+def test_delays_from_datetimes_and_timedeltas() -> None:
+    assert delay_of(None) is None
+    assert delay_of(dt.timedelta(minutes=2)) == 120
+    soon = delay_of(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60))
+    assert soon is not None and 58 < soon <= 60
+    with pytest.raises(ConfigurationError, match="no time zone"):
+        delay_of(dt.datetime(2030, 1, 1))  # noqa: DTZ001
+
+
+def test_a_registry_checks_its_defaults() -> None:
+    registry = AgentRegistry()
+    ref = registry.register("a", lambda: None, priority=3, max_concurrent=2)  # type: ignore[arg-type,return-value]
+    assert (registry.defaults(ref).priority, registry.defaults(ref).max_concurrent) == (3, 2)
+    with pytest.raises(ConfigurationError, match="whole number"):
+        registry.register("b", lambda: None, max_concurrent=-1)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ConfigurationError, match="priority must be an int"):
+        registry.register("c", lambda: None, priority=1.5)  # type: ignore[arg-type,return-value]
+    assert "b" not in {r.name for r in registry.refs()}
+
+
+def test_queue_metrics_name_a_bounded_number_of_keys() -> None:
+    groups = [QueueGroup("normal", f"k{i:03d}", 100 - i, 0, 1000.0 + i) for i in range(50)]
+    groups += [QueueGroup("high", "", 5, 1, 990.0), QueueGroup("low", "k000", 1, 1, None)]
+    shape = QueueShape(groups)
+    keys = shape.by_key(KEY_SERIES)
+    assert len(keys) == KEY_SERIES + 2  # the top keys, "other" and "none"
+    assert keys["k000"] == (101, 1000.0) and keys["none"] == (5, 990.0)
+    assert keys["other"][0] == sum(100 - i for i in range(KEY_SERIES, 50))
+    metrics = SupervisorMetrics()
+    metrics.set_queue_shape(shape, now=1100.0)
+    value = metrics.registry.get_sample_value
+    assert value("harnessx_queue_depth_by_priority", {"band": "normal"}) == sum(100 - i for i in range(50))
+    assert value("harnessx_queue_oldest_age_by_priority_seconds", {"band": "high"}) == 110.0
+    assert value("harnessx_queue_delayed") == 2
+    # A key no longer queued loses its series rather than staying at its last value.
+    metrics.set_queue_shape(QueueShape([QueueGroup("normal", "k001", 3, 0, 1090.0)]), now=1100.0)
+    assert value("harnessx_queue_depth_by_key", {"key": "k000"}) is None
+    assert value("harnessx_queue_depth_by_key", {"key": "k001"}) == 3
+    assert value("harnessx_queue_depth_by_priority", {"band": "high"}) == 0
