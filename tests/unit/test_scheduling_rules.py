@@ -59,7 +59,7 @@ def test_delays_from_datetimes_and_timedeltas() -> None:
     soon = delay_of(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60))
     assert soon is not None and 58 < soon <= 60
     with pytest.raises(ConfigurationError, match="no time zone"):
-        delay_of(dt.datetime(2030, 1, 1))  # noqa: DTZ001
+        delay_of(dt.datetime(2030, 1, 1))
 
 
 def test_a_registry_checks_its_defaults() -> None:
