@@ -246,6 +246,7 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
             if session is None or summary is None:
                 raise click.ClickException(f"no session {session_id!r}")
             record = await backend.latest_run(session_id)
+            schedule = await backend.schedule_of(record.id) if record is not None else None
             agent = session.agent_ref or "-"
             header = (
                 f"session {session_id}  agent {agent}  generation {session.generation}  "
@@ -253,13 +254,13 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
             )
             if summary.queued:
                 header += "  latest run queued: no pool worker has claimed it yet"
+            if schedule is not None and schedule.queued:
+                # On the header line: what follows it is the run as JSON, for scripts.
+                header += f"; {_queued_line(schedule)}"
             click.echo(header)
             if record is None:
                 click.echo("no runs")
                 return
-            schedule = await backend.schedule_of(record.id)
-            if schedule is not None and schedule.queued:
-                click.echo(_queued_line(schedule))
             try:
                 result = (await backend.load_state(record.id)).result()
             except CorruptStateError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -276,12 +277,15 @@ async def test_status_shows_a_queued_run_as_queued(target: BackendTarget, tmp_pa
     async with target.open() as store:
         waiting = AgentRuntime(AgentRef("elsewhere", "v1"), backend=store, execution="pool")
         queued_session = await waiting.start()
-        await waiting.submit("for a worker")
+        await waiting.submit("for a worker", not_before=dt.timedelta(hours=1), priority=4)
         await waiting.stop()
     listing = harnessx("status", *store_args(target), cwd=tmp_path)
     assert f"{queued_session}  queued " in listing.stdout, listing.stdout
     detail = harnessx("status", queued_session, *store_args(target), cwd=tmp_path)
-    assert "latest run queued: no pool worker has claimed it yet" in detail.stdout.splitlines()[0]
+    header = detail.stdout.splitlines()[0]
+    assert "latest run queued: no pool worker has claimed it yet; queued since " in header, header
+    assert ", not before " in header and "(priority 4)" in header, header
+    # The header is one line: the run follows as JSON.
     assert json.loads(detail.stdout.split("\n", 1)[1])["status"] == "running"
 
 
