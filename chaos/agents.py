@@ -7,7 +7,9 @@
 ``safe`` with a tool that needs a person's approval; ``fragile``'s factory raises while the
 file ``$HX_FACTORY_BROKEN`` exists (a deploy missing a secret); ``slow`` is ``safe`` with a
 first attempt of 30 s, long enough to be killed in the middle of it; ``limited`` is ``safe``
-with at most two runs driving at once across the fleet (``max_concurrent=2``). Each tool
+with at most two runs driving at once across the fleet (``max_concurrent=2``);
+``vendor-rpm`` and ``vendor-tpm`` call the model vendor at ``$HX_VENDOR_URL`` as models
+``gpt-rpm`` and ``gpt-tpm`` (the rate-limit tests). Each tool
 call appends ``{"tool", "key", "attempt", "token", "pid", "t"}`` as one JSON line to the file
 ``$HX_LEDGER`` (when set), then sleeps ``$HX_SLOW_TOOL`` seconds, plus
 ``$HX_HANG_FIRST_ATTEMPT`` on a call's first attempt; while the file ``$HX_HOLD`` exists, each
@@ -49,6 +51,7 @@ from harnessx import (
     ToolCall,
     current_tool_context,
 )
+from harnessx.providers import OpenAIProvider
 
 __all__ = ["AGENT", "LEDGER_POLICIES", "build", "ledger_agent", "record", "registry", "script"]
 
@@ -223,6 +226,16 @@ def _fragile() -> Agent:
     return ledger_agent("safe")
 
 
+def vendor_agent(model: str) -> Agent:
+    """An agent that calls the model vendor at ``$HX_VENDOR_URL`` (the rate-limit tests'
+    ``tests/fake_vendor.py``) as ``model``, with no tools."""
+    provider = OpenAIProvider(model, api_key="sk-test-not-a-secret", base_url=os.environ["HX_VENDOR_URL"])
+    return Agent(
+        config=AgentConfig(model=model, system_prompt="Be brief.", max_tokens=50, planning=False),
+        provider=provider,
+    )
+
+
 def _registry() -> AgentRegistry:
     found = AgentRegistry()
     found.register(AGENT, build, version="v1")
@@ -233,6 +246,8 @@ def _registry() -> AgentRegistry:
     found.register("slow", lambda: ledger_agent("safe", first_attempt_seconds=30.0), version="v1")
     # At most two of its runs drive at once across the fleet (the registry's limit).
     found.register("limited", functools.partial(ledger_agent, "safe"), version="v1", max_concurrent=2)
+    for model in ("rpm", "tpm"):
+        found.register(f"vendor-{model}", functools.partial(vendor_agent, f"gpt-{model}"), version="v1")
     return found
 
 

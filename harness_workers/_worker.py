@@ -80,6 +80,7 @@ class Worker:
             store, self.config.renew_interval, on_renewal=self._renewed, on_failure=self._heartbeat_died
         )
         self.executor = RunExecutor(store, self.keeper)
+        self.executor.rates.observers.append(self._rate_waited)
         self.active: dict[str, Execution] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
@@ -391,6 +392,11 @@ class Worker:
                 self.drain()
 
         return asyncio.create_task(watched(), name=f"worker-{name}")
+
+    def _rate_waited(self, bucket: str, seconds: float) -> None:
+        # Buckets are provider/model names from the agents' definitions, not from clients: few.
+        self.metrics.rate_limit_waits.labels(bucket=bucket).inc()
+        self.metrics.rate_limit_wait.labels(bucket=bucket).observe(seconds)
 
     def _renewed(self, ok: bool, seconds: float, lost: int) -> None:
         self.metrics.lease_renewals.labels(outcome="ok" if ok else "error").inc()

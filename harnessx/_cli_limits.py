@@ -4,6 +4,8 @@ worker's claim (see docs/scheduling.md).
 - ``set KEY N`` / ``remove KEY``: at most N runs of a concurrency key drive at once; KEY may
   end in ``*`` (each key it matches gets N) or be ``agent:NAME@VERSION`` (an agent's runs).
 - ``weight TENANT W``: a tenant's fair share (2 gets twice the claims of 1 while both wait).
+- ``rate BUCKET --rpm N --tpm N`` / ``rate BUCKET --off``: every worker together starts at
+  most N model calls (of N tokens) a minute in a ``provider/model`` bucket.
 - ``list``: every limit with what it holds back now, and the tenants that wait.
 """
 
@@ -16,7 +18,7 @@ import click
 from harnessx._cli_common import open_backend, run_command
 from harnessx._errors import ConfigurationError
 from harnessx._processes import store_options
-from harnessx.store._scheduling import check_max_running, check_pattern, check_weight
+from harnessx.store._scheduling import check_max_running, check_pattern, check_rate, check_weight
 
 __all__ = ["limits"]
 
@@ -98,6 +100,65 @@ def set_weight(tenant: str, weight: float, sqlite_path: str, dsn: str | None, sc
     run_command(go())
 
 
+@limits.command("rate")
+@click.argument("bucket", callback=_pattern)
+@click.option("--rpm", type=float, help="Model calls per minute, across every worker.")
+@click.option(
+    "--tpm", type=float, help="Tokens per minute (what calls are expected to use, settled by what they used)."
+)
+@click.option(
+    "--burst",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds of the rate that may start at once after a quiet spell.",
+)
+@click.option("--off", is_flag=True, help="Remove the rate limit on BUCKET.")
+@store_options
+def set_rate(
+    bucket: str,
+    rpm: float | None,
+    tpm: float | None,
+    burst: float,
+    off: bool,
+    sqlite_path: str,
+    dsn: str | None,
+    schema: str,
+) -> None:
+    """Every worker together starts at most --rpm model calls and --tpm tokens a minute in
+    BUCKET: PROVIDER/MODEL ('openai/gpt-4o', 'anthropic/claude-sonnet-4-5'), or a prefix
+    ending in '*' ('openai/*': each model gets that rate). A run waiting for the budget
+    holds no request open to the vendor."""
+    if off:
+        if rpm is not None or tpm is not None:
+            raise click.UsageError("--off removes the rate limit: give it without --rpm or --tpm")
+
+        async def remove() -> bool:
+            async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
+                return await backend.remove_rate_limit(bucket)
+
+        if not run_command(remove()):
+            raise click.ClickException(
+                f"no rate limit is set on {bucket!r}: 'harnessx limits list' shows those that are"
+            )
+        click.echo(f"removed the rate limit on {bucket}")
+        return
+    try:
+        rpm, tpm, burst = check_rate(rpm, tpm, burst)
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    async def go() -> None:
+        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
+            await backend.set_rate_limit(bucket, rpm, tpm, burst)
+
+    run_command(go())
+    said = [
+        f"{rate:g} {what} a minute" for rate, what in ((rpm, "calls"), (tpm, "tokens")) if rate is not None
+    ]
+    click.echo(f"at most {' and '.join(said)} in {bucket}, across every worker")
+
+
 @limits.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per limit and tenant.")
 @store_options
@@ -108,7 +169,29 @@ def list_limits(as_json: bool, sqlite_path: str, dsn: str | None, schema: str) -
         async with open_backend(sqlite_path, dsn, schema, read_only=True) as backend:
             found = await backend.concurrency_limits()
             shares = [s for s in await backend.tenant_shares() if s.tenant and (s.queued or s.weight != 1)]
+            rates = await backend.rate_limits()
+            buckets = await backend.rate_buckets()
         if as_json:
+            for rate in rates:
+                click.echo(
+                    json.dumps(
+                        {
+                            "kind": "rate",
+                            "pattern": rate.pattern,
+                            "requests_per_minute": rate.requests_per_minute,
+                            "tokens_per_minute": rate.tokens_per_minute,
+                            "burst_seconds": rate.burst_seconds,
+                        }
+                    )
+                )
+            for bucket in buckets:
+                entry: dict[str, object] = {
+                    "kind": "bucket",
+                    "bucket": bucket.name,
+                    "pattern": bucket.pattern,
+                }
+                entry.update(waits=bucket.waits, waited_seconds=round(bucket.waited, 3))
+                click.echo(json.dumps(entry))
             for limit in found:
                 row = {"kind": "concurrency", "pattern": limit.pattern, "max_running": limit.max_running}
                 click.echo(
@@ -143,5 +226,18 @@ def list_limits(as_json: bool, sqlite_path: str, dsn: str | None, schema: str) -
             click.echo(f"{'TENANT':<40} {'WEIGHT':>6} {'QUEUED':>8}")
             for share in shares:
                 click.echo(f"{share.tenant:<40} {share.weight:>6g} {share.queued:>8}")
+        if rates:
+            click.echo("")
+            click.echo(f"{'MODEL RATE':<40} {'RPM':>8} {'TPM':>10} {'BURST':>6}")
+            for rate in rates:
+                rpm = "-" if rate.requests_per_minute is None else f"{rate.requests_per_minute:g}"
+                tpm = "-" if rate.tokens_per_minute is None else f"{rate.tokens_per_minute:g}"
+                click.echo(f"{rate.pattern:<40} {rpm:>8} {tpm:>10} {rate.burst_seconds:>5g}s")
+        waited = [bucket for bucket in buckets if bucket.pattern is not None]
+        if waited:
+            click.echo("")
+            click.echo(f"{'BUCKET':<40} {'WAITS':>8} {'WAITED':>10}  LIMIT")
+            for bucket in waited:
+                click.echo(f"{bucket.name:<40} {bucket.waits:>8} {bucket.waited:>9.1f}s  {bucket.pattern}")
 
     run_command(go())

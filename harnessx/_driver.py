@@ -24,6 +24,7 @@ from harnessx._hooks import HookEvent, Hooks
 from harnessx._journal import RunJournal
 from harnessx._middleware import Middleware, ModelRequest
 from harnessx._policies import ProgressPolicy
+from harnessx._rate_gate import Admission, RateGate
 from harnessx._results import RunResult, RunStatus, ToolResult
 from harnessx._runlog import Committer
 from harnessx._state import Delta, RunState, ToolStatus
@@ -53,6 +54,8 @@ class RunControl:
         self.cancel_requested = False
         self.handoff_requested = False
         self._signal = asyncio.Event()
+        # Set by any request to stop (never cleared): ends a wait for model rate budget.
+        self._stopping = asyncio.Event()
 
     def request_pause(self, reason: str = "paused") -> None:
         """Pause at the next boundary; ``reason`` becomes the run's stop reason (``timeout``
@@ -61,15 +64,26 @@ class RunControl:
             self.pause_reason = reason
         self.pause_requested = True
         self._signal.set()
+        self._stopping.set()
 
     def request_handoff(self) -> None:
         """Stop at the next boundary *without* changing the run's status (a worker drains:
         the run stays runnable for another process)."""
         self.handoff_requested = True
+        self._stopping.set()
 
     def request_cancel(self) -> None:
         self.cancel_requested = True
         self._signal.set()
+        self._stopping.set()
+
+    async def wait_unless_stopped(self, seconds: float) -> bool:
+        """Wait ``seconds``; ``False`` as soon as a pause, cancel or hand-off is requested."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except TimeoutError:
+            return True
+        return False
 
     async def cancelled(self) -> None:
         """Returns once cancellation is requested."""
@@ -125,6 +139,7 @@ class Driver:
         control: RunControl | None = None,
         fencing_token: int | None = None,
         journal: RunJournal | None = None,
+        rates: RateGate | None = None,
     ) -> None:
         self.engine = engine
         self.settings = settings
@@ -134,6 +149,8 @@ class Driver:
         self.fencing_token = fencing_token
         # A recorded run's journal (the committer writes what is noted here with each commit).
         self.journal = journal
+        # Fleet-wide model rate limits (durable runs in a store): each call reserves its start.
+        self.rates = rates
 
     async def commit(self, state: RunState, delta: Delta) -> None:
         """Commit ``delta``, apply it to ``state``, and announce the checkpoint."""
@@ -210,6 +227,15 @@ class Driver:
     async def _call_model(self, state: RunState) -> None:
         settings = self.settings
         request = await self.model_request(state)
+        admission = None
+        if self.rates is not None:
+            admission = await self.rates.admit(self._provider(), request)
+            if (
+                admission is not None
+                and admission.wait > 0
+                and not await self._wait_for_budget(state, admission)
+            ):
+                return  # a pause, cancel or hand-off came first: the loop acts on it, no call made
         journal = self.journal
         if journal is not None:
             # The request is committed before the provider sees it: a crash during the call
@@ -230,12 +256,36 @@ class Driver:
                 journal.model_failed(exc)
             await self.commit(state, self.engine.model_failed(state, exc))
             return
+        if admission is not None and self.rates is not None and response.usage is not None:
+            await self.rates.settle(admission, response.usage)
         await settings.hooks.emit(HookEvent.MODEL_RESPONSE, settings.agent, {"response": response})
         if journal is not None:
             # No response middleware yet: the reply is the same at every stage.
             for stage in ("response", "processed", "completed"):
                 journal.model_replied(response, stage=stage)
         await self.commit(state, self.engine.model_responded(state, response))
+
+    async def _wait_for_budget(self, state: RunState, admission: Admission) -> bool:
+        """Wait for the start a rate limit gave this call, with nothing open to the vendor
+        (the lease is renewed meanwhile), behind a ``waiting`` event that says why and until
+        when. The event is written while the wait runs, so that a slow write does not make
+        the call late. ``False`` if a pause, cancel or hand-off ended the wait (the
+        reservation is spent)."""
+        step = f"model:{state.iteration}"
+        data = {
+            "on": "rate_limit",
+            "bucket": admission.bucket,
+            "seconds": round(admission.wait, 3),
+            "until": round(admission.start, 3),  # by the store's clock, like a run's not_before
+        }
+        event = RunEvent(RunEventType.WAITING, data, state.session_id, state.run_id, step, step)
+        await self.committer.provisional(state, event)
+        written = asyncio.ensure_future(self.committer.flush())
+        try:
+            waited = await self.control.wait_unless_stopped(admission.remaining())
+        finally:
+            await written  # the committer takes one write at a time
+        return waited
 
     # The effects on their own, without a commit: the Temporal binding performs them in its
     # activities and makes the engine's transitions in the workflow.

@@ -20,6 +20,7 @@ from harnessx._errors import LeaseLostError, StorageError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._journal import RunJournal, step_of
 from harnessx._leases import LeaseKeeper
+from harnessx._rate_gate import RateGate
 from harnessx._results import RunResult, RunStatus
 from harnessx._state import Delta, RunState
 from harnessx.providers._base import TokenUsage
@@ -51,6 +52,8 @@ class RunExecutor:
         self.keeper = keeper
         self.flush_interval = flush_interval
         self.flush_max = flush_max
+        # Model calls of every run driven here obey the fleet's rate limits (docs/scheduling.md).
+        self.rates = RateGate(store)
 
     def launch(
         self,
@@ -86,6 +89,7 @@ class RunExecutor:
             control=control,
             fencing_token=lease.generation,
             journal=committer.journal,
+            rates=self.rates,
         )
 
     async def commit_once(

@@ -17,13 +17,17 @@ class Committer(Protocol):
 
     ``commit`` makes a delta and its events durable (assigning event cursors) or raises;
     ``provisional`` records a streamed event (text deltas) that may be batched and is
-    lost, harmlessly, if the process dies before the next commit; ``confirm`` returns once
-    the run may start an effect outside the store (a tool call), or raises.
+    lost, harmlessly, if the process dies before the next commit; ``flush`` writes the
+    provisional events held back so far (before a long wait, so that followers see it);
+    ``confirm`` returns once the run may start an effect outside the store (a tool call), or
+    raises.
     """
 
     async def commit(self, state: RunState, delta: Delta) -> None: ...
 
     async def provisional(self, state: RunState, event: RunEvent) -> None: ...
+
+    async def flush(self) -> None: ...
 
     async def confirm(self) -> None: ...
 
@@ -55,6 +59,9 @@ class MemoryRunLog:
 
     async def provisional(self, state: RunState, event: RunEvent) -> None:
         self._append(event)
+
+    async def flush(self) -> None:
+        return None  # nothing is held back
 
     async def confirm(self) -> None:
         return None  # nobody else can take an in-memory run over

@@ -13,12 +13,20 @@ from harnessx.store._scheduling import (
     ConcurrencyLimit,
     QueueGroup,
     QueueShape,
+    RateBucket,
+    RateLimit,
+    RateReservation,
     RunSchedule,
     TenantShare,
     check_key,
     check_max_running,
     check_pattern,
+    check_rate,
     check_weight,
+    governing_rate,
+    matching_pattern,
+    reserve_rate,
+    token_seconds,
 )
 
 __all__ = ["PostgresScheduling"]
@@ -97,3 +105,68 @@ class PostgresScheduling:
     async def queue_shape(self) -> QueueShape:
         rows = await self._run("reading the queue's shape", lambda conn: conn.fetch(Q["queue_shape"]))
         return QueueShape([QueueGroup(str(b), str(k), int(c), int(d), s) for b, k, c, d, s in rows])
+
+    # ------------------------------------------------------------------ model rate limits
+
+    async def set_rate_limit(
+        self,
+        pattern: str,
+        requests_per_minute: float | None,
+        tokens_per_minute: float | None,
+        burst_seconds: float = 0.0,
+    ) -> None:
+        check_pattern(pattern, "rate limit's bucket")
+        rpm, tpm, burst = check_rate(requests_per_minute, tokens_per_minute, burst_seconds)
+        await self._run(
+            "setting a rate limit", lambda conn: conn.execute(Q["set_rate_limit"], pattern, rpm, tpm, burst)
+        )
+
+    async def remove_rate_limit(self, pattern: str) -> bool:
+        row = await self._run(
+            "removing a rate limit", lambda conn: conn.fetchrow(Q["remove_rate_limit"], pattern)
+        )
+        return row is not None
+
+    async def rate_limits(self) -> list[RateLimit]:
+        rows = await self._run("listing rate limits", lambda conn: conn.fetch(Q["list_rate_limits"]))
+        return [RateLimit.of_row(row) for row in rows]
+
+    async def rate_buckets(self) -> list[RateBucket]:
+        async def read(conn: Any) -> list[RateBucket]:
+            patterns = [str(row[0]) for row in await conn.fetch(Q["list_rate_limits"])]
+            return [
+                RateBucket(str(name), matching_pattern(str(name), patterns), int(waits), float(waited))
+                for name, waits, waited in await conn.fetch(Q["list_rate_buckets"])
+            ]
+
+        return await self._run("listing rate buckets", read)
+
+    async def reserve_rate(self, bucket: str, tokens: int) -> RateReservation | None:
+        async def reserve(conn: Any) -> RateReservation | None:
+            async with conn.transaction():
+                limit = await _governing(conn, bucket)
+                if limit is None:
+                    return None
+                # The row lock makes reservations of one bucket take turns; the arithmetic
+                # is the SQLite store's (_scheduling.reserve_rate), on the database's clock.
+                requests_at, tokens_at, now = await conn.fetchrow(Q["rate_bucket"], bucket)
+                taken = reserve_rate(limit, float(requests_at), float(tokens_at), float(now), tokens)
+                waited = 1 if taken.wait > 0 else 0
+                await conn.execute(
+                    Q["reserve_rate"], bucket, taken.requests_at, taken.tokens_at, taken.wait, waited
+                )
+                return taken
+
+        return await self._run("reserving a model call's rate budget", reserve)
+
+    async def settle_rate(self, bucket: str, tokens: int) -> None:
+        async def settle(conn: Any) -> None:
+            limit = await _governing(conn, bucket)
+            if limit is not None and tokens:
+                await conn.execute(Q["settle_rate"], bucket, token_seconds(limit, tokens))
+
+        await self._run("settling a model call's tokens", settle)
+
+
+async def _governing(conn: Any, bucket: str) -> RateLimit | None:
+    return governing_rate([RateLimit.of_row(row) for row in await conn.fetch(Q["list_rate_limits"])], bucket)

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
         Claims,
         ConcurrencyLimit,
         QueueShape,
+        RateBucket,
+        RateLimit,
+        RateReservation,
         RunSchedule,
         Schedule,
         TenantShare,
@@ -545,6 +548,35 @@ class Store(Protocol):
 
     async def queue_shape(self) -> QueueShape:
         """Queued runs by priority band and concurrency key, for metrics."""
+
+    # model rate limits
+    async def set_rate_limit(
+        self,
+        pattern: str,
+        requests_per_minute: float | None,
+        tokens_per_minute: float | None,
+        burst_seconds: float = 0.0,
+    ) -> None:
+        """Every worker together starts at most ``requests_per_minute`` model calls, of at
+        most ``tokens_per_minute`` tokens, per minute in each ``provider/model`` bucket
+        ``pattern`` names (a trailing ``*``: each bucket it matches gets that rate)."""
+
+    async def remove_rate_limit(self, pattern: str) -> bool:
+        """Remove a rate limit; whether there was one."""
+
+    async def rate_limits(self) -> list[RateLimit]: ...
+
+    async def rate_buckets(self) -> list[RateBucket]:
+        """Every bucket used so far, the limit governing it and its waits."""
+
+    async def reserve_rate(self, bucket: str, tokens: int) -> RateReservation | None:
+        """Reserve the start of one model call of about ``tokens`` tokens in ``bucket``:
+        how long to wait before starting it (``wait``, 0: now) and when that is (``start``,
+        by the store's clock); ``None`` when no limit governs the bucket. Atomic across the
+        fleet: every reservation gets a start of its own."""
+
+    async def settle_rate(self, bucket: str, tokens: int) -> None:
+        """A call of ``bucket`` used ``tokens`` more (negative: fewer) than it reserved."""
 
     async def wait_for_work(self, max_wait: float) -> bool:
         """Return soon after a run is queued (a wake-up hint: ``True``), or after ``max_wait``

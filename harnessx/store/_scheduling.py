@@ -11,8 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from harnessx._errors import ConfigurationError
 from harnessx.store._protocol import Lease
@@ -25,17 +26,23 @@ __all__ = [
     "ConcurrencyLimit",
     "QueueGroup",
     "QueueShape",
+    "RateBucket",
     "RateLimit",
+    "RateReservation",
     "RunSchedule",
     "Schedule",
     "TenantShare",
     "check_key",
     "check_max_running",
     "check_pattern",
+    "check_rate",
     "check_weight",
     "delay_of",
+    "governing_rate",
     "matching_pattern",
+    "reserve_rate",
     "stride_allocation",
+    "token_seconds",
 ]
 
 AGING_SECONDS = 60.0
@@ -137,6 +144,113 @@ class RateLimit:
     requests_per_minute: float | None
     tokens_per_minute: float | None
     burst_seconds: float = 0.0
+
+    @classmethod
+    def of_row(cls, row: Sequence[Any]) -> RateLimit:
+        """A ``rate_limits`` row: pattern, rpm, tpm, burst."""
+        pattern, rpm, tpm, burst = row
+        return cls(
+            str(pattern),
+            None if rpm is None else float(rpm),
+            None if tpm is None else float(tpm),
+            float(burst),
+        )
+
+
+def governing_rate(limits: Sequence[RateLimit], bucket: str) -> RateLimit | None:
+    """The limit that governs ``bucket``: the exact one, else the longest ``prefix*``."""
+    by_pattern = {limit.pattern: limit for limit in limits}
+    pattern = matching_pattern(bucket, list(by_pattern))
+    return None if pattern is None else by_pattern[pattern]
+
+
+@dataclass(frozen=True)
+class RateBucket:
+    """One ``provider/model`` bucket as the store keeps it: the limit ``pattern`` that
+    governs it (``None``: none does any more), how many model calls waited for its budget
+    (``waits``) and for how long in all (``waited``, seconds)."""
+
+    name: str
+    pattern: str | None
+    waits: int
+    waited: float
+
+
+@dataclass(frozen=True)
+class RateReservation:
+    """One reservation (``reserve_rate``): the call may start ``wait`` seconds from the
+    moment it was made, at ``start``; ``requests_at`` / ``tokens_at`` are the bucket's new
+    theoretical arrival times (epoch seconds, all by the store's clock)."""
+
+    wait: float
+    start: float
+    requests_at: float
+    tokens_at: float
+
+
+def check_rate(
+    requests_per_minute: float | None, tokens_per_minute: float | None, burst_seconds: float
+) -> tuple[float | None, float | None, float]:
+    """A rate limit's numbers: at least one rate, each above 0; a burst of 0 or more seconds."""
+    rates = (("requests per minute", requests_per_minute), ("tokens per minute", tokens_per_minute))
+    for what, value in rates:
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not 0 < value <= 1e12
+        ):
+            raise ConfigurationError(f"a rate limit's {what} must be a number above 0, got {value!r}")
+    if requests_per_minute is None and tokens_per_minute is None:
+        raise ConfigurationError(
+            "a rate limit needs requests per minute, tokens per minute or both (--rpm N, --tpm N)"
+        )
+    if (
+        isinstance(burst_seconds, bool)
+        or not isinstance(burst_seconds, int | float)
+        or not 0 <= burst_seconds <= 3600
+    ):
+        raise ConfigurationError(
+            f"a rate limit's burst must be from 0 to 3600 seconds of its rate, got {burst_seconds!r}"
+        )
+    return (
+        None if requests_per_minute is None else float(requests_per_minute),
+        None if tokens_per_minute is None else float(tokens_per_minute),
+        float(burst_seconds),
+    )
+
+
+def reserve_rate(
+    limit: RateLimit, requests_at: float, tokens_at: float, now: float, tokens: int
+) -> RateReservation:
+    """Reserve one model call of ``tokens`` tokens from a bucket (GCRA, the generic cell
+    rate algorithm, as a virtual schedule).
+
+    ``requests_at`` and ``tokens_at`` are the bucket's theoretical arrival times: when the
+    bucket would be empty again if calls kept coming at its rate. A call may start once
+    both are at most ``burst_seconds`` ahead of it; it moves them on by one request's share
+    of a minute (60 / rpm) and by its tokens' (tokens * 60 / tpm). Every caller reserves its
+    own start in turn, so callers that wait never race for the same moment, and in any
+    window of W seconds the calls started number at most (W + burst) * rpm / 60 + 1."""
+    burst = limit.burst_seconds
+    start = now
+    if limit.requests_per_minute is not None:
+        start = max(start, requests_at - burst)
+    if limit.tokens_per_minute is not None and tokens > 0:
+        start = max(start, tokens_at - burst)
+    if limit.requests_per_minute is not None:
+        requests_at = max(requests_at, start) + 60.0 / limit.requests_per_minute
+    if limit.tokens_per_minute is not None and tokens > 0:
+        tokens_at = max(tokens_at, start) + tokens * 60.0 / limit.tokens_per_minute
+    return RateReservation(start - now, start, requests_at, tokens_at)
+
+
+def token_seconds(limit: RateLimit, tokens: int) -> float:
+    """How far ``tokens`` tokens move a bucket's token arrival time (0 without a token rate):
+    a call that used more (or, negative, fewer) tokens than it reserved is settled by it."""
+    if limit.tokens_per_minute is None:
+        return 0.0
+    return tokens * 60.0 / limit.tokens_per_minute
 
 
 @dataclass(frozen=True)

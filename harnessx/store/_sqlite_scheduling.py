@@ -24,13 +24,21 @@ from harnessx.store._scheduling import (
     ConcurrencyLimit,
     QueueGroup,
     QueueShape,
+    RateBucket,
+    RateLimit,
+    RateReservation,
     RunSchedule,
     TenantShare,
     check_key,
     check_max_running,
     check_pattern,
+    check_rate,
     check_weight,
+    governing_rate,
+    matching_pattern,
+    reserve_rate,
     stride_allocation,
+    token_seconds,
 )
 
 __all__ = ["SQLiteScheduling"]
@@ -239,6 +247,66 @@ class SQLiteScheduling:
         now = time.time()
         rows = await self._call(lambda conn: conn.execute(Q["queue_shape"], (now,)).fetchall())
         return QueueShape([QueueGroup(str(b), str(k), int(c), int(d or 0), s) for b, k, c, d, s in rows])
+
+    # ------------------------------------------------------------------ model rate limits
+
+    async def set_rate_limit(
+        self,
+        pattern: str,
+        requests_per_minute: float | None,
+        tokens_per_minute: float | None,
+        burst_seconds: float = 0.0,
+    ) -> None:
+        check_pattern(pattern, "rate limit's bucket")
+        rpm, tpm, burst = check_rate(requests_per_minute, tokens_per_minute, burst_seconds)
+        values = (pattern, rpm, tpm, burst, time.time())
+        await self._call(self._write, lambda conn: conn.execute(Q["set_rate_limit"], values))
+
+    async def remove_rate_limit(self, pattern: str) -> bool:
+        def body(conn: sqlite3.Connection) -> bool:
+            return conn.execute(Q["remove_rate_limit"], (pattern,)).fetchone() is not None
+
+        return await self._call(self._write, body)
+
+    async def rate_limits(self) -> list[RateLimit]:
+        rows = await self._call(lambda conn: conn.execute(Q["list_rate_limits"]).fetchall())
+        return [RateLimit.of_row(row) for row in rows]
+
+    async def rate_buckets(self) -> list[RateBucket]:
+        def body(conn: sqlite3.Connection) -> list[RateBucket]:
+            patterns = [str(row[0]) for row in conn.execute(Q["list_rate_limits"])]
+            return [
+                RateBucket(str(name), matching_pattern(str(name), patterns), int(waits), float(waited))
+                for name, waits, waited in conn.execute(Q["list_rate_buckets"])
+            ]
+
+        return await self._call(body)
+
+    async def reserve_rate(self, bucket: str, tokens: int) -> RateReservation | None:
+        def body(conn: sqlite3.Connection) -> RateReservation | None:
+            limit = _governing(conn, bucket)
+            if limit is None:
+                return None
+            row = conn.execute(Q["rate_bucket"], (bucket,)).fetchone()
+            requests_at, tokens_at = (float(row[0]), float(row[1])) if row is not None else (0.0, 0.0)
+            taken = reserve_rate(limit, requests_at, tokens_at, time.time(), tokens)
+            waited = 1 if taken.wait > 0 else 0
+            conn.execute(Q["reserve_rate"], (bucket, taken.requests_at, taken.tokens_at, taken.wait, waited))
+            return taken
+
+        return await self._call(self._write, body)
+
+    async def settle_rate(self, bucket: str, tokens: int) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            limit = _governing(conn, bucket)
+            if limit is not None and tokens:
+                conn.execute(Q["settle_rate"], (bucket, token_seconds(limit, tokens)))
+
+        await self._call(self._write, body)
+
+
+def _governing(conn: sqlite3.Connection, bucket: str) -> RateLimit | None:
+    return governing_rate([RateLimit.of_row(row) for row in conn.execute(Q["list_rate_limits"])], bucket)
 
 
 class _Picked:

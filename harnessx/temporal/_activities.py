@@ -59,6 +59,9 @@ class _DeltaPublisher:
     async def confirm(self) -> None:
         return None  # no lease to confirm: Temporal decides which worker runs an activity
 
+    async def flush(self) -> None:
+        return None  # each event is published as it comes
+
     async def provisional(self, state: RunState, event: RunEvent) -> None:
         if self.broken:
             return

@@ -1,5 +1,5 @@
 """The scheduling rules that need no database: names, patterns, stride shares, the queue's
-metrics in a bounded number of series, delays."""
+metrics in a bounded number of series, delays, the rate limits' arithmetic."""
 
 from __future__ import annotations
 
@@ -11,11 +11,16 @@ from harnessx import AgentRegistry, ConfigurationError
 from harnessx.store._scheduling import (
     QueueGroup,
     QueueShape,
+    RateLimit,
     Schedule,
     check_pattern,
+    check_rate,
     delay_of,
+    governing_rate,
     matching_pattern,
+    reserve_rate,
     stride_allocation,
+    token_seconds,
 )
 from supervisor._metrics import KEY_SERIES, SupervisorMetrics
 
@@ -92,3 +97,70 @@ def test_queue_metrics_name_a_bounded_number_of_keys() -> None:
     assert value("harnessx_queue_depth_by_key", {"key": "k000"}) is None
     assert value("harnessx_queue_depth_by_key", {"key": "k001"}) == 3
     assert value("harnessx_queue_depth_by_priority", {"band": "high"}) == 0
+
+
+def reserved_starts(limit: RateLimit, arrivals: list[tuple[float, int]]) -> list[float]:
+    """When each call (arriving at a time, with its tokens) may start, one after another."""
+    requests_at = tokens_at = 0.0
+    starts = []
+    for now, tokens in arrivals:
+        taken = reserve_rate(limit, requests_at, tokens_at, now, tokens)
+        requests_at, tokens_at = taken.requests_at, taken.tokens_at
+        starts.append(now + taken.wait)
+    return starts
+
+
+def test_calls_arriving_together_start_a_rate_apart() -> None:
+    starts = reserved_starts(RateLimit("openai/*", 60, None), [(100.0, 0)] * 5)
+    assert starts == pytest.approx([100, 101, 102, 103, 104])
+    # After a quiet spell the bucket is empty again: no credit for the quiet time without a burst.
+    assert reserved_starts(RateLimit("m", 60, None), [(100.0, 0), (200.0, 0), (200.0, 0)]) == pytest.approx(
+        [100, 200, 201]
+    )
+
+
+def test_a_burst_lets_that_many_seconds_of_calls_start_at_once() -> None:
+    starts = reserved_starts(RateLimit("m", 60, None, burst_seconds=2), [(100.0, 0)] * 6)
+    assert starts == pytest.approx([100, 100, 100, 101, 102, 103])
+
+
+def test_tokens_space_calls_by_their_size() -> None:
+    # 6,000 tokens a minute is 100 a second: a call of 500 tokens holds the next one 5 s.
+    limit = RateLimit("m", None, 6000)
+    assert reserved_starts(limit, [(0.0, 500), (0.0, 100), (0.0, 100)]) == pytest.approx([0, 5, 6])
+    # Both rates: the tighter one decides.
+    both = RateLimit("m", 600, 6000)
+    assert reserved_starts(both, [(0.0, 10), (0.0, 10), (0.0, 1000)]) == pytest.approx([0, 0.1, 0.2])
+    assert token_seconds(limit, -200) == pytest.approx(-2)
+    assert token_seconds(RateLimit("m", 60, None), 500) == 0
+
+
+def test_calls_in_any_window_stay_within_the_rate() -> None:
+    import random
+
+    rng = random.Random(7)
+    limit = RateLimit("m", 120, None, burst_seconds=1)
+    arrivals = sorted((rng.uniform(0, 30), 0) for _ in range(200))
+    starts = reserved_starts(limit, arrivals)
+    for window in (1.0, 5.0, 10.0):
+        most = max(sum(1 for s in starts if t <= s < t + window) for t in starts)
+        assert most <= (window + limit.burst_seconds) * 120 / 60 + 1
+
+
+def test_rate_limits_are_checked_and_the_most_specific_governs() -> None:
+    assert check_rate(60, None, 0) == (60.0, None, 0.0)
+    with pytest.raises(ConfigurationError, match="needs requests per minute, tokens per minute or both"):
+        check_rate(None, None, 0)
+    with pytest.raises(ConfigurationError, match="tokens per minute must be a number above 0"):
+        check_rate(None, 0, 0)
+    with pytest.raises(ConfigurationError, match="burst must be from 0 to 3600"):
+        check_rate(60, None, -1)
+    limits = [
+        RateLimit("*", 1000, None),
+        RateLimit("openai/*", 100, None),
+        RateLimit("openai/gpt-4o", 10, None),
+    ]
+    assert governing_rate(limits, "openai/gpt-4o") == limits[2]
+    assert governing_rate(limits, "openai/gpt-4o-mini") == limits[1]
+    assert governing_rate(limits, "anthropic/claude") == limits[0]
+    assert governing_rate(limits[1:], "anthropic/claude") is None

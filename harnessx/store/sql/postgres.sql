@@ -752,3 +752,39 @@ SELECT CASE WHEN priority > 0 THEN 'high' WHEN priority < 0 THEN 'low' ELSE 'nor
                           FILTER (WHERE not_before IS NULL OR not_before <= clock_timestamp()))::float8
 FROM runs WHERE queued_at IS NOT NULL
 GROUP BY 1, 2;
+
+-- name: set_rate_limit
+-- A fleet-wide model rate limit on a provider/model bucket or pattern (replacing any earlier one).
+INSERT INTO rate_limits (pattern, requests_per_minute, tokens_per_minute, burst_seconds, updated_at)
+VALUES ($1, $2, $3, $4, now())
+ON CONFLICT (pattern) DO UPDATE SET requests_per_minute = excluded.requests_per_minute,
+    tokens_per_minute = excluded.tokens_per_minute, burst_seconds = excluded.burst_seconds,
+    updated_at = excluded.updated_at;
+
+-- name: remove_rate_limit
+-- Remove a model rate limit; returns it if there was one.
+DELETE FROM rate_limits WHERE pattern = $1 RETURNING pattern;
+
+-- name: list_rate_limits
+-- Every model rate limit.
+SELECT pattern, requests_per_minute, tokens_per_minute, burst_seconds FROM rate_limits ORDER BY pattern;
+
+-- name: rate_bucket
+-- Lock a bucket (creating it on first use) and read its theoretical arrival times and the
+-- database's clock, in epoch seconds: reservations of one bucket take turns on its row.
+INSERT INTO rate_buckets (name) VALUES ($1)
+ON CONFLICT (name) DO UPDATE SET name = excluded.name
+RETURNING requests_at, tokens_at, extract(epoch FROM clock_timestamp())::float8;
+
+-- name: reserve_rate
+-- Record a reservation: the bucket's new arrival times, and a wait of $4 seconds ($5: it waited).
+UPDATE rate_buckets SET requests_at = $2, tokens_at = $3, waits = waits + $5, waited = waited + $4
+WHERE name = $1;
+
+-- name: settle_rate
+-- A call used $2 seconds' worth of tokens more (negative: fewer) than it reserved.
+UPDATE rate_buckets SET tokens_at = tokens_at + $2 WHERE name = $1;
+
+-- name: list_rate_buckets
+-- Every bucket used so far, with how many calls waited for its budget and for how long.
+SELECT name, waits, waited FROM rate_buckets ORDER BY name;

@@ -489,3 +489,37 @@ SELECT CASE WHEN priority > 0 THEN 'high' WHEN priority < 0 THEN 'low' ELSE 'nor
        min(CASE WHEN not_before IS NULL OR not_before <= ?1 THEN max(queued_at, coalesce(not_before, queued_at)) END)
 FROM runs WHERE queued_at IS NOT NULL
 GROUP BY 1, 2;
+
+-- name: set_rate_limit
+-- A fleet-wide model rate limit on a provider/model bucket or pattern (replacing any earlier one).
+INSERT INTO rate_limits (pattern, requests_per_minute, tokens_per_minute, burst_seconds, updated_at)
+VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (pattern) DO UPDATE SET requests_per_minute = excluded.requests_per_minute,
+    tokens_per_minute = excluded.tokens_per_minute, burst_seconds = excluded.burst_seconds,
+    updated_at = excluded.updated_at;
+
+-- name: remove_rate_limit
+-- Remove a model rate limit; returns it if there was one.
+DELETE FROM rate_limits WHERE pattern = ? RETURNING pattern;
+
+-- name: list_rate_limits
+-- Every model rate limit.
+SELECT pattern, requests_per_minute, tokens_per_minute, burst_seconds FROM rate_limits ORDER BY pattern;
+
+-- name: rate_bucket
+-- A bucket's theoretical arrival times (absent: never used).
+SELECT requests_at, tokens_at FROM rate_buckets WHERE name = ?;
+
+-- name: reserve_rate
+-- Record a reservation: the bucket's new arrival times, and a wait of ?4 seconds (?5: it waited).
+INSERT INTO rate_buckets (name, requests_at, tokens_at, waits, waited) VALUES (?1, ?2, ?3, ?5, ?4)
+ON CONFLICT (name) DO UPDATE SET requests_at = excluded.requests_at, tokens_at = excluded.tokens_at,
+    waits = waits + excluded.waits, waited = waited + excluded.waited;
+
+-- name: settle_rate
+-- A call used ?2 seconds' worth of tokens more (negative: fewer) than it reserved.
+UPDATE rate_buckets SET tokens_at = tokens_at + ?2 WHERE name = ?1;
+
+-- name: list_rate_buckets
+-- Every bucket used so far, with how many calls waited for its budget and for how long.
+SELECT name, waits, waited FROM rate_buckets ORDER BY name;

@@ -1,0 +1,120 @@
+"""Fleet-wide model rate limits on the driving side (see docs/scheduling.md, *Model rate
+limits*).
+
+Before a model call of a durable run, the driver asks the ``RateGate`` for the call's
+*bucket* (``provider/model``, e.g. ``openai/gpt-4o``). When a limit governs the bucket the
+gate reserves the call's start through the store, which every worker shares, and the driver
+waits for that start with no request open to the vendor: the wait is a ``waiting`` event
+(``on: rate_limit``) and a metric. After the reply, the tokens the call really used settle
+the reservation, which counted what the request was expected to use.
+
+The limits themselves are read from the store at most every ``refresh_seconds``, so a model
+call of a bucket that nothing limits costs no round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from harnessx._errors import StorageError
+from harnessx._middleware import ModelRequest
+from harnessx.providers._base import LLMProvider, TokenUsage
+from harnessx.providers._http import estimate_tokens
+from harnessx.store._protocol import Store
+from harnessx.store._scheduling import RateLimit, governing_rate
+
+__all__ = ["Admission", "RateGate", "bucket_of"]
+
+logger = logging.getLogger("harnessx.rates")
+
+REFRESH_SECONDS = 5.0
+"""How stale the gate's copy of the limits may be: a limit set or removed with ``harnessx
+limits rate`` applies to every worker's next model calls within this long."""
+
+
+def bucket_of(provider: LLMProvider, model: str | None) -> str:
+    """The bucket of a model call: the provider's name (``provider_name``, else its class's
+    without ``Provider``), lower case, ``/`` the model asked for (else the provider's own)."""
+    name = getattr(provider, "provider_name", None)
+    if not isinstance(name, str) or not name:
+        name = type(provider).__name__.removesuffix("Provider") or type(provider).__name__
+    chosen = model or getattr(provider, "model", None) or "default"
+    return f"{name.lower()}/{chosen}"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """One model call's reservation: its bucket, the tokens reserved for it, how long it
+    must wait before it starts (seconds; 0: now), the start by the store's clock (epoch
+    seconds) and by this process's (``time.monotonic()``)."""
+
+    bucket: str
+    tokens: int
+    wait: float
+    start: float
+    until: float
+
+    def remaining(self) -> float:
+        """Seconds left of the wait: the start is kept however long writing its event took."""
+        return max(0.0, self.until - time.monotonic())
+
+
+class RateGate:
+    """Reserves model calls' starts in the store's shared buckets (one gate per process).
+
+    ``observers`` are called with ``(bucket, seconds)`` for every call that has to wait:
+    the worker counts them in its metrics."""
+
+    def __init__(self, store: Store, *, refresh_seconds: float = REFRESH_SECONDS) -> None:
+        self.store = store
+        self.refresh_seconds = refresh_seconds
+        self.observers: list[Callable[[str, float], None]] = []
+        self._limits: list[RateLimit] = []
+        self._read_at = -math.inf
+        self._reading = asyncio.Lock()
+
+    async def limit_for(self, bucket: str) -> RateLimit | None:
+        """The limit governing ``bucket``, from a copy at most ``refresh_seconds`` old."""
+        if time.monotonic() - self._read_at >= self.refresh_seconds:
+            async with self._reading:
+                if time.monotonic() - self._read_at >= self.refresh_seconds:
+                    self._limits = await self.store.rate_limits()
+                    self._read_at = time.monotonic()
+        return governing_rate(self._limits, bucket)
+
+    async def admit(self, provider: LLMProvider, request: ModelRequest) -> Admission | None:
+        """Reserve the start of ``request``'s call; ``None`` when no limit governs it."""
+        bucket = bucket_of(provider, request.model)
+        limit = await self.limit_for(bucket)
+        if limit is None:
+            return None
+        tokens = 0
+        if limit.tokens_per_minute is not None:
+            # What the request is expected to use: its input, by the usual four characters
+            # a token, and as much output as it allows (vendors reserve max_tokens, too).
+            tokens = estimate_tokens(request.system, request.messages, request.tools) + (
+                request.max_tokens or 0
+            )
+        taken = await self.store.reserve_rate(bucket, tokens)
+        if taken is None:  # the limit was removed since the gate last read them
+            return None
+        if taken.wait > 0:
+            for observe in self.observers:
+                observe(bucket, taken.wait)
+        return Admission(bucket, tokens, taken.wait, taken.start, time.monotonic() + taken.wait)
+
+    async def settle(self, admission: Admission, usage: TokenUsage) -> None:
+        """Correct the reservation by the tokens the call reported using. A store failure
+        here is only logged: the reservation stands, which errs on the side of the limit."""
+        used = usage.total_tokens
+        if not admission.tokens or used <= 0 or used == admission.tokens:
+            return
+        try:
+            await self.store.settle_rate(admission.bucket, used - admission.tokens)
+        except StorageError as exc:
+            logger.warning("could not settle a model call's tokens in bucket %s: %s", admission.bucket, exc)

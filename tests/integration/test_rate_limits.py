@@ -1,0 +1,154 @@
+"""Fleet-wide model rate limits, on both backends: the store's shared buckets (reservations
+from several stores at once each get a start of their own), and runs that wait for budget
+before calling a model vendor (a real HTTP server on loopback), with nothing open to it.
+
+The process test (tests/process/test_rate_limit_pool.py) holds the limit across three
+worker processes, counted from the vendor's side."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from durable_support import BackendTarget
+from fake_vendor import FakeVendor
+
+from harnessx import Agent, AgentConfig, AgentRuntime, ConfigurationError, RunEvent
+from harnessx._config import RetryPolicy
+from harnessx.providers import OpenAIProvider
+
+
+@pytest.fixture
+async def vendor() -> AsyncIterator[FakeVendor]:
+    served = FakeVendor()
+    await served.start()
+    yield served
+    await served.stop()
+
+
+def vendor_agent(vendor: FakeVendor, model: str) -> Agent:
+    provider = OpenAIProvider(
+        model, api_key="sk-test-not-a-secret", base_url=vendor.base_url, retry=RetryPolicy(attempts=3)
+    )
+    return Agent(
+        config=AgentConfig(model=model, system_prompt="Be brief.", max_tokens=50, planning=False),
+        provider=provider,
+    )
+
+
+async def rate_waits(events: AsyncIterator[RunEvent]) -> AsyncIterator[RunEvent]:
+    async for event in events:
+        if event.type.value == "waiting" and event.data.get("on") == "rate_limit":
+            yield event
+
+
+async def test_rate_limits_are_set_listed_replaced_and_removed(target: BackendTarget) -> None:
+    async with target.open() as store:
+        await store.set_rate_limit("openai/*", 600, None)
+        await store.set_rate_limit("openai/gpt-4o", 60, 30_000, burst_seconds=2)
+        await store.set_rate_limit("openai/*", 300, 90_000)  # replaces
+        found = {limit.pattern: limit for limit in await store.rate_limits()}
+        assert set(found) == {"openai/*", "openai/gpt-4o"}
+        assert (found["openai/*"].requests_per_minute, found["openai/*"].tokens_per_minute) == (300, 90_000)
+        assert found["openai/gpt-4o"].burst_seconds == 2
+        assert await store.reserve_rate("anthropic/claude", 100) is None  # nothing governs it
+        taken = await store.reserve_rate("openai/gpt-4o-mini", 100)
+        assert taken is not None and taken.wait == 0
+        assert await store.remove_rate_limit("openai/*") is True
+        assert await store.remove_rate_limit("openai/*") is False
+        assert await store.reserve_rate("openai/gpt-4o-mini", 100) is None
+        buckets = {bucket.name: bucket for bucket in await store.rate_buckets()}
+        assert buckets["openai/gpt-4o-mini"].pattern is None and buckets["openai/gpt-4o-mini"].waits == 0
+        with pytest.raises(ConfigurationError, match="needs requests per minute"):
+            await store.set_rate_limit("openai/x", None, None)
+        with pytest.raises(ConfigurationError, match="without spaces"):
+            await store.set_rate_limit("open ai", 60, None)
+
+
+async def test_reservations_from_several_stores_each_get_a_start_of_their_own(target: BackendTarget) -> None:
+    stores = (target.open(), target.open(auto_migrate=False), target.open(auto_migrate=False))
+    async with stores[0] as first, stores[1] as second, stores[2] as third:
+        # Six calls a minute: one start every 10 s. Nothing sleeps: each reservation says
+        # how long its caller must wait, and those waits must be 10 s apart.
+        await first.set_rate_limit("openai/gpt-4o", 6, None)
+        began = time.time()
+        taken = await asyncio.gather(
+            *(store.reserve_rate("openai/gpt-4o", 0) for store in (first, second, third) for _ in range(8))
+        )
+        span = time.time() - began
+    reserved = [t for t in taken if t is not None]
+    assert len(reserved) == 24
+    # The k-th start is k x 10 s after the first reservation's moment, seen from a moment
+    # at most `span` later: two callers given the same start would break this.
+    for k, wait in enumerate(sorted(t.wait for t in reserved)):
+        assert k * 10 - span - 0.01 <= wait <= k * 10 + 0.01, (k, sorted(t.wait for t in reserved), span)
+    starts = sorted(t.start for t in reserved)
+    assert [b - a for a, b in itertools.pairwise(starts)] == pytest.approx([10] * 23)
+
+
+async def test_a_calls_tokens_settle_its_reservation(target: BackendTarget) -> None:
+    async with target.open() as store:
+        await store.set_rate_limit("openai/gpt-4o", None, 600)  # ten tokens a second
+        began = time.time()
+        first = await store.reserve_rate("openai/gpt-4o", 100)  # holds the bucket 10 s
+        assert first is not None and first.wait == 0
+        await store.settle_rate("openai/gpt-4o", -90)  # it used 10: 1 s
+        second = await store.reserve_rate("openai/gpt-4o", 10)
+        span = time.time() - began
+        assert second is not None and 1 - span - 0.01 <= second.wait <= 1.01
+        assert second.start == pytest.approx(first.start + 1)
+        (bucket,) = await store.rate_buckets()
+        assert (bucket.pattern, bucket.waits) == ("openai/gpt-4o", 1)
+        assert bucket.waited == pytest.approx(second.wait)
+
+
+async def test_a_run_waits_for_budget_with_no_request_open_and_cancels_while_waiting(
+    target: BackendTarget, vendor: FakeVendor
+) -> None:
+    async with target.open() as store:
+        await store.set_rate_limit("openai/gpt-slow", 1, None)  # one call a minute
+        assert await store.reserve_rate("openai/gpt-slow", 0) is not None  # someone else's, just now
+        async with AgentRuntime(vendor_agent(vendor, "gpt-slow"), backend=store) as runtime:
+            handle = await runtime.submit("Hello")
+            waiting = await asyncio.wait_for(anext(rate_waits(handle.events())), 30)
+            assert waiting.data["bucket"] == "openai/gpt-slow" and 50 < waiting.data["seconds"] <= 60
+            # The run is waiting for its turn: the vendor has had no request, none is open.
+            assert vendor.calls == [] and vendor.open_now == 0
+            await runtime.cancel()
+            result = await asyncio.wait_for(handle.result(), 30)
+            assert result.status.value == "cancelled"
+    assert vendor.calls == []
+
+
+async def test_a_run_waits_its_turn_then_calls_and_its_tokens_settle(
+    target: BackendTarget, vendor: FakeVendor
+) -> None:
+    async with target.open() as store:
+        await store.set_rate_limit("openai/*", 60, 1_000_000)  # one call a second
+        assert await store.reserve_rate("openai/gpt-turn", 0) is not None  # the bucket's second is taken
+        async with AgentRuntime(vendor_agent(vendor, "gpt-turn"), backend=store) as runtime:
+            handle = await runtime.submit("Hello")
+            result = await asyncio.wait_for(handle.result(), 30)
+            assert result.ok and result.output == "Done."
+            waits = [event async for event in rate_waits(handle.events())]
+        assert len(waits) == 1 and 0 < waits[0].data["seconds"] <= 1
+        assert len(vendor.served("gpt-turn")) == 1
+        (bucket,) = [b for b in await store.rate_buckets() if b.name == "openai/gpt-turn"]
+        assert bucket.pattern == "openai/*" and bucket.waits == 1
+
+
+async def test_a_vendors_retry_after_is_still_honoured_under_a_limit(
+    target: BackendTarget, vendor: FakeVendor
+) -> None:
+    async with target.open() as store:
+        await store.set_rate_limit("openai/*", 6000, None)
+        vendor.throttle(1, "1")  # the vendor's own limit says: come back in a second
+        async with AgentRuntime(vendor_agent(vendor, "gpt-busy"), backend=store) as runtime:
+            result = await asyncio.wait_for(runtime.run("Hello"), 30)
+    assert result.ok
+    refused, served = vendor.calls
+    assert (refused.status, served.status) == (429, 200)
+    assert served.at - refused.at >= 1.0

@@ -1,0 +1,185 @@
+"""A fleet-wide model rate limit holds across three real harness-worker processes, counted
+from the model vendor's side (tests/fake_vendor.py, an HTTP server on loopback in a process
+of its own that every worker calls): no window of the vendor's log has more calls or tokens
+than the limits let through, although the three workers together could have sent them all
+at once."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from durable_support import BackendTarget
+from fake_vendor import logged_calls, most_in_window
+from pool_support import Pool
+
+from harnessx import AgentRef, AgentRuntime
+
+pytestmark = pytest.mark.process
+
+
+@pytest.fixture
+def pool(target: BackendTarget, tmp_path: Path):  # type: ignore[no-untyped-def]
+    created = Pool(target, tmp_path)
+    created.migrate()
+    yield created
+    created.stop_all()
+
+
+@pytest.fixture
+def vendor(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A vendor process: its base URL and the log of the calls it served."""
+    log = tmp_path / "vendor.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "fake_vendor.py"), str(log)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        yield process.stdout.readline().strip(), log
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def limits(pool: Pool, *args: str) -> str:
+    done = pool.cli("limits", *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def waits_counted(port: int, bucket: str) -> float:
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+    found = re.search(rf'^harnessx_rate_limit_waits_total{{bucket="{re.escape(bucket)}"}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+@pytest.mark.timeout(300)
+async def test_a_rate_limit_holds_across_three_worker_processes(
+    pool: Pool, vendor: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base_url, log = vendor
+    monkeypatch.setenv("HX_VENDOR_URL", base_url)
+    # A call a second of gpt-rpm; 400 tokens a second of gpt-tpm (a call uses ~350).
+    assert "at most 60 calls a minute in openai/gpt-rpm" in limits(
+        pool, "rate", "openai/gpt-rpm", "--rpm", "60"
+    )
+    assert "24000 tokens a minute" in limits(pool, "rate", "openai/gpt-tpm", "--tpm", "24000")
+    ports = [free_port() for _ in range(3)]
+    for index, port in enumerate(ports):
+        pool.worker(f"w{index}", concurrency=4, extra=["--metrics-addr", f"127.0.0.1:{port}"])
+    await pool.wait_for_workers(3)
+    async with pool.target.open(auto_migrate=False) as store:
+        for agent, count in (("vendor-rpm", 10), ("vendor-tpm", 20)):
+            for index in range(count):
+                runtime = AgentRuntime(AgentRef(agent, "v1"), backend=store, execution="pool")
+                await runtime.start()
+                await runtime.submit(f"{agent} job {index}")
+                await runtime.stop()
+    # Watched from the database, by one query now and then: following 30 runs would keep
+    # this process busy, and the workers share its two cores.
+    deadline = time.monotonic() + 180
+    while (
+        statuses := sorted(status for (status,) in await rows(pool.target, "SELECT status FROM runs"))
+    ).count("running"):
+        assert time.monotonic() < deadline, statuses
+        await asyncio.sleep(0.5)
+    assert statuses == ["completed"] * 30
+    rpm, tpm = logged_calls(log, "gpt-rpm"), logged_calls(log, "gpt-tpm")
+    assert len(rpm) == 10 and len(tpm) == 20
+    assert len({owner for (owner,) in await rows(pool.target, "SELECT owner FROM run_claims")}) == 3
+    # Each call that waited arrived no earlier than the start its reservation gave it, and
+    # those starts are a second apart: the fleet's calls took turns.
+    starts = {
+        message: json.loads(data)["until"]
+        for message, data in await rows(
+            pool.target,
+            "SELECT r.request_message, CAST(e.data AS TEXT) FROM events e JOIN runs r ON r.id = e.run_id "
+            "WHERE e.type = 'waiting' AND CAST(e.data AS TEXT) LIKE '%rate_limit%'",
+        )
+    }
+    late = [call.at - starts[call.prompt] for call in rpm + tpm if call.prompt in starts]
+    assert len(late) >= 20 and min(late) >= -0.01, late
+    rpm_starts = sorted(starts[call.prompt] for call in rpm if call.prompt in starts)
+    assert all(b - a >= 1 - 0.002 for a, b in itertools.pairwise(rpm_starts)), rpm_starts
+    # From the vendor's side: at most 4 + 1 calls in any 4 s, give or take how late calls
+    # were delivered (the worker's event loop, store writes and the connection, on a loaded
+    # machine: calls late by different amounts come closer together than their starts).
+    delivery = max(0.0, max(late))
+    window = 4.0
+    assert most_in_window(rpm, window) <= (window + delivery) * 60 / 60 + 1, (sorted(c.at for c in rpm), late)
+    # Tokens: at most the window's 400 a second, plus one call's reservation the window's
+    # start cuts through (its input and the 50 tokens of output it may use).
+    bound = (window + delivery) * 24000 / 60 + max(c.tokens for c in tpm) + 50
+    assert most_in_window(tpm, window, tokens=True) <= bound, [(c.at, c.tokens) for c in tpm]
+    assert sum(c.tokens for c in tpm) > 2 * bound  # all at once, they would have broken it
+    # Nearly every run waited for its turn, in its events and in the workers' metrics.
+    assert len(starts) >= 24
+    counted = [await waits_counted(port, "openai/gpt-rpm") for port in ports]
+    assert sum(counted) >= 6, counted
+    listing = limits(pool, "list")
+    assert "openai/gpt-rpm" in listing and "openai/gpt-tpm" in listing
+
+
+async def rows(target: BackendTarget, query: str) -> list[tuple[Any, ...]]:
+    if target.kind == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(target.location) as conn:
+            return list(conn.execute(query))
+    import asyncpg
+
+    conn = await asyncpg.connect(target.location, server_settings={"search_path": "harness_x"})
+    try:
+        return [tuple(row) for row in await conn.fetch(query)]
+    finally:
+        await conn.close()
+
+
+def test_the_rate_command_says_what_is_wrong_with_its_input(pool: Pool) -> None:
+    def attempt(*args: str) -> subprocess.CompletedProcess[str]:
+        return pool.cli("limits", "rate", *args)
+
+    cases = [
+        (("openai/gpt-4o",), 2, "needs requests per minute, tokens per minute or both (--rpm N, --tpm N)"),
+        (("openai/gpt-4o", "--rpm", "0"), 2, "requests per minute must be a number above 0"),
+        (("openai/gpt-4o", "--rpm", "5", "--burst", "-1"), 2, "burst must be from 0 to 3600"),
+        (("open ai", "--rpm", "5"), 2, "without spaces"),
+        (("openai/gpt-4o", "--off"), 1, "no rate limit is set on 'openai/gpt-4o'"),
+        (("openai/gpt-4o", "--off", "--rpm", "5"), 2, "without --rpm or --tpm"),
+    ]
+    for args, code, said in cases:
+        done = attempt(*args)
+        assert (done.returncode, said in done.stderr, "Traceback" in done.stderr) == (code, True, False), (
+            args,
+            done.stderr,
+        )
+    assert (
+        "at most 5 calls a minute and 900 tokens a minute"
+        in attempt("openai/gpt-4o", "--rpm", "5", "--tpm", "900").stdout
+    )
+    listing = limits(pool, "list")
+    assert re.search(r"openai/gpt-4o\s+5\s+900\s+0s", listing), listing
+    assert "removed the rate limit on openai/gpt-4o" in attempt("openai/gpt-4o", "--off").stdout
+    assert "openai/gpt-4o" not in limits(pool, "list")
