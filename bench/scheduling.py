@@ -1,0 +1,338 @@
+"""Scheduling benchmarks: what priorities, concurrency limits, fair shares and model rate
+limits cost the pool, with real harness-worker processes.
+
+    python bench/scheduling.py                      # a throwaway PostgreSQL 15 cluster, fsync on
+    python bench/scheduling.py --sqlite             # the embedded store instead
+    python bench/scheduling.py --queued 100000      # the size of the deep queue (default)
+
+Reports, side by side, with scheduling *off* (plain submissions, no limits) and *on* (every
+run with a priority from -5 to 5, a concurrency key of 50 under a `key:*` limit that never
+binds but every claim checks, the key as its fair-share tenant, and a model rate limit on
+`scripted/*` that every model call reserves from without waiting):
+
+- claim latency: from a run's creation to its first committed event, runs submitted one by
+  one to two idle workers (p50/p99; the database's own timestamps);
+- throughput: checkpointed steps per second with two workers, 8 boundaries a run;
+- the deep queue: --queued runs waiting across 1,000 keys (limit 2 each) and 1,000 tenants,
+  or as many plain runs: the claim statement's latency (``claim_queued`` of 8, p50/p99) and
+  two workers' steps per second while they drain it.
+
+The on and off rounds alternate (off, on, off, on) and each figure is the median of its two
+rounds, so that a machine's drift weighs on both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pool import BIN, STEPS_PER_RUN, Fleet, live_workers, percentile, postgres_timestamps, sqlite_timestamps
+
+from harnessx import AgentRef, AgentRuntime
+from harnessx.store._protocol import Store
+
+KEYS = 50
+DEEP_KEYS = 1000
+
+
+async def scheduled(store: Store, on: bool, index: int) -> tuple[AgentRuntime, Any]:
+    runtime = AgentRuntime(AgentRef("fast", "v1"), backend=store, execution="pool")
+    await runtime.start()
+    if on:
+        key = f"key:{index % KEYS}"
+        handle = await runtime.submit(f"job {index}", priority=random.randint(-5, 5), concurrency_key=key)
+    else:
+        handle = await runtime.submit(f"job {index}")
+    return runtime, handle
+
+
+async def set_limits(store: Store, on: bool) -> None:
+    if on:
+        await store.set_concurrency_limit("key:*", 10_000)
+        await store.set_rate_limit("scripted/*", 1e9, 1e12)
+    else:
+        await store.remove_concurrency_limit("key:*")
+        await store.remove_rate_limit("scripted/*")
+
+
+async def claim_latency(store: Store, fleet: Fleet, on: bool, claims: int, timestamps: Any) -> list[float]:
+    await set_limits(store, on)
+    fleet.worker()
+    fleet.worker()
+    await live_workers(store, 2)
+    await asyncio.sleep(6.0)  # idle polling, and the rate gate's copy of the limits is fresh
+    run_ids = []
+    for index in range(claims):
+        runtime, handle = await scheduled(store, on, index)
+        await handle.result()
+        await runtime.stop()
+        run_ids.append(handle.run_id)
+        await asyncio.sleep(0.05)
+    fleet.stop()
+    return [first - created for created, first in await timestamps(run_ids)]
+
+
+async def throughput(store: Store, fleet: Fleet, on: bool, runs: int) -> float:
+    await set_limits(store, on)
+    for _ in range(2):
+        fleet.worker(concurrency=8)
+    await live_workers(store, 2)
+    await asyncio.sleep(6.0)
+    started = time.perf_counter()
+    submitted = [await scheduled(store, on, index) for index in range(runs)]
+    await asyncio.gather(*(handle.result() for _, handle in submitted))
+    elapsed = time.perf_counter() - started
+    for runtime, _ in submitted:
+        await runtime.stop()
+    fleet.stop()
+    return runs * STEPS_PER_RUN / elapsed
+
+
+# --------------------------------------------------------------------- the deep queue
+
+
+class Database:
+    """Plain SQL on the benchmark's database (to copy a template run many times)."""
+
+    def __init__(self, sqlite: Path | None, dsn: str | None, schema: str) -> None:
+        self.sqlite, self.dsn, self.schema = sqlite, dsn, schema
+
+    async def columns(self, table: str) -> list[str]:
+        if self.sqlite is not None:
+            import sqlite3
+
+            with sqlite3.connect(self.sqlite) as conn:
+                return [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+        rows = await self.fetch(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 "
+            "ORDER BY ordinal_position",
+            self.schema,
+            table,
+        )
+        return [str(row[0]) for row in rows]
+
+    async def fetch(self, query: str, *args: Any) -> list[Any]:
+        if self.sqlite is not None:
+            import sqlite3
+
+            with sqlite3.connect(self.sqlite) as conn:
+                return conn.execute(query, args).fetchall()
+        import asyncpg
+
+        conn = await asyncpg.connect(self.dsn, server_settings={"search_path": self.schema})
+        try:
+            return list(await conn.fetch(query, *args))
+        finally:
+            await conn.close()
+
+    async def execute(self, query: str) -> None:
+        if self.sqlite is not None:
+            import sqlite3
+
+            with sqlite3.connect(self.sqlite) as conn:
+                conn.execute(query)
+            return
+        import asyncpg
+
+        conn = await asyncpg.connect(self.dsn, server_settings={"search_path": self.schema})
+        try:
+            await conn.execute(query)
+        finally:
+            await conn.close()
+
+
+async def fill_queue(store: Store, db: Database, count: int, on: bool) -> float:
+    """``count`` queued runs of agent fast@v1, copies of one submitted through the store:
+    across 1,000 keys and tenants with priorities (on), or plain (off). Seconds it took."""
+    started = time.perf_counter()
+    runtime = AgentRuntime(AgentRef("fast", "v1"), backend=store, execution="pool")
+    session = await runtime.start()
+    handle = await runtime.submit("deep job")
+    await runtime.stop()
+    run_id = handle.run_id
+    numbers = (
+        f"WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {count - 1}) "
+        if db.sqlite is not None
+        else ""
+    )
+    series = "g" if db.sqlite is not None else f"generate_series(1, {count - 1}) AS g(n)"
+    cat = "||"
+    renamed = {
+        "sessions": {"id": f"id {cat} '-' {cat} g.n"},
+        "runs": {"id": f"id {cat} '-' {cat} g.n", "session_id": f"session_id {cat} '-' {cat} g.n"},
+        "messages": {"session_id": f"session_id {cat} '-' {cat} g.n"},
+        "events": {"run_id": f"run_id {cat} '-' {cat} g.n", "event_id": f"event_id {cat} '-' {cat} g.n"},
+    }
+    if on:
+        renamed["runs"].update(
+            {
+                "concurrency_key": f"'key:' {cat} (g.n % {DEEP_KEYS})",
+                "tenant": f"'key:' {cat} (g.n % {DEEP_KEYS})",
+                "priority": "(g.n % 11) - 5",
+            }
+        )
+    where = {
+        "sessions": f"id = '{session}'",
+        "runs": f"id = '{run_id}'",
+        "messages": f"session_id = '{session}'",
+        "events": f"run_id = '{run_id}'",
+    }
+    for table in ("sessions", "runs", "messages", "events"):
+        columns = await db.columns(table)
+        values = ", ".join(renamed[table].get(column, column) for column in columns)
+        await db.execute(
+            f"{numbers}INSERT INTO {table} ({', '.join(columns)}) "
+            f"SELECT {values} FROM {table}, {series} WHERE {where[table]}"
+        )
+    return time.perf_counter() - started
+
+
+async def deep_claims(store: Store, claims: int) -> list[float]:
+    samples = []
+    for _ in range(claims):
+        started = time.perf_counter()
+        taken = await store.claim_queued("bench-claimer", ["fast@v1"], 8)
+        samples.append(time.perf_counter() - started)
+        for lease, _ in taken:
+            await store.release(lease)  # the run leaves the queue and stops driving
+    return samples
+
+
+async def deep_throughput(store: Store, fleet: Fleet, db: Database, seconds: float) -> float:
+    for _ in range(2):
+        fleet.worker(concurrency=8)
+    await live_workers(store, 2)
+    await asyncio.sleep(5.0)  # past the start
+    done = "SELECT count(*) FROM runs WHERE status = 'completed'"
+    first = (await db.fetch(done))[0][0]
+    started = time.perf_counter()
+    await asyncio.sleep(seconds)
+    last = (await db.fetch(done))[0][0]
+    elapsed = time.perf_counter() - started
+    fleet.stop()
+    return (last - first) * STEPS_PER_RUN / elapsed
+
+
+# --------------------------------------------------------------------------- main
+
+
+async def one_store(
+    args: argparse.Namespace, folder: Path, dsn: str | None, schema: str
+) -> tuple[Store, Any]:
+    from harnessx._processes import open_store
+
+    if args.sqlite:
+        database = folder / f"{schema}.sqlite3"
+        store_args = ["--sqlite", str(database)]
+    else:
+        assert dsn is not None
+        store_args = ["--dsn", dsn, "--schema", schema]
+    subprocess.run([str(BIN / "harnessx"), "migrate", *store_args], check=True, capture_output=True)
+    store = open_store(
+        dsn=None if args.sqlite else dsn,
+        sqlite_path=store_args[1],
+        schema=schema,
+        lease_seconds=30.0,
+        auto_migrate=False,
+    )
+    timestamps = sqlite_timestamps(Path(store_args[1])) if args.sqlite else postgres_timestamps(dsn, schema)
+    return store, (store_args, timestamps)
+
+
+async def main(args: argparse.Namespace) -> None:
+    rounds: dict[str, dict[bool, list[Any]]] = {
+        "claims": {False: [], True: []},
+        "steps": {False: [], True: []},
+    }
+    deep: dict[bool, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as folder_name, ExitStack() as stack:
+        folder = Path(folder_name)
+        dsn = None
+        label = "SQLite (WAL, synchronous=FULL)"
+        if not args.sqlite:
+            from harnessx.testing import ThrowawayCluster
+
+            dsn = args.dsn or stack.enter_context(ThrowawayCluster(durable=True)).dsn
+            label = "PostgreSQL 15 (loopback, fsync on)" if args.dsn is None else "PostgreSQL (given DSN)"
+        store, (store_args, timestamps) = await one_store(args, folder, dsn, "sched_bench")
+        async with store:
+            fleet = Fleet(store_args, folder)
+            try:
+                for on in (False, True, False, True):
+                    rounds["claims"][on].append(
+                        await claim_latency(store, fleet, on, args.claims, timestamps)
+                    )
+                    rounds["steps"][on].append(await throughput(store, fleet, on, args.runs))
+            finally:
+                fleet.stop()
+        if args.queued:
+            for on in (False, True):
+                schema = f"sched_deep_{'on' if on else 'off'}"
+                store, (store_args, _) = await one_store(args, folder, dsn, schema)
+                db = Database(Path(store_args[1]) if args.sqlite else None, dsn, schema)
+                async with store:
+                    if on:
+                        await store.set_concurrency_limit("key:*", 2)
+                    filled = await fill_queue(store, db, args.queued, on)
+                    claims = await deep_claims(store, args.deep_claims)
+                    fleet = Fleet(store_args, folder)
+                    try:
+                        steps = await deep_throughput(store, fleet, db, args.drain_seconds)
+                    finally:
+                        fleet.stop()
+                deep[on] = {"filled": filled, "claims": claims, "steps": steps}
+    print(f"store: {label}; machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}")
+    print()
+    print("| measure | scheduling off | scheduling on | on / off |")
+    print("|---|---|---|---|")
+    for name, q in (("p50", 0.5), ("p99", 0.99)):
+        off = statistics.median(percentile(s, q) for s in rounds["claims"][False])
+        on_ = statistics.median(percentile(s, q) for s in rounds["claims"][True])
+        print(f"| claim latency {name}, creation -> first event (ms) | {off * 1000:.1f} | {on_ * 1000:.1f} | "
+              f"{on_ / off:.2f} |")  # fmt: skip
+    off_steps = statistics.median(rounds["steps"][False])
+    on_steps = statistics.median(rounds["steps"][True])
+    print(f"| checkpointed steps / s, 2 workers, {args.runs} runs | {off_steps:.0f} | {on_steps:.0f} | "
+          f"{on_steps / off_steps:.2f} |")  # fmt: skip
+    off_rounds = [round(s) for s in rounds["steps"][False]]
+    on_rounds = [round(s) for s in rounds["steps"][True]]
+    print(
+        f"\n(each: the median of 2 rounds; {args.claims} claims a round; "
+        f"steps/s rounds {off_rounds} off, {on_rounds} on)"
+    )
+    if deep:
+        print()
+        print(f"| {args.queued:,} queued runs | plain | 1,000 keys (limit 2), 1,000 tenants, priorities |")
+        print("|---|---|---|")
+        for name, q in (("p50", 0.5), ("p99", 0.99)):
+            cells = [f"{percentile(deep[on]['claims'], q) * 1000:.1f}" for on in (False, True)]
+            print(f"| claim of 8, statement {name} (ms) | {cells[0]} | {cells[1]} |")
+        steps = [f"{deep[on]['steps']:.0f}" for on in (False, True)]
+        print(f"| checkpointed steps / s, 2 workers draining | {steps[0]} | {steps[1]} |")
+        print(f"| time to fill the queue (s) | {deep[False]['filled']:.0f} | {deep[True]['filled']:.0f} |")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dsn", help="PostgreSQL DSN (default: a throwaway cluster)")
+    parser.add_argument("--sqlite", action="store_true", help="benchmark the SQLite store instead")
+    parser.add_argument("--claims", type=int, default=30, help="claims per latency round")
+    parser.add_argument("--runs", type=int, default=150, help="runs per throughput round")
+    parser.add_argument("--queued", type=int, default=100_000, help="runs in the deep queue (0: skip it)")
+    parser.add_argument("--deep-claims", type=int, default=100)
+    parser.add_argument("--drain-seconds", type=float, default=15.0)
+    asyncio.run(main(parser.parse_args()))
