@@ -117,7 +117,7 @@ class Database:
                 return [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
         rows = await self.fetch(
             "SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 "
-            "ORDER BY ordinal_position",
+            "AND is_identity = 'NO' AND is_generated = 'NEVER' ORDER BY ordinal_position",
             self.schema,
             table,
         )
@@ -251,6 +251,28 @@ async def one_store(
     return store, (store_args, timestamps)
 
 
+def report_rounds(args: argparse.Namespace, label: str, rounds: dict[str, dict[bool, list[Any]]]) -> None:
+    print(f"store: {label}; machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}")
+    print()
+    print("| measure | scheduling off | scheduling on | on / off |")
+    print("|---|---|---|---|")
+    for name, q in (("p50", 0.5), ("p99", 0.99)):
+        off = statistics.median(percentile(s, q) for s in rounds["claims"][False])
+        on_ = statistics.median(percentile(s, q) for s in rounds["claims"][True])
+        print(f"| claim latency {name}, creation -> first event (ms) | {off * 1000:.1f} | {on_ * 1000:.1f} | "
+              f"{on_ / off:.2f} |")  # fmt: skip
+    off_steps = statistics.median(rounds["steps"][False])
+    on_steps = statistics.median(rounds["steps"][True])
+    print(f"| checkpointed steps / s, 2 workers, {args.runs} runs | {off_steps:.0f} | {on_steps:.0f} | "
+          f"{on_steps / off_steps:.2f} |")  # fmt: skip
+    off_rounds = [round(s) for s in rounds["steps"][False]]
+    on_rounds = [round(s) for s in rounds["steps"][True]]
+    print(
+        f"\n(each: the median of {args.rounds} rounds; {args.claims} claims a round; "
+        f"steps/s rounds {off_rounds} off, {on_rounds} on)"
+    )
+
+
 async def main(args: argparse.Namespace) -> None:
     rounds: dict[str, dict[bool, list[Any]]] = {
         "claims": {False: [], True: []},
@@ -270,13 +292,15 @@ async def main(args: argparse.Namespace) -> None:
         async with store:
             fleet = Fleet(store_args, folder)
             try:
-                for on in (False, True, False, True):
+                for on in [False, True] * args.rounds:
                     rounds["claims"][on].append(
                         await claim_latency(store, fleet, on, args.claims, timestamps)
                     )
                     rounds["steps"][on].append(await throughput(store, fleet, on, args.runs))
             finally:
                 fleet.stop()
+        if args.rounds:
+            report_rounds(args, label, rounds)
         if args.queued:
             for on in (False, True):
                 schema = f"sched_deep_{'on' if on else 'off'}"
@@ -293,25 +317,6 @@ async def main(args: argparse.Namespace) -> None:
                     finally:
                         fleet.stop()
                 deep[on] = {"filled": filled, "claims": claims, "steps": steps}
-    print(f"store: {label}; machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}")
-    print()
-    print("| measure | scheduling off | scheduling on | on / off |")
-    print("|---|---|---|---|")
-    for name, q in (("p50", 0.5), ("p99", 0.99)):
-        off = statistics.median(percentile(s, q) for s in rounds["claims"][False])
-        on_ = statistics.median(percentile(s, q) for s in rounds["claims"][True])
-        print(f"| claim latency {name}, creation -> first event (ms) | {off * 1000:.1f} | {on_ * 1000:.1f} | "
-              f"{on_ / off:.2f} |")  # fmt: skip
-    off_steps = statistics.median(rounds["steps"][False])
-    on_steps = statistics.median(rounds["steps"][True])
-    print(f"| checkpointed steps / s, 2 workers, {args.runs} runs | {off_steps:.0f} | {on_steps:.0f} | "
-          f"{on_steps / off_steps:.2f} |")  # fmt: skip
-    off_rounds = [round(s) for s in rounds["steps"][False]]
-    on_rounds = [round(s) for s in rounds["steps"][True]]
-    print(
-        f"\n(each: the median of 2 rounds; {args.claims} claims a round; "
-        f"steps/s rounds {off_rounds} off, {on_rounds} on)"
-    )
     if deep:
         print()
         print(f"| {args.queued:,} queued runs | plain | 1,000 keys (limit 2), 1,000 tenants, priorities |")
@@ -332,6 +337,7 @@ if __name__ == "__main__":
     parser.add_argument("--sqlite", action="store_true", help="benchmark the SQLite store instead")
     parser.add_argument("--claims", type=int, default=30, help="claims per latency round")
     parser.add_argument("--runs", type=int, default=150, help="runs per throughput round")
+    parser.add_argument("--rounds", type=int, default=2, help="off/on rounds (0: only the deep queue)")
     parser.add_argument("--queued", type=int, default=100_000, help="runs in the deep queue (0: skip it)")
     parser.add_argument("--deep-claims", type=int, default=100)
     parser.add_argument("--drain-seconds", type=float, default=15.0)

@@ -132,6 +132,7 @@ class Worker:
                 for defaults in [self.registry.defaults(ref)]
             }
         )
+        await self.executor.rates.refresh()  # the first model calls find the fleet's rate limits read
         self.registered.set()
         self._last_beat = time.monotonic()
         self.metrics.info.labels(worker_id=self.id, host=self.config.host).set(1)

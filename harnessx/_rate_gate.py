@@ -78,13 +78,28 @@ class RateGate:
         self._read_at = -math.inf
         self._reading = asyncio.Lock()
 
+    async def refresh(self) -> None:
+        """Read the limits now (a worker does when it starts, so that its first model calls
+        find them read)."""
+        async with self._reading:
+            self._limits = await self.store.rate_limits()
+            self._read_at = time.monotonic()
+
     async def limit_for(self, bucket: str) -> RateLimit | None:
-        """The limit governing ``bucket``, from a copy at most ``refresh_seconds`` old."""
+        """The limit governing ``bucket``, from a copy at most ``refresh_seconds`` old.
+
+        When the store cannot be read, an earlier copy is used (and read again a second
+        later): a store outage stops the run at its next write anyway, and a model call
+        already under way should not be the first thing it breaks. With no copy yet, the
+        store's error is the answer."""
         if time.monotonic() - self._read_at >= self.refresh_seconds:
-            async with self._reading:
-                if time.monotonic() - self._read_at >= self.refresh_seconds:
-                    self._limits = await self.store.rate_limits()
-                    self._read_at = time.monotonic()
+            try:
+                await self.refresh()
+            except StorageError as exc:
+                if self._read_at == -math.inf:
+                    raise
+                logger.warning("could not read the model rate limits (%s); using those read before", exc)
+                self._read_at = time.monotonic() - self.refresh_seconds + 1.0
         return governing_rate(self._limits, bucket)
 
     async def admit(self, provider: LLMProvider, request: ModelRequest) -> Admission | None:
