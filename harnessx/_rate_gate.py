@@ -76,31 +76,34 @@ class RateGate:
         self.observers: list[Callable[[str, float], None]] = []
         self._limits: list[RateLimit] = []
         self._read_at = -math.inf
-        self._reading = asyncio.Lock()
+        self._refreshing: asyncio.Task[None] | None = None
 
     async def refresh(self) -> None:
         """Read the limits now (a worker does when it starts, so that its first model calls
         find them read)."""
-        async with self._reading:
-            self._limits = await self.store.rate_limits()
-            self._read_at = time.monotonic()
+        self._limits = await self.store.rate_limits()
+        self._read_at = time.monotonic()
 
     async def limit_for(self, bucket: str) -> RateLimit | None:
         """The limit governing ``bucket``, from a copy at most ``refresh_seconds`` old.
 
-        When the store cannot be read, an earlier copy is used (and read again a second
-        later): a store outage stops the run at its next write anyway, and a model call
-        already under way should not be the first thing it breaks. With no copy yet, the
-        store's error is the answer."""
-        if time.monotonic() - self._read_at >= self.refresh_seconds:
-            try:
-                await self.refresh()
-            except StorageError as exc:
-                if self._read_at == -math.inf:
-                    raise
-                logger.warning("could not read the model rate limits (%s); using those read before", exc)
-                self._read_at = time.monotonic() - self.refresh_seconds + 1.0
+        Only the first read is waited for. A stale copy is read again in the background and
+        used meanwhile, so a store that is slow or unreachable holds no model call up here
+        (one that cannot be written to stops the run at its next write anyway)."""
+        if self._read_at == -math.inf:
+            await self.refresh()
+        elif time.monotonic() - self._read_at >= self.refresh_seconds and (
+            self._refreshing is None or self._refreshing.done()
+        ):
+            self._refreshing = asyncio.create_task(self._refresh_quietly(), name="harnessx-rate-limits")
         return governing_rate(self._limits, bucket)
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.refresh()
+        except StorageError as exc:
+            logger.warning("could not read the model rate limits (%s); using those read before", exc)
+            self._read_at = time.monotonic() - self.refresh_seconds + 1.0  # again in a second
 
     async def admit(self, provider: LLMProvider, request: ModelRequest) -> Admission | None:
         """Reserve the start of ``request``'s call; ``None`` when no limit governs it."""
