@@ -48,7 +48,7 @@ DEEP_KEYS = 1000
 
 
 async def scheduled(store: Store, on: bool, index: int) -> tuple[AgentRuntime, Any]:
-    runtime = AgentRuntime(AgentRef("fast", "v1"), backend=store, execution="pool")
+    runtime = AgentRuntime(AgentRef("safe", "v1"), backend=store, execution="pool")
     await runtime.start()
     if on:
         key = f"key:{index % KEYS}"
@@ -154,10 +154,10 @@ class Database:
 
 
 async def fill_queue(store: Store, db: Database, count: int, on: bool) -> float:
-    """``count`` queued runs of agent fast@v1, copies of one submitted through the store:
+    """``count`` queued runs of agent safe@v1, copies of one submitted through the store:
     across 1,000 keys and tenants with priorities (on), or plain (off). Seconds it took."""
     started = time.perf_counter()
-    runtime = AgentRuntime(AgentRef("fast", "v1"), backend=store, execution="pool")
+    runtime = AgentRuntime(AgentRef("safe", "v1"), backend=store, execution="pool")
     session = await runtime.start()
     handle = await runtime.submit("deep job")
     await runtime.stop()
@@ -203,7 +203,7 @@ async def deep_claims(store: Store, claims: int) -> list[float]:
     samples = []
     for _ in range(claims):
         started = time.perf_counter()
-        taken = await store.claim_queued("bench-claimer", ["fast@v1"], 8)
+        taken = await store.claim_queued("bench-claimer", ["safe@v1"], 8)
         samples.append(time.perf_counter() - started)
         for lease, _ in taken:
             await store.release(lease)  # the run leaves the queue and stops driving
@@ -230,25 +230,33 @@ async def deep_throughput(store: Store, fleet: Fleet, db: Database, seconds: flo
 
 async def one_store(
     args: argparse.Namespace, folder: Path, dsn: str | None, schema: str
-) -> tuple[Store, Any]:
+) -> tuple[Store, list[str], dict[str, str], Any]:
+    """A migrated store, and what worker processes need to reach it: their store options and
+    environment (a PostgreSQL DSN goes in ``HARNESSX_DSN``, not on a command line)."""
     from harnessx._processes import open_store
 
-    if args.sqlite:
-        database = folder / f"{schema}.sqlite3"
-        store_args = ["--sqlite", str(database)]
-    else:
-        assert dsn is not None
-        store_args = ["--dsn", dsn, "--schema", schema]
-    subprocess.run([str(BIN / "harnessx"), "migrate", *store_args], check=True, capture_output=True)
+    database = folder / f"{schema}.sqlite3"
+    store_args = ["--sqlite", str(database)] if args.sqlite else ["--schema", schema]
+    store_env = {} if args.sqlite or dsn is None else {"HARNESSX_DSN": dsn}
+    subprocess.run(
+        [str(BIN / "harnessx"), "migrate", *store_args],
+        check=True,
+        capture_output=True,
+        env={**os.environ, **store_env},
+    )
     store = open_store(
         dsn=None if args.sqlite else dsn,
-        sqlite_path=store_args[1],
+        sqlite_path=str(database),
         schema=schema,
         lease_seconds=30.0,
         auto_migrate=False,
     )
-    timestamps = sqlite_timestamps(Path(store_args[1])) if args.sqlite else postgres_timestamps(dsn, schema)
-    return store, (store_args, timestamps)
+    if args.sqlite:
+        timestamps = sqlite_timestamps(database)
+    else:
+        assert dsn is not None
+        timestamps = postgres_timestamps(dsn, schema)
+    return store, store_args, store_env, timestamps
 
 
 def report_rounds(args: argparse.Namespace, label: str, rounds: dict[str, dict[bool, list[Any]]]) -> None:
@@ -288,9 +296,9 @@ async def main(args: argparse.Namespace) -> None:
 
             dsn = args.dsn or stack.enter_context(ThrowawayCluster(durable=True)).dsn
             label = "PostgreSQL 15 (loopback, fsync on)" if args.dsn is None else "PostgreSQL (given DSN)"
-        store, (store_args, timestamps) = await one_store(args, folder, dsn, "sched_bench")
+        store, store_args, store_env, timestamps = await one_store(args, folder, dsn, "sched_bench")
         async with store:
-            fleet = Fleet(store_args, folder)
+            fleet = Fleet(store_args, folder, store_env)
             try:
                 for on in [False, True] * args.rounds:
                     rounds["claims"][on].append(
@@ -304,14 +312,14 @@ async def main(args: argparse.Namespace) -> None:
         if args.queued:
             for on in (False, True):
                 schema = f"sched_deep_{'on' if on else 'off'}"
-                store, (store_args, _) = await one_store(args, folder, dsn, schema)
-                db = Database(Path(store_args[1]) if args.sqlite else None, dsn, schema)
+                store, store_args, store_env, _ = await one_store(args, folder, dsn, schema)
+                db = Database(folder / f"{schema}.sqlite3" if args.sqlite else None, dsn, schema)
                 async with store:
                     if on:
                         await store.set_concurrency_limit("key:*", 2)
                     filled = await fill_queue(store, db, args.queued, on)
                     claims = await deep_claims(store, args.deep_claims)
-                    fleet = Fleet(store_args, folder)
+                    fleet = Fleet(store_args, folder, store_env)
                     try:
                         steps = await deep_throughput(store, fleet, db, args.drain_seconds)
                     finally:

@@ -133,7 +133,6 @@ async def test_a_rate_limit_holds_across_three_worker_processes(
     # start cuts through (its input and the 50 tokens of output it may use).
     bound = (window + delivery) * 24000 / 60 + max(c.tokens for c in tpm) + 50
     assert most_in_window(tpm, window, tokens=True) <= bound, [(c.at, c.tokens) for c in tpm]
-    assert sum(c.tokens for c in tpm) > 2 * bound  # all at once, they would have broken it
     # Nearly every run waited for its turn, in its events and in the workers' metrics.
     assert len(starts) >= 24
     counted = [await waits_counted(port, "openai/gpt-rpm") for port in ports]
