@@ -13,7 +13,13 @@ For each backend it reports:
   also changed a run field (as a model call's usage does), which writes the run row too
   (on PostgreSQL a phase change alone goes to the session row); floor commits and both
   kinds of checkpoint take turns;
-- run: a whole run with one tool call and an answer (about eight boundaries);
+- run: a whole run with one tool call and an answer (about eight boundaries), in one
+  runtime that starts a new session per run;
+- fresh run: the same in the seed's pattern, everything set up per request: a new agent,
+  a new ``AgentRuntime`` (``async with``), ``await runtime.run(prompt)``;
+- round trips: how many a fresh run makes to the store, counted on the wire after warm-up
+  (PostgreSQL: through a loopback proxy; SQLite: calls to the backend's database thread,
+  with its durable commits), see ``harnessx.testing._round_trips``; deterministic;
 - late/early: the median checkpoint cost of turns 181-200 of a long session over that of
   turns 1-20 of a fresh one, the two sessions taking turns (each turn is a run with one
   tool call, so turn 200 carries ~800 messages).
@@ -40,6 +46,7 @@ from harnessx._events import RunEvent, RunEventType
 from harnessx._results import ToolResult
 from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus
 from harnessx.store._protocol import Lease, Store
+from harnessx.testing._round_trips import PostgresRoundTrips, SQLiteRoundTrips
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -168,6 +175,30 @@ def bench_agent() -> Agent:
     return agent
 
 
+async def fresh_run(store: Store) -> None:
+    """One request in the seed's pattern: agent and runtime made for it, closed after it."""
+    async with AgentRuntime(bench_agent(), backend=store) as runtime:
+        await runtime.run("Write the EMEA report.")
+
+
+async def sqlite_round_trips(store: SQLiteBackend) -> str:
+    await fresh_run(store)
+    with SQLiteRoundTrips(store) as counter:
+        await fresh_run(store)
+    return f"{counter.count} ({counter.commits} commits)"
+
+
+async def postgres_round_trips(dsn: str, schema: str) -> str:
+    from harnessx.store import PostgresBackend
+
+    async with PostgresRoundTrips(dsn) as proxy, PostgresBackend(proxy.dsn, schema=schema) as store:
+        for _ in range(2):
+            await fresh_run(store)  # every statement prepared once
+        proxy.reset()
+        await fresh_run(store)
+        return str(proxy.count)
+
+
 class CheckpointTimer:
     """Times each commit the runtime makes, by wrapping the store's ``commit``."""
 
@@ -188,6 +219,7 @@ async def measure(
     label: str,
     floor: Callable[[Lease], Awaitable[Callable[[], Awaitable[None]]]],
     args: Any,
+    round_trips: Callable[[], Awaitable[str]],
 ) -> dict[str, Any]:
     runtime = AgentRuntime(bench_agent(), backend=store)
     session_id = await runtime.start()
@@ -211,6 +243,11 @@ async def measure(
         for _ in range(args.runs):
             await per_run.start()
             run_ms += await timed(lambda: per_run.run("Write the EMEA report."), 1)
+
+    fresh_ms: list[float] = []
+    for _ in range(args.runs):
+        fresh_ms += await timed(lambda: fresh_run(store), 1)
+    trips = await round_trips()
 
     timer = CheckpointTimer(store)
 
@@ -239,6 +276,8 @@ async def measure(
         "checkpoint": median(checkpoint_ms),
         "run_row": median(run_row_ms),
         "run": median(run_ms),
+        "fresh": median(fresh_ms),
+        "round_trips": trips,
         "early": median(early),
         "late": median(late),
     }
@@ -249,15 +288,17 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print()
     print(
         "| backend | floor (ms) | checkpoint (ms) | checkpoint / floor | checkpoint - floor (ms) "
-        "| writing the run row too (ms) | run with 1 tool call (ms) | late/early turn |"
+        "| writing the run row too (ms) | run with 1 tool call (ms) | fresh run (ms) "
+        "| round trips per fresh run | late/early turn |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(
             f"| {row['backend']} | {row['floor']:.3f} | {row['checkpoint']:.3f} | "
             f"{row['checkpoint'] / row['floor']:.2f}x | {row['checkpoint'] - row['floor']:.3f} | "
             f"{row['run_row']:.3f} ({row['run_row'] / row['floor']:.2f}x) | "
-            f"{row['run']:.2f} | {row['late'] / row['early']:.2f} "
+            f"{row['run']:.2f} | {row['fresh']:.2f} | {row['round_trips']} | "
+            f"{row['late'] / row['early']:.2f} "
             f"({row['early']:.3f} -> {row['late']:.3f} ms) |"
         )
 
@@ -273,6 +314,7 @@ async def main(args: argparse.Namespace) -> None:
                         "SQLite (WAL, synchronous=FULL)",
                         lambda lease: floor_sqlite(sqlite, lease),
                         args,
+                        lambda: sqlite_round_trips(sqlite),
                     )
                 )
         if "postgres" in args.backends:
@@ -288,7 +330,13 @@ async def main(args: argparse.Namespace) -> None:
 
             async with PostgresBackend(dsn, schema="harnessx_bench") as postgres:
                 rows.append(
-                    await measure(postgres, label, lambda lease: floor_postgres(postgres, lease), args)
+                    await measure(
+                        postgres,
+                        label,
+                        lambda lease: floor_postgres(postgres, lease),
+                        args,
+                        lambda: postgres_round_trips(dsn, "harnessx_bench"),
+                    )
                 )
     print_table(rows, args)
 

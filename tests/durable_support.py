@@ -44,9 +44,13 @@ class BackendTarget:
             from harnessx import SQLiteBackend
 
             return SQLiteBackend(self.location, **kwargs)
+        return self.open_at(self.location, **kwargs)
+
+    def open_at(self, location: str, **kwargs: Any) -> Any:
+        """A PostgreSQL backend at ``location`` (this database through a proxy, say)."""
         from harnessx.store import PostgresBackend
 
-        return PostgresBackend(self.location, **kwargs)
+        return PostgresBackend(location, **kwargs)
 
 
 def sales_script(tool: str, count: int = 1) -> Any:

@@ -1,0 +1,103 @@
+"""How many round trips a run makes to its store: counted on the wire, so exact.
+
+PostgreSQL through a loopback proxy that counts the client's Sync and Query messages;
+SQLite by its backend's calls to the database thread (``harnessx.testing._round_trips``).
+Counted after warm-up runs, so that no statement is being prepared for the first time.
+A count that changes is either a regression or an improvement to record here (and in
+docs/benchmarks.md): the failure lists every round trip with its statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from durable_support import BackendTarget, make_agent
+
+from harnessx import AgentRef, AgentRuntime
+from harnessx.testing._round_trips import PostgresRoundTrips, SQLiteRoundTrips
+
+# A fresh run in the seed's pattern: a new AgentRuntime per request, one tool call, an answer.
+FRESH_RUN = {"postgres": 17, "sqlite": 13}
+# Submitting a run to the pool from a new runtime (the workers' round trips not counted).
+POOL_SUBMISSION = {"postgres": 3, "sqlite": 3}
+
+
+@asynccontextmanager
+async def counted(target: BackendTarget) -> AsyncIterator[tuple[Any, Any]]:
+    """The target's backend, opened through a round-trip counter, and the counter."""
+    if target.kind == "sqlite":
+        async with target.open() as backend:
+            with SQLiteRoundTrips(backend) as counter:
+                yield backend, counter
+        return
+    async with PostgresRoundTrips(target.location) as proxy, target.open_at(proxy.dsn) as backend:
+        yield backend, proxy
+
+
+async def fresh_run(backend: Any) -> None:
+    async with AgentRuntime(make_agent(policy="safe"), backend=backend) as runtime:
+        result = await runtime.run("Write the report.")
+    assert result.ok, result
+
+
+async def test_a_fresh_run_makes_a_known_number_of_round_trips(target: BackendTarget) -> None:
+    async with counted(target) as (backend, counter):
+        for _ in range(2):
+            await fresh_run(backend)  # every statement prepared once
+        counter.reset()
+        await fresh_run(backend)
+        assert counter.count == FRESH_RUN[target.kind], counter.describe()
+
+
+async def pool_submission(backend: Any) -> None:
+    runtime = AgentRuntime(AgentRef("sales", "v1"), backend=backend, execution="pool")
+    try:
+        await runtime.submit("Write the report.")
+    finally:
+        await runtime.stop()
+
+
+async def test_a_pool_submission_makes_a_known_number_of_round_trips(target: BackendTarget) -> None:
+    async with counted(target) as (backend, counter):
+        for _ in range(2):
+            await pool_submission(backend)
+        counter.reset()
+        await pool_submission(backend)
+        assert counter.count == POOL_SUBMISSION[target.kind], counter.describe()
+
+
+async def test_the_proxy_counts_each_wait_for_the_server(postgres_dsn: str) -> None:
+    """The counter itself: a statement is one round trip once prepared (its first use
+    prepares it: one more), a transaction block adds its BEGIN and COMMIT."""
+    import asyncpg  # type: ignore[import-untyped]
+
+    async with PostgresRoundTrips(postgres_dsn) as proxy:
+        conn = await asyncpg.connect(proxy.dsn)
+        try:
+            proxy.reset()
+            await conn.fetchval("SELECT $1::int", 1)
+            assert proxy.count == 2, proxy.describe()  # prepare, then bind and execute
+            proxy.reset()
+            await conn.fetchval("SELECT $1::int", 2)
+            assert proxy.count == 1, proxy.describe()
+            proxy.reset()
+            async with conn.transaction():
+                await conn.fetchval("SELECT $1::int", 3)
+            assert proxy.count == 3, proxy.describe()
+            assert proxy.trips[0][0].startswith("BEGIN") and proxy.trips[2][0].startswith("COMMIT")
+        finally:
+            await conn.close()
+
+
+async def test_the_sqlite_counter_counts_calls_and_commits(tmp_path: Any) -> None:
+    from harnessx import SQLiteBackend
+
+    async with SQLiteBackend(tmp_path / "db.sqlite3") as backend:
+        with SQLiteRoundTrips(backend) as counter:
+            await backend.create_session("s", None, {})
+            await backend.get_session("s")
+        assert (counter.count, counter.transactions, counter.commits) == (2, 1, 1), counter.describe()
+        await backend.get_session("s")
+        assert counter.count == 2  # no longer counting
