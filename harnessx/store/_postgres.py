@@ -1100,12 +1100,13 @@ class PostgresBackend(PostgresConsole, PostgresScheduling):
         return run_record(tuple(row)) if row else None
 
     async def load_state(self, run_id: str) -> RunState:
-        async def read(conn: Any) -> RunState:
-            # One snapshot, so messages and tool calls are from the same commit.
-            async with conn.transaction(isolation="repeatable_read", readonly=True):
-                return await self._load(conn, run_id)
-
-        return await self._run("loading a run", read)
+        row = await self._run("loading a run", lambda conn: conn.fetchrow(Q["load_run"], run_id))
+        if row is None:
+            raise StorageError(f"no run {run_id!r} in {self._where}")
+        *columns, bodies, tools, results = tuple(row)
+        return decode_state(
+            run_record(columns), bodies, tools, {(key, kind): text for key, kind, text in results}
+        )
 
     async def _load(self, conn: Any, run_id: str) -> RunState:
         row = await conn.fetchrow(Q["get_run"], run_id)

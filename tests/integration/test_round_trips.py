@@ -19,7 +19,7 @@ from harnessx import AgentRef, AgentRuntime
 from harnessx.testing._round_trips import PostgresRoundTrips, SQLiteRoundTrips
 
 # A fresh run in the seed's pattern: a new AgentRuntime per request, one tool call, an answer.
-FRESH_RUN = {"postgres": 17, "sqlite": 13}
+FRESH_RUN = {"postgres": 13, "sqlite": 13}
 # Submitting a run to the pool from a new runtime (the workers' round trips not counted).
 POOL_SUBMISSION = {"postgres": 3, "sqlite": 3}
 
@@ -101,3 +101,17 @@ async def test_the_sqlite_counter_counts_calls_and_commits(tmp_path: Any) -> Non
         assert (counter.count, counter.transactions, counter.commits) == (2, 1, 1), counter.describe()
         await backend.get_session("s")
         assert counter.count == 2  # no longer counting
+
+
+async def test_the_one_statement_load_reads_what_get_run_reads(pg_database: str) -> None:
+    """load_run repeats get_run's columns (run_record reads them by position): a column
+    added to one must be added to the other."""
+    from harnessx.store import PostgresBackend
+    from harnessx.store._queries import load_queries
+
+    queries = load_queries("postgres")
+    async with PostgresBackend(pg_database) as backend, backend._pool.acquire() as conn:
+        run = [(a.name, a.type.name) for a in (await conn.prepare(queries["get_run"])).get_attributes()]
+        load = [(a.name, a.type.name) for a in (await conn.prepare(queries["load_run"])).get_attributes()]
+        assert [t for _, t in load[: len(run)]] == [t for _, t in run]
+        assert [t for _, t in load[len(run) :]] == ["text[]", "record[]", "record[]"]
