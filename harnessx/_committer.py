@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from harnessx._errors import LeaseLostError, StorageError
 from harnessx._events import RunEvent
 from harnessx._journal import RecordingError, RunJournal
+from harnessx._results import RunStatus
 from harnessx._state import Delta, RunState
 from harnessx.store._protocol import Lease, Store
 
@@ -63,7 +64,10 @@ class StoreCommitter:
     """The ``Committer`` for a durable run: every write is fenced by ``lease``.
 
     With a ``journal`` (a recorded run), each write also appends the run's journal records
-    for it, in the same transaction."""
+    for it, in the same transaction. With ``on_release``, the commit that finishes the run
+    (completed, failed or cancelled: nothing is written after it) also gives the lease back,
+    in the same transaction; ``on_release`` is called just before it is sent, to stop
+    renewing the lease, and ``released`` says it was given back."""
 
     def __init__(
         self,
@@ -75,8 +79,11 @@ class StoreCommitter:
         flush_interval: float = 0.05,
         flush_max: int = 64,
         journal: RunJournal | None = None,
+        on_release: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
+        self.on_release = on_release
+        self.released = False
         self.journal = journal
         self.lease = lease
         self.feed = feed
@@ -99,14 +106,20 @@ class StoreCommitter:
         before = self._seq
         self._number(delta.events)
         buffered, self._buffer = self._buffer, []
+        status = delta.run.get("status")
+        release = self.on_release is not None and status is not None and RunStatus(status).finished
+        if release:
+            assert self.on_release is not None
+            self.on_release()
         try:
             if self.journal is None:
-                await self.store.commit(self.lease, state, delta, buffered)
+                await self.store.commit(self.lease, state, delta, buffered, release=release)
             else:
                 records = self.journal.for_commit(state, delta, [*buffered, *delta.events])
                 with _recorded(state):
-                    await self.store.commit(self.lease, state, delta, buffered, records)
+                    await self.store.commit(self.lease, state, delta, buffered, records, release=release)
                 self.journal.committed()
+            self.released = release
         except BaseException:
             # Not written: whatever the driver commits next (the run's failure) numbers its
             # events from here again, with the buffered ones, so that the stream stays dense.

@@ -189,6 +189,7 @@ class RunExecutor:
 
         self.keeper.hold(lease, on_lost, on_control)
         requeued = False
+        committer: StoreCommitter | None = None
         try:
             journal = await self._journal(state, last_seq, resumed) if recording else None
             committer = StoreCommitter(
@@ -199,6 +200,7 @@ class RunExecutor:
                 flush_interval=self.flush_interval,
                 flush_max=self.flush_max,
                 journal=journal,
+                on_release=lambda: self.keeper.drop(lease),
             )
             driver = self.driver(agent, committer, control, lease)
             if journal is not None and journal.has_notes:
@@ -248,7 +250,8 @@ class RunExecutor:
         finally:
             self.keeper.drop(lease)
             feed.close()
-            if requeued or state.status is not RunStatus.RUNNING:
+            released = committer is not None and committer.released  # with the last checkpoint
+            if not released and (requeued or state.status is not RunStatus.RUNNING):
                 with contextlib.suppress(StorageError):
                     await self.store.release(lease)
             # Otherwise the run stopped mid-way (lease lost or expired, the store failing):

@@ -142,11 +142,13 @@ def checkpoint(
     checkpoint_id: str,
     progress_only: bool = False,
     journal: Sequence[JournalRecord] = (),
+    release: bool = False,
 ) -> tuple[str, tuple[Any, ...]]:
     """The statement for this checkpoint's shape, and its parameters in order.
     ``checkpoint_id`` is unique to the checkpoint, whichever statements carry it.
     ``progress_only``: of the run, only the phase and the event count change (see
-    migration 0003); never for a new run."""
+    migration 0003); never for a new run. ``release``: the checkpoint gives the lease up
+    (as a queued new run's does)."""
     progress_only = progress_only and new_run is None
     bodies = [(entry.execution_key, kind, text) for entry in tools for kind, text in tool_entry_bodies(entry)]
     shape = (
@@ -176,7 +178,7 @@ def checkpoint(
             *(_NO_RUN_FIELDS if run is None else run),
             new_run["request_message"] if new_run else None,
             new_run["request_id"] if new_run else None,
-            queued,
+            queued or release,
             # One wake-up per checkpoint that adds events or a run, and one for queued work.
             events_channel if events or new_run else None,
             work_channel if queued else None,

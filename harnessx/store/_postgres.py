@@ -972,9 +972,11 @@ class PostgresBackend(PostgresConsole, PostgresScheduling):
         new_run: dict[str, Any] | None = None,
         progress_only: bool = False,
         journal: Sequence[JournalRecord] = (),
+        release: bool = False,
     ) -> None:
         """One checkpoint statement (see ``_pg_checkpoint``). Its id makes a retry after a
-        lost connection harmless: the statement applies a checkpoint id at most once."""
+        lost connection harmless: the statement applies a checkpoint id at most once.
+        ``release``: it gives the lease up too."""
         held = (lease.owner, lease.generation, run_id)
         progress_only = progress_only and self._progress.get(lease.session_id) == held
         # One id for both statements below: a retry after a lost reply finds it applied,
@@ -995,6 +997,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling):
                 checkpoint_id=checkpoint_id,
                 progress_only=progress_only,
                 journal=journal,
+                release=release,
             )
 
         first = statement(progress_only)
@@ -1017,7 +1020,9 @@ class PostgresBackend(PostgresConsole, PostgresScheduling):
             lease=lease,
             request_id=new_run.get("request_id") if new_run else None,
         )
-        if not (new_run and new_run["queued"]):  # a queued run's checkpoint gave the lease up
+        if release:
+            self._deadlines.forget(lease.session_id)
+        elif not (new_run and new_run["queued"]):  # a queued run's checkpoint gave the lease up
             if len(self._progress) >= _PROGRESS_HINTS:
                 self._progress.clear()  # leases lost without a release leave theirs behind
             self._progress[lease.session_id] = held
@@ -1062,6 +1067,8 @@ class PostgresBackend(PostgresConsole, PostgresScheduling):
         delta: Delta,
         provisional: list[RunEvent],
         journal: Sequence[JournalRecord] = (),
+        *,
+        release: bool = False,
     ) -> None:
         await self._checkpoint(
             lease,
@@ -1074,6 +1081,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling):
             # progress may be ahead of its row (see migration 0003).
             progress_only=delta.run.keys() <= {"phase"} and state.status == RunStatus.RUNNING,
             journal=journal,
+            release=release,
         )
 
     async def append_events(

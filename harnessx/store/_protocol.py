@@ -453,9 +453,13 @@ class Store(Protocol):
         delta: Delta,
         provisional: list[RunEvent],
         journal: Sequence[JournalRecord] = (),
+        *,
+        release: bool = False,
     ) -> None:
         """One checkpoint: ``provisional`` events then the delta's, and ``journal`` records
-        numbered on from the run's last, all in one transaction under the lease."""
+        numbered on from the run's last, all in one transaction under the lease.
+        ``release``: the lease is given back in the same transaction (the run's last write
+        in this execution, as ``release`` would)."""
 
     async def append_events(
         self, lease: Lease, run_id: str, events: list[RunEvent], journal: Sequence[JournalRecord] = ()

@@ -664,9 +664,19 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling):
         delta: Delta,
         provisional: list[RunEvent],
         journal: Sequence[JournalRecord] = (),
+        *,
+        release: bool = False,
     ) -> None:
         events = [*provisional, *delta.events]
-        await self._call(self._write, lambda conn: self._append(conn, lease, state, delta, events, journal))
+
+        def body(conn: sqlite3.Connection) -> None:
+            self._append(conn, lease, state, delta, events, journal)
+            if release:
+                conn.execute(Q["release_lease"], (lease.session_id, lease.owner, lease.generation))
+
+        await self._call(self._write, body)
+        if release:
+            self._deadlines.forget(lease.session_id)
         if events:
             self._notify(state.run_id)
 

@@ -19,7 +19,7 @@ from harnessx import AgentRef, AgentRuntime
 from harnessx.testing._round_trips import PostgresRoundTrips, SQLiteRoundTrips
 
 # A fresh run in the seed's pattern: a new AgentRuntime per request, one tool call, an answer.
-FRESH_RUN = {"postgres": 13, "sqlite": 13}
+FRESH_RUN = {"postgres": 12, "sqlite": 12}
 # Submitting a run to the pool from a new runtime (the workers' round trips not counted).
 POOL_SUBMISSION = {"postgres": 3, "sqlite": 3}
 
@@ -115,3 +115,25 @@ async def test_the_one_statement_load_reads_what_get_run_reads(pg_database: str)
         load = [(a.name, a.type.name) for a in (await conn.prepare(queries["load_run"])).get_attributes()]
         assert [t for _, t in load[: len(run)]] == [t for _, t in run]
         assert [t for _, t in load[len(run) :]] == ["text[]", "record[]", "record[]"]
+
+
+async def test_the_last_checkpoint_gives_the_lease_back_and_keeps_the_final_phase(
+    target: BackendTarget,
+) -> None:
+    """The finishing checkpoint releases the lease in its own transaction; on PostgreSQL
+    the lease changing hands settles the session row's progress, which must not put the
+    phase of the checkpoint before it back over the finished run's (migration 0009)."""
+    async with counted(target) as (backend, counter):
+        async with AgentRuntime(make_agent(policy="safe"), backend=backend) as runtime:
+            result = await runtime.run("Write the report.")
+            assert result.ok
+            assert not any("lease_owner = NULL" in s for trip in counter.trips[:-1] for s in trip)
+        session = await backend.get_session(result.session_id)
+        assert session is not None and session.lease_owner is None
+        record = await backend.get_run(result.run_id)
+        assert record is not None and (record.status, record.phase) == ("completed", "finish")
+        assert (await backend.load_state(result.run_id)).phase == "finish"
+        # Another process can take the session at once.
+        async with target.open() as other:
+            lease = await other.claim(result.session_id, "next")
+            await other.release(lease)

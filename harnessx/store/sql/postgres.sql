@@ -150,7 +150,8 @@ UPDATE sessions SET control = $1 WHERE id = $2;
 -- tool_calls column; $17-$22 the new events, one array per events column; $23 the last new
 -- event's seq (0: none); $24-$31 the run's fields after the delta (all NULL when only events
 -- are appended); $32-$34 request message (NULL: the run exists), request id and queued flag
--- of a run to create (queued: also give the lease up); $35, $36 the 'events' and 'work'
+-- of a run to create ($34 also gives the lease up: with a queued run, or with the last
+-- checkpoint of an execution, which releases as it commits); $35, $36 the 'events' and 'work'
 -- channels to notify (NULL: not now; 'events' only while some process follows the session);
 -- $37 progress only: nothing of the run but its phase and event count changes, so they go
 -- to the session row alone (see migration 0003). $38-$41 a new queued run's schedule
@@ -185,7 +186,8 @@ fence AS (
     UPDATE sessions s
     SET message_count = s.message_count + cardinality($6), last_checkpoint = $4,
         -- Queueing a run gives the session up in the same commit, so that a worker woken by
-        -- the notification can claim it at once.
+        -- the notification can claim it at once; so does an execution's last checkpoint,
+        -- saving the release's round trip.
         lease_owner = CASE WHEN $34 THEN NULL ELSE s.lease_owner END,
         lease_expires_at = CASE WHEN $34 THEN NULL ELSE s.lease_expires_at END,
         -- The run's progress (SET sees the row as it was, RETURNING as it is now). Only a
@@ -199,9 +201,12 @@ fence AS (
     WHERE s.id = $1 AND s.lease_owner = $2 AND s.generation = $3
       AND s.lease_expires_at > clock_timestamp()
       AND s.last_checkpoint IS DISTINCT FROM $4
+    -- A checkpoint that gives the lease up finds the progress let go of (the trigger of
+    -- migration 0003 clears it as the lease changes hands): its run step takes the phase
+    -- and event count it writes from the parameters then.
     RETURNING s.message_count - cardinality($6) AS history_length, s.watched_until > now() AS watched,
-              s.current_run IS NOT DISTINCT FROM $5 AS current, s.current_phase AS phase,
-              s.current_event_count AS event_count
+              s.current_run IS NOT DISTINCT FROM $5 AS current, coalesce(s.current_phase, $25) AS phase,
+              coalesce(s.current_event_count, $23) AS event_count
 ),
 new_run AS (
     INSERT INTO runs (id, session_id, request_id, request_message, status, phase, iteration, usage,
