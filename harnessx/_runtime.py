@@ -43,7 +43,7 @@ from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
 from harnessx._state import Delta, RunState, ToolStatus
 from harnessx._stream import OnReset, RunStream
-from harnessx.store._protocol import Lease, RunRecord, SessionRecord, Store
+from harnessx.store._protocol import Lease, NewSession, RunRecord, SessionRecord, Store
 from harnessx.store._scheduling import Schedule, delay_of
 from harnessx.store._sqlite import SQLiteBackend
 
@@ -151,6 +151,9 @@ class AgentRuntime:
             )
         self._holder = uuid.uuid4().hex
         self._session_id: str | None = None
+        # A session start() bound that is not in the store yet: it is written with its first
+        # run, in one statement, or when this runtime stops, binds elsewhere or resumes.
+        self._unwritten: NewSession | None = None
         self._state: Literal["created", "started", "stopped"] = "created"
         self._active: Execution | None = None
         self._keeper: LeaseKeeper | None = None
@@ -217,20 +220,33 @@ class AgentRuntime:
         return self._backend
 
     async def start(self, session_id: str | None = None) -> str:
-        """Bind to a new session (or to ``session_id``, creating it if needed)."""
+        """Bind to a new session (or to ``session_id``, creating it if needed). A new
+        session is written with its first run (one round trip for both), or when the
+        runtime stops without one."""
         store = await self._ready()
+        await self._write_session()
         sid = session_id or uuid.uuid4().hex
         existing = await store.get_session(sid) if session_id else None
         if existing is not None:
             self._check_compatible(sid, existing.fingerprint)
             self._adopt_recording(existing)
+            self._bind(sid)
         else:
             # A pool session's definition lives in the workers: its version label is the record.
             fingerprint = {} if self.pooled else self.agent.fingerprint()
             ref = str(self._ref) if self._ref else None
-            await store.create_session(sid, ref, fingerprint, recording=self.recording)
-        self._bind(sid)
+            self._bind(sid)
+            self._unwritten = NewSession(sid, ref, fingerprint, self.recording)
         return sid
+
+    async def _write_session(self) -> None:
+        """Write the new session start() bound, if no run has written it yet."""
+        session = self._unwritten
+        if session is not None:
+            await self._backend.create_session(
+                session.id, session.agent_ref, session.fingerprint, recording=session.recording
+            )
+            self._unwritten = None
 
     def _adopt_recording(self, session: SessionRecord) -> None:
         """Record a bound session's runs as it was started to (it cannot change)."""
@@ -262,13 +278,16 @@ class AgentRuntime:
             active.control.request_pause()
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await active.task
-        if self._keeper is not None:
-            await self._keeper.aclose()
-        self._state = "stopped"
-        if self._agent is not None:
-            await self._agent.aclose()
-        if self._owns_backend:
-            await self._backend.aclose()
+        try:
+            await self._write_session()  # a session started without a run still exists after
+        finally:
+            if self._keeper is not None:
+                await self._keeper.aclose()
+            self._state = "stopped"
+            if self._agent is not None:
+                await self._agent.aclose()
+            if self._owns_backend:
+                await self._backend.aclose()
 
     async def aclose(self) -> None:
         """Alias of ``stop()``."""
@@ -301,35 +320,53 @@ class AgentRuntime:
             await self.start()
         sid = self._session_id
         assert sid is not None
-        if request_id is not None:
+        new = self._unwritten if self._unwritten is not None and self._unwritten.id == sid else None
+        if new is not None and schedule is not None:
+            await self._write_session()  # a scheduled run is created the general way, below
+            new = None
+        if request_id is not None and new is None:  # a session not written yet has no runs
             existing = await store.find_run(sid, request_id)
             if existing is not None:
                 return self._existing_handle(existing, message, request_id)
         if self._active is not None and not self._active.task.done():
             raise SessionBusyError(f"session {sid} already has an unfinished run ({self._active.run_id})")
-        lease = await store.claim(sid, self._holder)
         run_id = uuid.uuid4().hex
         probe = RunState(session_id=sid, run_id=run_id)
-        try:
+        if new is not None:
+            # The session, its lease and the run in one statement; the run's state is what
+            # was written (a new session has no history), so there is nothing to load.
             start = self.agent.engine(durable=True).start(probe, message)
-            journal = await self._run_started(probe, start, message) if self.recording else ()
-            await store.create_run(
-                lease,
-                run_id,
-                request_id,
-                message,
-                start,
-                queued=self.pooled,
-                journal=journal,
-                schedule=schedule,
+            journal = await self._run_started(probe, start, message, history=[]) if self.recording else ()
+            lease = await store.create_session_run(
+                new, self._holder, run_id, request_id, message, start, queued=self.pooled, journal=journal
             )
-        except BaseException:
-            with contextlib.suppress(StorageError):
-                await store.release(lease)
-            raise
-        if self.pooled:  # create_run gave the lease up with the queued run
-            return RunHandle(self, sid, run_id, start_seq=0)
-        state = await store.load_state(run_id)
+            self._unwritten = None
+            if self.pooled:  # the queued run holds no lease
+                return RunHandle(self, sid, run_id, start_seq=0)
+            state = probe
+            state.apply(start)
+        else:
+            lease = await store.claim(sid, self._holder)
+            try:
+                start = self.agent.engine(durable=True).start(probe, message)
+                journal = await self._run_started(probe, start, message) if self.recording else ()
+                await store.create_run(
+                    lease,
+                    run_id,
+                    request_id,
+                    message,
+                    start,
+                    queued=self.pooled,
+                    journal=journal,
+                    schedule=schedule,
+                )
+            except BaseException:
+                with contextlib.suppress(StorageError):
+                    await store.release(lease)
+                raise
+            if self.pooled:  # create_run gave the lease up with the queued run
+                return RunHandle(self, sid, run_id, start_seq=0)
+            state = await store.load_state(run_id)
         await announce_checkpoint(self.agent.hooks, self.agent, state)
         return self._launch(lease, state, last_seq=0)
 
@@ -350,12 +387,15 @@ class AgentRuntime:
             )
         return Schedule(priority, concurrency_key, tenant, delay_of(not_before))
 
-    async def _run_started(self, probe: RunState, start: Delta, message: str) -> list[JournalRecord]:
+    async def _run_started(
+        self, probe: RunState, start: Delta, message: str, *, history: list[dict[str, Any]] | None = None
+    ) -> list[JournalRecord]:
         """A recorded run's first journal records, written with the run: what it was asked,
-        in which conversation, by which agent."""
+        in which conversation (``history``: read from the store unless given), by which agent."""
         store = self._backend
-        latest = await store.latest_run(probe.session_id)
-        history = (await store.load_state(latest.id)).messages if latest is not None else []
+        if history is None:
+            latest = await store.latest_run(probe.session_id)
+            history = (await store.load_state(latest.id)).messages if latest is not None else []
         ref = self._ref
         journal = RunJournal(probe)
         journal.note(
@@ -421,6 +461,7 @@ class AgentRuntime:
         cancelled. Raises for a missing session, an incompatible agent, or a session another
         live process holds (``SessionBusyError``)."""
         store = await self._ready()
+        await self._write_session()
         session = await store.get_session(session_id)
         if session is None:
             raise ConfigurationError(
@@ -542,6 +583,7 @@ class AgentRuntime:
         record = await store.get_run(run_id)
         if record is None:
             raise UnknownExecutionKey(f"no run has a tool call with execution key {key!r}")
+        await self._write_session()  # it binds the run's session
         session = await store.get_session(record.session_id)
         assert session is not None
         self._check_compatible(record.session_id, session.fingerprint)
@@ -633,6 +675,7 @@ class AgentRuntime:
         unless ``policy`` includes them; see ``export_incident``). Runs nothing."""
         store = await self._ready()
         session_id = self._require_session()
+        await self._write_session()
         return await export_incident(store, session_id, run_id, destination, policy=policy, limits=limits)
 
     async def status(self) -> dict[str, Any]:

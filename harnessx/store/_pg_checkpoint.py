@@ -31,7 +31,14 @@ from harnessx.store._codec import dumps, event_data, tool_entry_bodies, tool_ent
 from harnessx.store._queries import load_queries
 from harnessx.store._scheduling import Schedule
 
-__all__ = ["PROGRESS_NOT_HELD", "checkpoint", "checkpoint_statement", "without_steps"]
+__all__ = [
+    "PROGRESS_NOT_HELD",
+    "SESSION_EXISTS",
+    "checkpoint",
+    "checkpoint_statement",
+    "journal_columns",
+    "without_steps",
+]
 
 Q = load_queries("postgres")
 # The parameters of each row-writing step (see postgres.sql): the moved tool calls' columns
@@ -46,6 +53,8 @@ _NO_RUN_FIELDS = (None,) * 8
 _PROGRESS_RUN = "run AS (\n    SELECT $5 AS id FROM fence f WHERE f.current\n)"
 # The SQLSTATE of a progress-only checkpoint the session row cannot take: send it again whole.
 PROGRESS_NOT_HELD = "HX003"
+# The SQLSTATE of create_session_run for a session that exists already (nothing written).
+SESSION_EXISTS = "HX004"
 
 
 @functools.cache
@@ -184,7 +193,7 @@ def checkpoint(
             work_channel if queued else None,
             progress_only,
             *_schedule_params(new_run.get("schedule") if queued and new_run else None),
-            *(_journal_params(journal) if journal else ()),
+            *(journal_columns(journal) if journal else ()),
             *(_columns(bodies, 3) if bodies else ()),
         ),
     )
@@ -209,7 +218,7 @@ def _event_row(event: RunEvent) -> tuple[Any, ...]:
     )
 
 
-def _journal_params(journal: Sequence[JournalRecord]) -> list[list[Any]]:
+def journal_columns(journal: Sequence[JournalRecord]) -> list[list[Any]]:
     """id, kind, step_id, attempt_id, execution_key, recorded_at, payload ($42-$48)."""
     rows = [
         (r.id, r.kind, r.step_id, r.attempt_id, r.execution_key, r.recorded_at, dumps(r.payload))

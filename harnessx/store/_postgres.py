@@ -99,7 +99,7 @@ from harnessx.store._original import (
     original_schema_name,
     read_postgres,
 )
-from harnessx.store._pg_checkpoint import PROGRESS_NOT_HELD, checkpoint
+from harnessx.store._pg_checkpoint import PROGRESS_NOT_HELD, SESSION_EXISTS, checkpoint, journal_columns
 from harnessx.store._pg_console import PostgresConsole
 from harnessx.store._pg_driver import (
     BROKEN_CONNECTION,
@@ -119,6 +119,7 @@ from harnessx.store._protocol import (
     IncidentSnapshot,
     Leadership,
     Lease,
+    NewSession,
     Orphan,
     QueueStats,
     Recovery,
@@ -1059,6 +1060,73 @@ class PostgresBackend(PostgresConsole, PostgresScheduling):
             },
             journal=journal,
         )
+
+    async def create_session_run(
+        self,
+        session: NewSession,
+        holder: str,
+        run_id: str,
+        request_id: str | None,
+        message: str,
+        delta: Delta,
+        *,
+        queued: bool = False,
+        journal: Sequence[JournalRecord] = (),
+    ) -> Lease:
+        if delta.tools:  # no first boundary has any; the statement writes none
+            await self.create_session(
+                session.id, session.agent_ref, session.fingerprint, recording=session.recording
+            )
+            lease = await self.claim(session.id, holder)
+            await self.create_run(lease, run_id, request_id, message, delta, queued=queued, journal=journal)
+            return lease
+        # A new session's first lease: generation 1, as a claim of a session never held gives.
+        lease = Lease(session.id, self.owner_for(holder), 1)
+        events = delta.events
+        rows = [
+            (int(e.cursor or 0), e.event_id, e.type.value, e.step_id, e.attempt_id, event_data(e))
+            for e in events
+        ]
+        args = (
+            session.id,
+            lease.owner,
+            lease.generation,
+            secrets.token_hex(16),
+            run_id,
+            [dumps(m) for m in delta.messages],
+            session.agent_ref,
+            dumps(session.fingerprint),
+            session.recording,
+            self.lease_seconds,
+            message,
+            request_id,
+            queued,
+            self._notifications.work_channel if queued else None,
+            *run_values(RunState(session_id=session.id, run_id=run_id), delta),
+            *(list(column) for column in (zip(*rows, strict=True) if rows else [()] * 6)),
+            max((row[0] for row in rows), default=0),
+            *journal_columns(journal),
+        )
+
+        async def write(conn: Any) -> None:
+            try:
+                await conn.fetchval(Q["create_session_run"], *args)
+            except asyncpg.PostgresError as exc:
+                if exc.sqlstate == SESSION_EXISTS:
+                    raise ConfigurationError(f"session {session.id!r} already exists") from None
+                raise
+
+        if not queued:
+            await self._keep_liveness()  # never hold a lease while others can see this process as dead
+        sent = self._sent()
+        await self._run("creating a session and its first run", write, request_id=request_id)
+        if queued:
+            self._notifications.wake_work()
+        else:
+            self._extended([lease], sent)
+            self._progress[session.id] = (lease.owner, lease.generation, run_id)  # the row holds it
+        self._notifications.wake_run(run_id)
+        return lease
 
     async def commit(
         self,

@@ -40,6 +40,7 @@ __all__ = [
     "Lease",
     "Leadership",
     "Login",
+    "NewSession",
     "Orphan",
     "QueueStats",
     "Recovery",
@@ -65,6 +66,16 @@ class Lease:
     session_id: str
     owner: str
     generation: int
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """A session to create together with its first run (``Store.create_session_run``)."""
+
+    id: str
+    agent_ref: str | None
+    fingerprint: dict[str, Any]
+    recording: bool = False
 
 
 @dataclass(frozen=True)
@@ -433,6 +444,23 @@ class Store(Protocol):
         in the same commit, so that a worker can claim the session as soon as it sees the run;
         ``schedule`` says how it waits there (priority, limits, fair share, delay).
         ``journal`` records (a recorded run) are appended in the same transaction."""
+
+    async def create_session_run(
+        self,
+        session: NewSession,
+        holder: str,
+        run_id: str,
+        request_id: str | None,
+        message: str,
+        delta: Delta,
+        *,
+        queued: bool = False,
+        journal: Sequence[JournalRecord] = (),
+    ) -> Lease:
+        """``create_session``, ``claim`` and ``create_run`` in one transaction (on
+        PostgreSQL one statement): the new session's lease goes to ``holder``, or with
+        ``queued`` to nobody (the run waits for a pool worker; the lease returned no longer
+        holds). ``ConfigurationError`` if the session exists: then nothing is written."""
 
     async def find_run(self, session_id: str, request_id: str) -> RunRecord | None: ...
 

@@ -64,6 +64,7 @@ from harnessx.store._protocol import (
     IncidentSnapshot,
     Leadership,
     Lease,
+    NewSession,
     Orphan,
     QueueStats,
     Recovery,
@@ -622,40 +623,88 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling):
         journal: Sequence[JournalRecord] = (),
         schedule: Schedule | None = None,
     ) -> None:
-        session_id = lease.session_id
-        plan = (schedule or Schedule()) if queued else Schedule()
-
         def body(conn: sqlite3.Connection) -> None:
-            now = time.time()
-            history_length = self._fence(conn, lease, 0)
-            try:
-                conn.execute(
-                    Q["insert_run"],
-                    (
-                        run_id,
-                        session_id,
-                        request_id,
-                        message,
-                        history_length,
-                        lease.generation,
-                        now,
-                        now,
-                        now if queued else None,
-                        plan.priority,
-                        plan.concurrency_key,
-                        plan.group,
-                        now + plan.wait if plan.wait else None,
-                    ),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise _run_conflict(exc, session_id, request_id) from exc
-            fresh = RunState(session_id=session_id, run_id=run_id, history_length=history_length)
-            self._append(conn, lease, fresh, delta, delta.events, journal)
-            if queued:
-                conn.execute(Q["release_lease"], (session_id, lease.owner, lease.generation))
+            self._insert_run(conn, lease, run_id, request_id, message, delta, queued, journal, schedule)
 
         await self._call(self._write, body)
         self._notify(run_id)
+
+    def _insert_run(
+        self,
+        conn: sqlite3.Connection,
+        lease: Lease,
+        run_id: str,
+        request_id: str | None,
+        message: str,
+        delta: Delta,
+        queued: bool,
+        journal: Sequence[JournalRecord],
+        schedule: Schedule | None = None,
+    ) -> None:
+        session_id = lease.session_id
+        plan = (schedule or Schedule()) if queued else Schedule()
+        now = time.time()
+        history_length = self._fence(conn, lease, 0)
+        try:
+            conn.execute(
+                Q["insert_run"],
+                (
+                    run_id,
+                    session_id,
+                    request_id,
+                    message,
+                    history_length,
+                    lease.generation,
+                    now,
+                    now,
+                    now if queued else None,
+                    plan.priority,
+                    plan.concurrency_key,
+                    plan.group,
+                    now + plan.wait if plan.wait else None,
+                ),
+            )
+        except sqlite3.IntegrityError as exc:
+            raise _run_conflict(exc, session_id, request_id) from exc
+        fresh = RunState(session_id=session_id, run_id=run_id, history_length=history_length)
+        self._append(conn, lease, fresh, delta, delta.events, journal)
+        if queued:
+            conn.execute(Q["release_lease"], (session_id, lease.owner, lease.generation))
+
+    async def create_session_run(
+        self,
+        session: NewSession,
+        holder: str,
+        run_id: str,
+        request_id: str | None,
+        message: str,
+        delta: Delta,
+        *,
+        queued: bool = False,
+        journal: Sequence[JournalRecord] = (),
+    ) -> Lease:
+        owner = self.owner_for(holder)
+
+        def body(conn: sqlite3.Connection) -> Lease:
+            now = time.time()
+            values = (session.id, session.agent_ref, dumps(session.fingerprint), now, int(session.recording))
+            try:
+                conn.execute(Q["insert_session"], values)
+            except sqlite3.IntegrityError as exc:
+                raise ConfigurationError(f"session {session.id!r} already exists") from exc
+            (generation,) = conn.execute(
+                Q["take_lease"], (owner, now + self.lease_seconds, session.id)
+            ).fetchone()
+            lease = Lease(session.id, owner, int(generation))
+            self._insert_run(conn, lease, run_id, request_id, message, delta, queued, journal)
+            return lease
+
+        sent = time.monotonic()
+        lease: Lease = await self._call(self._write, body)
+        if not queued:
+            self._deadlines.extended(lease, sent)
+        self._notify(run_id)
+        return lease
 
     async def commit(
         self,

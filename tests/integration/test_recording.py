@@ -155,7 +155,9 @@ async def test_an_incident_read_is_scoped_to_its_session_and_bounded(target: Bac
         AgentRuntime(make_agent(), backend=backend, recording=True) as runtime,
     ):
         result = await runtime.run("Write the report.")
-        other = await AgentRuntime(make_agent(), backend=backend, recording=True).start()
+        elsewhere = AgentRuntime(make_agent(), backend=backend, recording=True)
+        other = await elsewhere.start()
+        await elsewhere.stop()  # a session without a run is written when its runtime stops
         with pytest.raises(StorageError, match="has no run"):
             await backend.incident_snapshot(other, result.run_id)
         with pytest.raises(StorageError, match="no session"):

@@ -19,9 +19,9 @@ from harnessx import AgentRef, AgentRuntime
 from harnessx.testing._round_trips import PostgresRoundTrips, SQLiteRoundTrips
 
 # A fresh run in the seed's pattern: a new AgentRuntime per request, one tool call, an answer.
-FRESH_RUN = {"postgres": 12, "sqlite": 12}
+FRESH_RUN = {"postgres": 9, "sqlite": 9}
 # Submitting a run to the pool from a new runtime (the workers' round trips not counted).
-POOL_SUBMISSION = {"postgres": 3, "sqlite": 3}
+POOL_SUBMISSION = {"postgres": 1, "sqlite": 1}
 
 
 @asynccontextmanager

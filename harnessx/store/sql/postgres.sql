@@ -296,6 +296,65 @@ SELECT CASE
         AND (CASE WHEN $36 IS NULL THEN true ELSE pg_notify($36, $5) IS NOT NULL END)
 END;
 
+-- name: create_session_run
+-- Create session $1 with its first run $5 in one statement, so one transaction and one round
+-- trip instead of three (create the session, claim it, create the run). The session row
+-- (agent $7, fingerprint $8, recording $9) is written already leased to $2 at generation $3
+-- for $10 seconds, with the run's progress (as the run's first checkpoint writes it), or, for
+-- a queued run ($13), with no lease at all: any worker may claim it, and $14 is the 'work'
+-- channel to notify. Then the run (request message $11, request id $12, its fields $15-$22
+-- as the checkpoint's $24-$31), its messages ($6) and events ($23-$28, one array per events
+-- column; $29 the last one's seq, 0: none) and a recorded run's journal records ($30-$36, one
+-- array per journal column). A retry after a lost reply finds the run (result false: already
+-- written). A session that exists already is left alone and nothing is written: HX004.
+-- Nobody follows a session that did not exist, so no 'events' notification.
+WITH session AS (
+    INSERT INTO sessions (id, agent_ref, fingerprint, created_at, recording, lease_owner, generation,
+                          lease_expires_at, message_count, last_checkpoint, current_run, current_phase,
+                          current_event_count, current_updated_at)
+    VALUES ($1::text, $7::text, $8::jsonb, now(), $9::boolean, CASE WHEN $13::boolean THEN NULL ELSE $2::text END,
+            $3::bigint, CASE WHEN $13 THEN NULL ELSE clock_timestamp() + make_interval(secs => $10::float8) END,
+            cardinality($6::json[]), $4::text, CASE WHEN $13 THEN NULL ELSE $5::text END,
+            CASE WHEN $13 THEN NULL ELSE $16::text END, CASE WHEN $13 THEN NULL ELSE $29::bigint END,
+            CASE WHEN $13 THEN NULL ELSE now() END)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+),
+new_run AS (
+    INSERT INTO runs (id, session_id, request_id, request_message, status, phase, iteration, usage,
+                      output, stop_reason, error, usage_incomplete, history_length, event_count,
+                      generation, created_at, updated_at, queued_at, agent_ref, priority, tenant)
+    SELECT $5, s.id, $12::text, $11::text, $15::text, $16, $17::bigint, $18::jsonb, $19::text, $20::text,
+           $21::json, $22::boolean, 0, $29, $3, now(), now(), CASE WHEN $13 AND $15 = 'running' THEN now() END,
+           $7, coalesce((SELECT d.priority FROM agent_defaults d WHERE d.agent_ref = $7), 0), ''
+    FROM session s
+),
+-- Set-returning functions in a select list run in lockstep, one row per array element.
+messages_added AS (
+    INSERT INTO messages (session_id, seq, run_id, body, generation)
+    SELECT s.id, generate_subscripts($6, 1), $5, unnest($6), $3
+    FROM session s
+),
+events_added AS (
+    INSERT INTO events (run_id, seq, event_id, type, step_id, attempt_id, data, generation, created_at)
+    SELECT $5, unnest($23::bigint[]), unnest($24::text[]), unnest($25::text[]), unnest($26::text[]),
+           unnest($27::text[]), unnest($28::json[]), $3, now()
+    FROM session s
+),
+journal_added AS (
+    INSERT INTO journal (run_id, seq, id, kind, step_id, attempt_id, execution_key, recorded_at, payload,
+                         generation)
+    SELECT $5, generate_subscripts($30::text[], 1), unnest($30::text[]), unnest($31::text[]),
+           unnest($32::text[]), unnest($33::text[]), unnest($34::text[]), unnest($35::text[]),
+           unnest($36::json[]), $3
+    FROM session s
+)
+SELECT CASE
+    WHEN EXISTS (SELECT FROM session) THEN $14::text IS NULL OR pg_notify($14, $5) IS NOT NULL
+    WHEN EXISTS (SELECT FROM runs WHERE id = $5 AND session_id = $1) THEN false
+    ELSE harnessx_raise('HX004', 'session ' || $1 || ' already exists')
+END;
+
 -- name: watch_run
 -- Some process follows run $1 for the next $2 seconds: its session's checkpoints notify.
 UPDATE sessions s SET watched_until = greatest(s.watched_until, now() + make_interval(secs => $2))

@@ -1,4 +1,4 @@
--- harnessx schema, version 9 (PostgreSQL): a lease changing hands settles the session row's
+-- harnessx schema, version 10 (PostgreSQL): a lease changing hands settles the session row's
 -- progress on the run row only where it is newer than the row.
 --
 -- An execution's last checkpoint now gives the lease up in the same statement that writes
