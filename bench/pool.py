@@ -12,7 +12,11 @@ Reports, side by side:
   database's own timestamps (p50/p99 over --claims runs submitted one by one to idle workers);
 - throughput: checkpointed steps per second with 1, 2 and 4 workers (8 boundaries per run:
   model reply, prepared tools, dispatch, raw result, completed result, next model call,
-  model reply, finish).
+  model reply, finish), and submissions per second while those workers run (each a new
+  pool runtime's start() and submit(), one after another from this process);
+- submissions per second with no worker running (--runs of them; they stay queued).
+
+``--parts`` picks what to measure (default: kills,claims,throughput,submissions).
 """
 
 from __future__ import annotations
@@ -162,18 +166,29 @@ async def bench_claims(store: Store, fleet: Fleet, claims: int, timestamps: Any)
     return [first - created for created, first in await timestamps(run_ids)]
 
 
-async def bench_throughput(store: Store, fleet: Fleet, workers: int, runs: int) -> float:
+async def bench_throughput(store: Store, fleet: Fleet, workers: int, runs: int) -> tuple[float, float]:
+    """Checkpointed steps per second, and submissions per second while the workers run."""
     for _ in range(workers):
         fleet.worker(concurrency=8)
     await live_workers(store, workers)
     started = time.perf_counter()
     submitted = [await submit(store, "safe", f"throughput {i}") for i in range(runs)]
+    submitting = time.perf_counter() - started
     await asyncio.gather(*(handle.result() for _, handle in submitted))
     elapsed = time.perf_counter() - started
     for runtime, _ in submitted:
         await runtime.stop()
     fleet.stop()
-    return runs * STEPS_PER_RUN / elapsed
+    return runs * STEPS_PER_RUN / elapsed, runs / submitting
+
+
+async def bench_submissions(store: Store, runs: int) -> float:
+    """Submissions per second with no worker running: the submitting process alone."""
+    started = time.perf_counter()
+    for index in range(runs):
+        runtime, _ = await submit(store, "safe", f"queued {index}")
+        await runtime.stop()
+    return runs / (time.perf_counter() - started)
 
 
 def sqlite_timestamps(path: Path) -> Any:
@@ -250,30 +265,45 @@ async def main(args: argparse.Namespace) -> None:
         )
         async with store:
             fleet = Fleet(store_args, folder, store_env)
+            parts = set(args.parts.split(","))
+            kills: list[float] = []
+            claims: list[float] = []
+            throughput: dict[int, tuple[float, float]] = {}
+            alone = None
             try:
-                kills = await bench_kills(store, fleet, args.kills)
-                claims = await bench_claims(store, fleet, args.claims, timestamps)
-                throughput = {n: await bench_throughput(store, fleet, n, args.runs) for n in (1, 2, 4)}
+                if "kills" in parts:
+                    kills = await bench_kills(store, fleet, args.kills)
+                if "claims" in parts:
+                    claims = await bench_claims(store, fleet, args.claims, timestamps)
+                if "throughput" in parts:
+                    throughput = {n: await bench_throughput(store, fleet, n, args.runs) for n in args.workers}
+                if "submissions" in parts:
+                    alone = await bench_submissions(store, args.runs)
             finally:
                 fleet.stop()
     print(f"store: {label}; machine: {os.cpu_count()} cores")
     print()
     print("| measure | p50 | p99 | max | n |")
     print("|---|---|---|---|---|")
-    print(
-        f"| SIGKILL -> call running again on another worker (s) | {percentile(kills, 0.5):.3f} | "
-        f"{percentile(kills, 0.99):.3f} | {max(kills):.3f} | {len(kills)} |"
-    )
-    print(
-        f"| claim latency, creation -> first event (s) | {percentile(claims, 0.5):.3f} | "
-        f"{percentile(claims, 0.99):.3f} | {max(claims):.3f} | {len(claims)} |"
-    )
+    if kills:
+        print(
+            f"| SIGKILL -> call running again on another worker (s) | {percentile(kills, 0.5):.3f} | "
+            f"{percentile(kills, 0.99):.3f} | {max(kills):.3f} | {len(kills)} |"
+        )
+    if claims:
+        print(
+            f"| claim latency, creation -> first event (s) | {percentile(claims, 0.5):.3f} | "
+            f"{percentile(claims, 0.99):.3f} | {max(claims):.3f} | {len(claims)} |"
+        )
     print()
-    print("| workers | checkpointed steps / s | runs |")
-    print("|---|---|---|")
-    for count, rate in throughput.items():
-        print(f"| {count} | {rate:.0f} | {args.runs} |")
-    print(f"\n(mean kill -> resume {statistics.mean(kills):.3f} s)")
+    print("| workers | checkpointed steps / s | submissions / s meanwhile | runs |")
+    print("|---|---|---|---|")
+    for count, (rate, submissions) in throughput.items():
+        print(f"| {count} | {rate:.0f} | {submissions:.0f} | {args.runs} |")
+    if alone is not None:
+        print(f"\nsubmissions / s with no worker running: {alone:.0f} ({args.runs} runs)")
+    if kills:
+        print(f"\n(mean kill -> resume {statistics.mean(kills):.3f} s)")
 
 
 if __name__ == "__main__":
@@ -285,4 +315,6 @@ if __name__ == "__main__":
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--claims", type=int, default=50)
     parser.add_argument("--runs", type=int, default=200, help="runs per throughput measurement")
+    parser.add_argument("--workers", type=lambda s: [int(n) for n in s.split(",")], default=[1, 2, 4])
+    parser.add_argument("--parts", default="kills,claims,throughput,submissions")
     asyncio.run(main(parser.parse_args()))
