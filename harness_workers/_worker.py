@@ -282,19 +282,16 @@ class Worker:
         drive; ``None`` once a run that cannot be
         started is settled (failed, or queued again for a later attempt). Store failures
         propagate (see ``harness_workers._starting``)."""
-        record = await self.store.get_run(run_id)
-        if record is None:
+        loaded = await self.store.load_run(run_id)  # row, session and state in one read
+        if loaded is None:
             logger.error("run %s was deleted from the store after this worker claimed it", run_id)
             return None
-        try:
-            session = await self.store.get_session(lease.session_id)
-            state = await self.store.load_state(run_id)
-        except CorruptStateError as exc:
-            await self._end_unreadable(lease, record, exc)
+        record, session = loaded.record, loaded.session
+        if loaded.problem is not None:
+            await self._end_unreadable(lease, record, loaded.problem)
             return None
-        if session is None:
-            logger.error("run %s was deleted from the store after this worker claimed it", run_id)
-            return None
+        state = loaded.state
+        assert state is not None
         try:
             agent = self.registry.create(AgentRef.parse(session.agent_ref or ""))
             agent.hooks.on(HookEvent.TOOL_END, self._count_tool(agent))

@@ -61,6 +61,7 @@ from tenacity import (
 
 from harnessx._errors import (
     ConfigurationError,
+    CorruptStateError,
     HarnessError,
     LeaseLostError,
     SchemaError,
@@ -119,6 +120,7 @@ from harnessx.store._protocol import (
     IncidentSnapshot,
     Leadership,
     Lease,
+    LoadedRun,
     NewSession,
     Orphan,
     QueueStats,
@@ -1176,13 +1178,25 @@ class PostgresBackend(PostgresConsole, PostgresScheduling):
         return run_record(tuple(row)) if row else None
 
     async def load_state(self, run_id: str) -> RunState:
+        loaded = await self.load_run(run_id)
+        if loaded is None:
+            raise StorageError(f"no run {run_id!r} in {self._where}")
+        if loaded.problem is not None:
+            raise loaded.problem
+        assert loaded.state is not None
+        return loaded.state
+
+    async def load_run(self, run_id: str) -> LoadedRun | None:
         row = await self._run("loading a run", lambda conn: conn.fetchrow(Q["load_run"], run_id))
         if row is None:
-            raise StorageError(f"no run {run_id!r} in {self._where}")
-        *columns, bodies, tools, results = tuple(row)
-        return decode_state(
-            run_record(columns), bodies, tools, {(key, kind): text for key, kind, text in results}
-        )
+            return None
+        *columns, session, bodies, tools, results = tuple(row)
+        record = run_record(columns)
+        try:
+            state = decode_state(record, bodies, tools, {(key, kind): text for key, kind, text in results})
+        except CorruptStateError as exc:
+            return LoadedRun(record, _session_record(tuple(session)), None, exc)
+        return LoadedRun(record, _session_record(tuple(session)), state)
 
     async def _load(self, conn: Any, run_id: str) -> RunState:
         row = await conn.fetchrow(Q["get_run"], run_id)

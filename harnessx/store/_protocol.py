@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from harnessx._errors import LeadershipLostError
+from harnessx._errors import CorruptStateError, LeadershipLostError
 from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
 from harnessx._state import Delta, RunState, ToolEntry
@@ -39,6 +39,7 @@ __all__ = [
     "LeaderState",
     "Lease",
     "Leadership",
+    "LoadedRun",
     "Login",
     "NewSession",
     "Orphan",
@@ -363,6 +364,17 @@ class IncidentSnapshot(NamedTuple):
 
 
 @dataclass
+class LoadedRun:
+    """A run as a worker that claimed it starts from, read at once: its row, its session
+    and its state, or ``problem``, why the state cannot be read (nothing may drive it)."""
+
+    record: RunRecord
+    session: SessionRecord
+    state: RunState | None
+    problem: CorruptStateError | None = None
+
+
+@dataclass
 class Renewal:
     """The outcome of one heartbeat: which leases still hold, and pending control requests."""
 
@@ -469,6 +481,10 @@ class Store(Protocol):
     async def get_run(self, run_id: str) -> RunRecord | None: ...
 
     async def load_state(self, run_id: str) -> RunState: ...
+
+    async def load_run(self, run_id: str) -> LoadedRun | None:
+        """The run's row, its session and its state in one read (on PostgreSQL one
+        statement); ``None`` when the run is not in the store."""
 
     async def recent_sessions(self, limit: int) -> list[SessionSummary]: ...
 

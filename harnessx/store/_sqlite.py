@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from harnessx._errors import (
     ConfigurationError,
+    CorruptStateError,
     LeaseLostError,
     SchemaError,
     SessionBusyError,
@@ -64,6 +65,7 @@ from harnessx.store._protocol import (
     IncidentSnapshot,
     Leadership,
     Lease,
+    LoadedRun,
     NewSession,
     Orphan,
     QueueStats,
@@ -767,6 +769,22 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling):
 
     async def load_state(self, run_id: str) -> RunState:
         return await self._call(self._reading(lambda conn: self._load(conn, run_id)))
+
+    async def load_run(self, run_id: str) -> LoadedRun | None:
+        def read(conn: sqlite3.Connection) -> LoadedRun | None:
+            row = conn.execute(Q["get_run"], (run_id,)).fetchone()
+            if row is None:
+                return None
+            record = run_record(row)
+            session = conn.execute(Q["get_session"], (record.session_id,)).fetchone()
+            if session is None:
+                return None
+            try:
+                return LoadedRun(record, _session_record(session), self._load(conn, run_id))
+            except CorruptStateError as exc:
+                return LoadedRun(record, _session_record(session), None, exc)
+
+        return await self._call(self._reading(read))
 
     def _load(self, conn: sqlite3.Connection, run_id: str) -> RunState:
         row = conn.execute(Q["get_run"], (run_id,)).fetchone()

@@ -114,7 +114,21 @@ async def test_the_one_statement_load_reads_what_get_run_reads(pg_database: str)
         run = [(a.name, a.type.name) for a in (await conn.prepare(queries["get_run"])).get_attributes()]
         load = [(a.name, a.type.name) for a in (await conn.prepare(queries["load_run"])).get_attributes()]
         assert [t for _, t in load[: len(run)]] == [t for _, t in run]
-        assert [t for _, t in load[len(run) :]] == ["text[]", "record[]", "record[]"]
+        assert [t for _, t in load[len(run) :]] == ["record", "text[]", "record[]", "record[]"]
+
+
+async def test_loading_a_claimed_run_reads_row_session_and_state_at_once(target: BackendTarget) -> None:
+    """What a worker reads for a run it claimed (Store.load_run) is what get_run,
+    get_session and load_state read one by one."""
+    async with target.open() as backend:
+        async with AgentRuntime(make_agent(policy="safe"), backend=backend) as runtime:
+            result = await runtime.run("Write the report.")
+        loaded = await backend.load_run(result.run_id)
+        assert loaded is not None and loaded.problem is None
+        assert loaded.record == await backend.get_run(result.run_id)
+        assert loaded.session == await backend.get_session(result.session_id)
+        assert loaded.state == await backend.load_state(result.run_id)
+        assert await backend.load_run("no-such-run") is None
 
 
 async def test_the_last_checkpoint_gives_the_lease_back_and_keeps_the_final_phase(

@@ -404,18 +404,20 @@ SELECT id, session_id, request_id, request_message, status, phase, event_count, 
 FROM runs_now WHERE session_id = $1 ORDER BY created_at DESC, created_seq DESC LIMIT 1;
 
 -- name: load_run
--- A run (the columns of get_run) with its session's whole conversation, its tool calls (the
--- columns of run_tool_calls) and their large results, in one statement: one round trip, and
--- everything from the same snapshot.
+-- A run (the columns of get_run) with its session (the columns of get_session, as one row),
+-- the session's whole conversation, the run's tool calls (the columns of run_tool_calls) and
+-- their large results, in one statement: one round trip, and everything from one snapshot.
 SELECT r.id, r.session_id, r.request_id, r.request_message, r.status, r.phase, r.event_count, r.iteration,
        r.usage::text, r.output, r.stop_reason, r.error::text, r.usage_incomplete, r.history_length,
        r.queued_at IS NOT NULL, r.start_attempts,
+       ROW(s.id, s.agent_ref, s.fingerprint::text, s.lease_owner, s.generation,
+           extract(epoch FROM s.lease_expires_at)::float8, s.control, s.recording),
        ARRAY(SELECT m.body::text FROM messages m WHERE m.session_id = r.session_id ORDER BY m.seq),
        ARRAY(SELECT ROW(tc.execution_key, tc.iteration, tc.idx, tc.call::text, tc.policy, tc.status,
                         tc.attempt, tc.approved, tc.raw_result::text, tc.result::text, tc.generation)
              FROM tool_calls tc WHERE tc.run_id = r.id ORDER BY tc.iteration, tc.idx),
        ARRAY(SELECT ROW(tr.execution_key, tr.kind, tr.body) FROM tool_results tr WHERE tr.run_id = r.id)
-FROM runs_now r WHERE r.id = $1;
+FROM runs_now r JOIN sessions s ON s.id = r.session_id WHERE r.id = $1;
 
 -- name: session_messages
 -- A session's whole conversation, in order (read only when a run is loaded).
