@@ -206,9 +206,9 @@ class CheckpointTimer:
         self.samples: list[float] = []
         self._commit = store.commit
 
-        async def timed_commit(*args: Any) -> None:
+        async def timed_commit(*args: Any, **kwargs: Any) -> None:
             start = time.perf_counter()
-            await self._commit(*args)
+            await self._commit(*args, **kwargs)
             self.samples.append((time.perf_counter() - start) * 1000)
 
         store.commit = timed_commit

@@ -9,6 +9,7 @@ docs/benchmarks.md): the failure lists every round trip with its statements.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -151,3 +152,35 @@ async def test_the_last_checkpoint_gives_the_lease_back_and_keeps_the_final_phas
         async with target.open() as other:
             lease = await other.claim(result.session_id, "next")
             await other.release(lease)
+
+
+async def test_a_worker_drives_a_claimed_run_in_a_known_number_of_round_trips(pg_database: str) -> None:
+    """A pool worker's round trips for one run it claims: the claim, one load (its row,
+    session and state), eight checkpoints of which the last gives the lease back. The
+    worker's own loops (heartbeat, controls, queue stats, idle claims) are not counted."""
+    from pool_agents import registry  # type: ignore[import-not-found]
+
+    from harness_workers._worker import Worker, WorkerConfig
+    from harnessx.store import PostgresBackend
+
+    own = ("workers", "pending", "LISTEN", "queue", "candidates")
+    async with (
+        PostgresBackend(pg_database) as client,
+        PostgresRoundTrips(pg_database) as proxy,
+        PostgresBackend(proxy.dsn) as store,
+    ):
+        worker = Worker(store, registry, WorkerConfig(concurrency=1, control_interval=60, stats_interval=60))
+        running = asyncio.create_task(worker.run())
+        try:
+            for attempt in range(3):
+                if attempt == 2:
+                    proxy.reset()
+                runtime = AgentRuntime(AgentRef("safe", "v1"), backend=client, execution="pool")
+                handle = await runtime.submit("Write the report.")
+                assert (await handle.result()).ok
+                await runtime.stop()
+            of_the_run = [trip for trip in proxy.trips if not any(k in " ".join(trip) for k in own)]
+            assert len(of_the_run) == 9, proxy.describe()
+        finally:
+            worker.drain()
+            await running
