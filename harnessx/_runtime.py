@@ -243,9 +243,15 @@ class AgentRuntime:
         """Write the new session start() bound, if no run has written it yet."""
         session = self._unwritten
         if session is not None:
-            await self._backend.create_session(
-                session.id, session.agent_ref, session.fingerprint, recording=session.recording
-            )
+            try:
+                await self._backend.create_session(
+                    session.id, session.agent_ref, session.fingerprint, recording=session.recording
+                )
+            except ConfigurationError:
+                if await self._backend.get_session(session.id) is None:
+                    raise
+                # Written meanwhile: by an attempt of ours whose reply was lost, or by another
+                # process binding the same id; either way it exists, as promised.
             self._unwritten = None
 
     def _adopt_recording(self, session: SessionRecord) -> None:
@@ -337,9 +343,20 @@ class AgentRuntime:
             # was written (a new session has no history), so there is nothing to load.
             start = self.agent.engine(durable=True).start(probe, message)
             journal = await self._run_started(probe, start, message, history=[]) if self.recording else ()
-            lease = await store.create_session_run(
-                new, self._holder, run_id, request_id, message, start, queued=self.pooled, journal=journal
-            )
+            try:
+                lease = await store.create_session_run(
+                    new, self._holder, run_id, request_id, message, start, queued=self.pooled, journal=journal
+                )
+            except ConfigurationError:
+                found = await store.get_session(sid)
+                if found is None:
+                    raise
+                # Written meanwhile (an earlier submit whose reply was lost, another process
+                # binding the same id): go on as start() does with a session it finds.
+                self._check_compatible(sid, found.fingerprint)
+                self._adopt_recording(found)
+                self._unwritten = None
+                return await self.submit(message, request_id=request_id)
             self._unwritten = None
             if self.pooled:  # the queued run holds no lease
                 return RunHandle(self, sid, run_id, start_seq=0)

@@ -104,3 +104,30 @@ async def test_a_pool_submission_writes_its_session_with_the_queued_run(target: 
         assert session is not None and session.agent_ref == "sales@v1" and session.lease_owner is None
         run = await store.get_run(handle.run_id)
         assert run is not None and run.queued
+
+
+async def test_a_submit_whose_session_was_written_meanwhile_goes_on_with_it(target: BackendTarget) -> None:
+    """An earlier attempt of ours may have committed although its reply was lost, or another
+    process may have bound the same id: the session is found, as start() would have found it,
+    and a request id still deduplicates."""
+    async with target.open() as store, AgentRuntime(make_agent(policy="safe"), backend=store) as runtime:
+        session_id = await runtime.start()
+        fingerprint = make_agent(policy="safe").fingerprint()
+        _, start = first_boundary(session_id, "earlier")
+        lease = await store.create_session_run(
+            NewSession(session_id, None, fingerprint), "lost", "earlier", "req-1", "Write the report.", start
+        )
+        await store.release(lease)
+        handle = await runtime.submit("Write the report.", request_id="req-1")
+        assert handle.run_id == "earlier"
+    async with target.open() as store, AgentRuntime(make_agent(policy="safe"), backend=store) as runtime:
+        session_id = await runtime.start()
+        await store.create_session(session_id, None, make_agent(policy="safe").fingerprint())
+        result = await runtime.run("Write the report.")
+        assert result.ok and result.session_id == session_id
+    other = make_agent(system_prompt="Other.")
+    async with target.open() as store, AgentRuntime(other, backend=store) as runtime:
+        session_id = await runtime.start()
+        await store.create_session(session_id, None, make_agent().fingerprint())
+        with pytest.raises(ConfigurationError, match="cannot use session"):
+            await runtime.run("Write the report.")
