@@ -158,8 +158,7 @@ async def test_a_worker_drives_a_claimed_run_in_a_known_number_of_round_trips(pg
     """A pool worker's round trips for one run it claims: the claim, one load (its row,
     session and state), eight checkpoints of which the last gives the lease back. The
     worker's own loops (heartbeat, controls, queue stats, idle claims) are not counted."""
-    from pool_agents import registry  # type: ignore[import-not-found]
-
+    from chaos.agents import registry
     from harness_workers._worker import Worker, WorkerConfig
     from harnessx.store import PostgresBackend
 
