@@ -137,7 +137,7 @@ async def test_the_last_checkpoint_gives_the_lease_back_and_keeps_the_final_phas
 ) -> None:
     """The finishing checkpoint releases the lease in its own transaction; on PostgreSQL
     the lease changing hands settles the session row's progress, which must not put the
-    phase of the checkpoint before it back over the finished run's (migration 0009)."""
+    phase of the checkpoint before it back over the finished run's (migration 0010)."""
     async with counted(target) as (backend, counter):
         async with AgentRuntime(make_agent(policy="safe"), backend=backend) as runtime:
             result = await runtime.run("Write the report.")
