@@ -46,14 +46,20 @@ class RunExecutor:
     """Starts executions and records one-off decisions, always under a lease."""
 
     def __init__(
-        self, store: Store, keeper: LeaseKeeper, *, flush_interval: float = 0.05, flush_max: int = 64
+        self,
+        store: Store,
+        keeper: LeaseKeeper,
+        *,
+        flush_interval: float = 0.05,
+        flush_max: int = 64,
+        rates: RateGate | None = None,
     ) -> None:
         self.store = store
         self.keeper = keeper
         self.flush_interval = flush_interval
         self.flush_max = flush_max
         # Model calls of every run driven here obey the fleet's rate limits (docs/scheduling.md).
-        self.rates = RateGate(store)
+        self.rates = rates or RateGate(store)
 
     def launch(
         self,

@@ -18,8 +18,10 @@ import asyncio
 import logging
 import math
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from harnessx._errors import StorageError
 from harnessx._middleware import ModelRequest
@@ -64,11 +66,24 @@ class Admission:
         return max(0.0, self.until - time.monotonic())
 
 
+_SHARED: weakref.WeakKeyDictionary[Any, RateGate] = weakref.WeakKeyDictionary()
+
+
 class RateGate:
     """Reserves model calls' starts in the store's shared buckets (one gate per process).
 
     ``observers`` are called with ``(bucket, seconds)`` for every call that has to wait:
     the worker counts them in its metrics."""
+
+    @classmethod
+    def shared(cls, store: Store) -> RateGate:
+        """The gate every ``AgentRuntime`` on ``store`` shares in this process: a runtime made
+        per request reads the limits when its copy is stale, not once per runtime (one more
+        round trip for each run)."""
+        gate = _SHARED.get(store)
+        if gate is None:
+            gate = _SHARED[store] = cls(store)
+        return gate
 
     def __init__(self, store: Store, *, refresh_seconds: float = REFRESH_SECONDS) -> None:
         self.store = store

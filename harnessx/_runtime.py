@@ -38,6 +38,7 @@ from harnessx._journal import JournalRecord, RunJournal
 from harnessx._leases import LeaseKeeper
 from harnessx._observe import follow_events
 from harnessx._policies import check_positive
+from harnessx._rate_gate import RateGate
 from harnessx._recorder import BundleLimits, ExportPolicy, export_incident
 from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
@@ -215,6 +216,7 @@ class AgentRuntime:
                 self._keeper,
                 flush_interval=self.config.flush_interval,
                 flush_max=self.config.flush_max_events,
+                rates=RateGate.shared(self._backend),
             )
             self._ready_done = True
         return self._backend
