@@ -107,7 +107,7 @@ class Fleet:
 async def live_workers(store: Store, count: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        alive = [w for w in await store.running_workers() if await store.process_alive(f"{w.id}/")]
+        alive = [w for w in await store.running_workers() if w.alive]
         if len(alive) >= count:
             return
         await asyncio.sleep(0.02)

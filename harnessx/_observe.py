@@ -103,7 +103,7 @@ async def _unclaimed(store: Store, record: RunRecord, waited: float) -> str:
     try:
         session = await store.get_session(record.session_id)
         agent = (session.agent_ref if session else None) or "?"
-        workers = [w for w in await store.running_workers() if await store.process_alive(f"{w.id}/")]
+        workers = [w for w in await store.running_workers() if w.alive]
     except (HarnessError, OSError):  # a read-only store, say: advise without the details
         return f"{said}; is a harness-worker running? Start one: {start} as this process"
     if not workers:

@@ -697,6 +697,31 @@ class AgentRuntime:
         await self._write_session()
         return await export_incident(store, session_id, run_id, destination, policy=policy, limits=limits)
 
+    async def delete_session(self, session_id: str, *, force: bool = False) -> dict[str, int]:
+        """Erase a session and everything it owns (its runs, conversation, tool calls, events,
+        journal, operators' actions): a user's right-to-erasure request. Refused
+        (``SessionBusyError``) while a run of it is unfinished, unless ``force=True``, which
+        cancels that run first (and waits, up to two leases, for a process driving it to
+        stop). Returns the rows removed per table."""
+        from harnessx._erasure import erase_session
+        from harnessx._operator import default_actor
+
+        store = await self._ready()
+        active = self._active
+        if active is not None and active.session_id == session_id and not active.task.done():
+            if not force:
+                raise SessionBusyError(
+                    f"this runtime is driving run {active.run_id} of session {session_id}: wait for "
+                    "it, or delete with force=True, which cancels it"
+                )
+            active.control.request_cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.shield(active.task)
+        deleted = await erase_session(store, session_id, force=force, actor=default_actor(), via="api")
+        if self._session_id == session_id:
+            self._session_id = None  # the next submit() starts a new session
+        return deleted
+
     async def status(self) -> dict[str, Any]:
         """``{"session_id", "state", "run"}``: ``state`` is the latest run's status (``idle``
         without a run) and ``run`` its ``RunResult`` or ``None``. A pool runtime's status also

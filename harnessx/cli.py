@@ -21,6 +21,7 @@ from click.core import ParameterSource
 
 from harnessx._agent import Agent
 from harnessx._cli_common import format_time, open_backend, run_command, to_stderr
+from harnessx._cli_lifecycle import COMMANDS as LIFECYCLE_COMMANDS
 from harnessx._cli_limits import limits
 from harnessx._cli_operate import COMMANDS, actor_option, operate
 from harnessx._demo import DEMO_AGENT, DEMO_PROMPT, invocation_count, kill_after, registry
@@ -431,7 +432,7 @@ def _import(path: str) -> Any:
         raise click.UsageError(f"cannot load {path}: {exc}") from exc
 
 
-for _command in [*COMMANDS, console, limits]:
+for _command in [*COMMANDS, *LIFECYCLE_COMMANDS, console, limits]:
     main.add_command(_command)
 
 

@@ -12,6 +12,8 @@ __all__ = ["KEY_SERIES", "SupervisorMetrics"]
 KEY_SERIES = 20
 
 _RECOVERY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
+_PASS_BUCKETS = (0.01, 0.1, 1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+_BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
 class SupervisorMetrics:
@@ -64,6 +66,11 @@ class SupervisorMetrics:
         self.workers_dead = Counter(
             "harnessx_workers_died", "Workers found dead (their liveness lock gone).", registry=r
         )
+        self.workers_pruned = Counter(
+            "harnessx_workers_pruned",
+            "Rows of workers that stopped long ago, forgotten (--worker-retention).",
+            registry=r,
+        )
         self.queue_depth = Gauge("harnessx_queue_depth", "Runs waiting for a worker.", registry=r)
         self.queue_oldest = Gauge(
             "harnessx_queue_oldest_age_seconds", "Age of the oldest queued run (0 when empty).", registry=r
@@ -103,6 +110,40 @@ class SupervisorMetrics:
             "harnessx_stuck_runs",
             "Unfinished runs not updated for longer than the configured age, by status.",
             ["status"],
+            registry=r,
+        )
+        self.sessions_pruned = Counter(
+            "harnessx_retention_sessions_pruned",
+            "Finished sessions removed by retention (--retention), with everything they owned.",
+            registry=r,
+        )
+        self.rows_pruned = Counter(
+            "harnessx_retention_rows_pruned",
+            "Rows removed by retention, by table.",
+            ["table"],
+            registry=r,
+        )
+        self.retention_pass_seconds = Histogram(
+            "harnessx_retention_pass_seconds",
+            "Time of one retention pass over every session old enough.",
+            buckets=_PASS_BUCKETS,
+            registry=r,
+        )
+        self.retention_batch_seconds = Histogram(
+            "harnessx_retention_batch_seconds",
+            "Time of one retention batch (one transaction).",
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        self.retention_errors = Counter(
+            "harnessx_retention_errors",
+            "Retention passes that failed (the next pass continues).",
+            registry=r,
+        )
+        self.oldest_retained = Gauge(
+            "harnessx_retention_oldest_activity_age_seconds",
+            "Age of the oldest last activity of any stored session, after the latest retention pass: "
+            "about the retention period while retention keeps up.",
             registry=r,
         )
 

@@ -21,7 +21,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from harnessx._errors import HarnessError, LeadershipLostError
-from harnessx.store._protocol import Leadership, Orphan, Store
+from harnessx._retention import PassReport, RetentionPolicy, prune_pass
+from harnessx.store._protocol import Leadership, Orphan, PruneBatch, Store
 from supervisor._metrics import SupervisorMetrics
 
 __all__ = ["ROLE", "Supervisor", "SupervisorConfig"]
@@ -42,6 +43,14 @@ class SupervisorConfig:
     record_interval: float = 1.0
     # How often the leader reads the queue by priority band and key (one GROUP BY of the queue).
     shape_interval: float = 5.0
+    # Queue statistics are metrics, not recovery: read once a second, not at every scan.
+    queue_interval: float = 1.0
+    # Workers that stopped (or were found dead) this long ago are forgotten, checked this often.
+    worker_retention: float = 86400.0
+    housekeeping_interval: float = 60.0
+    # Retention (off by default): a pass over finished sessions every retention_interval.
+    retention: RetentionPolicy | None = None
+    retention_interval: float = 60.0
 
 
 @dataclass
@@ -74,6 +83,10 @@ class Supervisor:
         self._scans = 0
         self._recovered = 0
         self._last_record = 0.0
+        self._last_queue = 0.0
+        self._last_housekeeping = 0.0
+        self._last_retention = float("-inf")
+        self._retaining: asyncio.Task[None] | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -105,6 +118,7 @@ class Supervisor:
                     await self.scan(term)
                     self._last_scan_ok = time.monotonic()
                     self._store_problem = None
+                    self._start_retention(term)
                 except LeadershipLostError as exc:
                     self.metrics.writes_refused.inc()
                     await self._step_down(term, f"the store refused a write: {exc}")
@@ -115,6 +129,7 @@ class Supervisor:
                     self._store_problem = f"scans fail: {exc}"
                 await self._sleep(self.config.scan_interval)
         finally:
+            await self._stop_retention()
             if self.term is not None:
                 with contextlib.suppress(HarnessError):
                     await self.store.release_leadership(self.term)
@@ -163,6 +178,7 @@ class Supervisor:
         )
         self._set_term(None)
         self._pending.clear()  # the next leader tracks what it recovers
+        await self._stop_retention()
         with contextlib.suppress(HarnessError):
             await self.store.release_leadership(term)
 
@@ -186,10 +202,16 @@ class Supervisor:
             await self._recover(term, orphan)
         await self._track_recoveries()
         await self._check_workers(term)
-        await self._queue()
+        if time.monotonic() - self._last_queue >= self.config.queue_interval:
+            await self._queue()
+            self._last_queue = time.monotonic()
         if time.monotonic() - self._last_shape >= self.config.shape_interval:
             self.metrics.set_queue_shape(await self.store.queue_shape(), time.time())
             self._last_shape = time.monotonic()
+        if time.monotonic() - self._last_housekeeping >= self.config.housekeeping_interval:
+            forgotten = await self.store.prune_workers(term, self.config.worker_retention)
+            self.metrics.workers_pruned.inc(forgotten)
+            self._last_housekeeping = time.monotonic()
         if time.monotonic() - self._last_stuck >= self.config.stuck_interval:
             await self._stuck()
             self._last_stuck = time.monotonic()
@@ -245,8 +267,9 @@ class Supervisor:
 
     async def _check_workers(self, term: Leadership) -> None:
         live = 0
+        # One statement judges every worker's liveness (not a lookup per worker per scan).
         for worker in await self.store.running_workers():
-            if await self.store.process_alive(f"{worker.id}/"):
+            if worker.alive:
                 live += 1
                 continue
             at = await self.store.mark_worker_dead(term, worker.id)
@@ -281,3 +304,63 @@ class Supervisor:
                 time.time() - run.updated_at,
                 extra={"run_id": run.run_id, "session_id": run.session_id},
             )
+
+    # ------------------------------------------------------------ retention
+
+    def _start_retention(self, term: Leadership) -> None:
+        """Begin a retention pass beside the scans when one is due: it runs in its own task,
+        in short batches, so it never delays orphan recovery by more than one batch."""
+        policy = self.config.retention
+        if policy is None or (self._retaining is not None and not self._retaining.done()):
+            return
+        if time.monotonic() - self._last_retention < self.config.retention_interval:
+            return
+        self._last_retention = time.monotonic()
+        self._retaining = asyncio.get_running_loop().create_task(self._retain(term, policy))
+
+    async def _stop_retention(self) -> None:
+        task, self._retaining = self._retaining, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _retain(self, term: Leadership, policy: RetentionPolicy) -> None:
+        try:
+            report = await prune_pass(
+                self.store, policy, term=term, stopping=self._stopping, on_batch=self._pruned
+            )
+        except LeadershipLostError as exc:
+            self.metrics.writes_refused.inc()
+            logger.warning("retention stopped: %s", exc, extra={"leader_epoch": term.epoch})
+            return
+        except HarnessError as exc:
+            self.metrics.retention_errors.inc()
+            logger.warning("retention pass failed (the next one continues): %s", exc)
+            return
+        except OSError as exc:  # the archive folder
+            self.metrics.retention_errors.inc()
+            logger.error("retention pass stopped, nothing unarchived was removed: %s", exc)
+            return
+        self.metrics.retention_pass_seconds.observe(report.seconds)
+        await self._oldest_activity()
+        if report.sessions:
+            self._log_pass(report, policy, term)
+
+    def _pruned(self, batch: PruneBatch, seconds: float) -> None:
+        self.metrics.retention_batch_seconds.observe(seconds)
+        self.metrics.sessions_pruned.inc(len(batch.pruned))
+        for table, count in batch.rows.items():
+            if count:
+                self.metrics.rows_pruned.labels(table=table).inc(count)
+
+    async def _oldest_activity(self) -> None:
+        try:
+            oldest = await self.store.oldest_activity()
+        except HarnessError as exc:
+            logger.warning("reading the oldest session activity failed: %s", exc)
+            return
+        self.metrics.oldest_retained.set(max(0.0, time.time() - oldest) if oldest is not None else 0.0)
+
+    def _log_pass(self, report: PassReport, policy: RetentionPolicy, term: Leadership) -> None:
+        logger.info("%s", report.describe(policy), extra={"leader_epoch": term.epoch})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from pathlib import Path
 
 import click
 
@@ -23,6 +24,7 @@ from harnessx._processes import (
     store_options,
 )
 from harnessx._redaction import redact
+from harnessx._retention import RetentionPolicy, default_batch, parse_duration
 from harnessx._systemd import SystemdNotifier
 from harnessx.store._protocol import Store
 from supervisor._metrics import SupervisorMetrics
@@ -50,6 +52,44 @@ logger = logging.getLogger("supervisor")
     type=click.FloatRange(min=1),
     help="Report unfinished runs not updated for this many seconds [env HARNESSX_STUCK_AFTER].",
 )
+@click.option(
+    "--retention",
+    envvar="HARNESSX_RETENTION",
+    callback=lambda ctx, param, value: _duration(ctx, param, value),
+    metavar="DURATION",
+    help="Remove finished sessions idle for longer than this (30d, 12h...), continuously, in short "
+    "batches [env HARNESSX_RETENTION; default: off, keep everything].",
+)
+@click.option(
+    "--retention-interval",
+    envvar="HARNESSX_RETENTION_INTERVAL",
+    default=60.0,
+    type=click.FloatRange(min=1),
+    help="Seconds between retention passes [env HARNESSX_RETENTION_INTERVAL].",
+)
+@click.option(
+    "--retention-batch",
+    envvar="HARNESSX_RETENTION_BATCH",
+    type=click.IntRange(1, 10_000),
+    help="Sessions per retention transaction [env HARNESSX_RETENTION_BATCH; default: 200 on "
+    "PostgreSQL, 20 on SQLite].",
+)
+@click.option(
+    "--archive",
+    envvar="HARNESSX_ARCHIVE_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="With --retention: write each session to a JSON-lines file in this folder before removing "
+    "it [env HARNESSX_ARCHIVE_DIR].",
+)
+@click.option(
+    "--worker-retention",
+    envvar="HARNESSX_WORKER_RETENTION",
+    default="1d",
+    show_default=True,
+    callback=lambda ctx, param, value: _duration(ctx, param, value),
+    metavar="DURATION",
+    help="Forget workers that stopped this long ago [env HARNESSX_WORKER_RETENTION].",
+)
 @log_options
 def main(
     dsn: str | None,
@@ -58,6 +98,11 @@ def main(
     metrics_addr: tuple[str, int] | None,
     scan_interval: float,
     stuck_after: float,
+    retention: float | None,
+    retention_interval: float,
+    retention_batch: int | None,
+    archive: Path | None,
+    worker_retention: float,
     log_format: str,
     log_level: str,
 ) -> None:
@@ -76,12 +121,32 @@ def main(
     configure_logging(
         "json" if log_format == "json" else "text", log_level, static={"supervisor_id": store.process_id}
     )
-    config = SupervisorConfig(scan_interval=scan_interval, stuck_after=stuck_after)
+    if archive is not None and retention is None:
+        raise click.UsageError("--archive is where --retention writes what it removes: give --retention too")
+    policy = None
+    if retention is not None:
+        policy = RetentionPolicy(retention, batch=retention_batch or default_batch(store), archive=archive)
+    config = SupervisorConfig(
+        scan_interval=scan_interval,
+        stuck_after=stuck_after,
+        retention=policy,
+        retention_interval=retention_interval,
+        worker_retention=worker_retention,
+    )
     try:
         run_event_loop(_serve(store, config, sockets))
     except HarnessError as exc:
         logger.error("supervisor stopped: %s", exc)
         raise SystemExit(1) from exc
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        return parse_duration(value)
+    except HarnessError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 async def _serve(store: Store, config: SupervisorConfig, sockets: list[socket.socket] | None) -> None:

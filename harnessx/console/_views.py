@@ -148,7 +148,7 @@ async def queue_view(console: ConsoleState) -> dict[str, Any]:
     stats = await console.store.queue_stats()
     served: set[str] = set()
     for worker in await console.store.running_workers():
-        if await console.store.process_alive(f"{worker.id}/"):
+        if worker.alive:
             served.update(worker.agents)
     now = time.time()
     agents = [

@@ -114,6 +114,7 @@ from harnessx.store._pg_driver import (
     on_pooled,
 )
 from harnessx.store._pg_dsn import ENCODING_ADVICE, check_dsn, redact_dsn
+from harnessx.store._pg_lifecycle import PostgresLifecycle
 from harnessx.store._pg_notifications import Notifications
 from harnessx.store._pg_scheduling import PostgresScheduling
 from harnessx.store._protocol import (
@@ -178,6 +179,18 @@ SQLITE_ONLY_QUERIES = {
     "requeue_session": "recover_orphan",
     "last_event_seq": "end_run",
     "term_holds": "recover_orphan",  # and mark_worker_dead: each checks the term itself
+    **dict.fromkeys(
+        (
+            "delete_tool_results",
+            "delete_tool_calls",
+            "delete_events",
+            "delete_journal",
+            "delete_messages",
+            "delete_audit",
+            "delete_runs",
+        ),
+        "delete_sessions",
+    ),
 }
 
 _DEFAULT_SCHEMA = "harness_x"
@@ -246,7 +259,7 @@ def _attempts(retrying: AsyncRetrying | None) -> str:
 # --------------------------------------------------------------------------- backend
 
 
-class PostgresBackend(PostgresConsole, PostgresScheduling):
+class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
     """Durable state in PostgreSQL. Use as ``async with PostgresBackend(dsn) as backend``.
 
     Tables live in ``schema`` (created if needed when ``auto_migrate`` is true; otherwise
@@ -1411,9 +1424,17 @@ class PostgresBackend(PostgresConsole, PostgresScheduling):
         rows = await self._run("listing workers", lambda conn: conn.fetch(Q["running_workers"]))
         return [
             WorkerInfo(
-                wid, host, pid, loads(agents, f"worker {wid}") or [], concurrency, started, beat, draining
+                wid,
+                host,
+                pid,
+                loads(agents, f"worker {wid}") or [],
+                concurrency,
+                started,
+                beat,
+                draining,
+                alive=bool(alive),
             )
-            for wid, host, pid, agents, concurrency, started, beat, draining in rows
+            for wid, host, pid, agents, concurrency, started, beat, draining, alive in rows
         ]
 
     async def find_orphans(self) -> list[Orphan]:

@@ -9,7 +9,7 @@ way by its ``Leadership`` term (``LeadershipLostError``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -21,6 +21,7 @@ from harnessx.store._migrations import MigrationReport
 from harnessx.store._original import OriginalSession
 
 if TYPE_CHECKING:
+    from harnessx.store._archive import ArchiveRecord
     from harnessx.store._scheduling import (
         Claims,
         ConcurrencyLimit,
@@ -43,6 +44,8 @@ __all__ = [
     "Login",
     "NewSession",
     "Orphan",
+    "PruneBatch",
+    "PruneCursor",
     "QueueStats",
     "Recovery",
     "Renewal",
@@ -223,6 +226,31 @@ class WorkerInfo:
     draining: bool = False
     stopped_at: float | None = None  # when it stopped (or the supervisor found it dead)
     leases: int = 0  # sessions it holds a lease on (``list_workers`` only)
+    alive: bool | None = None  # whether its process holds its liveness lock (``running_workers``)
+
+
+# Where a retention pass continues: the last session it looked at, as (prune_check_at as the
+# dialect keeps it exactly, id).
+PruneCursor = tuple[float | str, str]
+
+
+@dataclass
+class PruneBatch:
+    """One bounded step of retention (``Store.prune``).
+
+    ``pruned``: the sessions removed (in a dry run: that would be); ``rows``: rows removed
+    per table (none in a dry run); ``examined``: sessions looked at; ``cursor``: where the
+    pass continues, ``None`` once it has looked at every session old enough."""
+
+    pruned: list[str]
+    rows: dict[str, int]
+    examined: int
+    cursor: PruneCursor | None
+
+
+# Called with the archive records of the sessions a prune is about to remove, inside its
+# transaction: when it returns they are deleted, when it raises nothing is.
+Archiver = Callable[[list[dict[str, Any]]], None]
 
 
 @dataclass
@@ -700,3 +728,51 @@ class Store(Protocol):
     async def get_login(self, id_hash: str) -> Login | None: ...
 
     async def end_login(self, id_hash: str) -> None: ...
+
+    # the data lifecycle: retention, erasure, archives
+    async def prune(
+        self,
+        older_than: float,
+        *,
+        limit: int,
+        statuses: Collection[str] | None = None,
+        after: PruneCursor | None = None,
+        dry_run: bool = False,
+        term: Leadership | None = None,
+        archive: Archiver | None = None,
+    ) -> PruneBatch:
+        """Remove up to ``limit`` finished sessions, with everything they own, whose last
+        activity is more than ``older_than`` seconds ago (by the database's clock), in one
+        short transaction, continuing a pass after ``after``. A session goes only if it has
+        no unfinished run (running, paused, awaiting input), no unexpired lease holds it and,
+        with ``statuses``, its latest run has one of them (a session without runs has none).
+        ``archive`` receives the records of those about to go (see ``_archive``) before they
+        are deleted. ``term``: a leader's prune, fenced (``LeadershipLostError``)."""
+
+    async def delete_session(self, session_id: str) -> dict[str, int] | None:
+        """Erase one session and everything it owns; the rows removed per table, ``None`` for
+        no such session. ``SessionBusyError`` while it has an unfinished run or an unexpired
+        lease holds it (nothing is deleted)."""
+
+    async def session_page(self, after: str, limit: int) -> list[str]:
+        """Up to ``limit`` session ids after ``after``, in order (``""``: from the first)."""
+
+    async def export_sessions(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Archive records of the given sessions (those that exist), read consistently."""
+
+    async def import_session(self, record: ArchiveRecord) -> bool:
+        """Restore an archived session in one transaction; ``False`` (nothing written) when a
+        session with its id exists. ``ConfigurationError`` for a record this database cannot
+        hold (columns it lacks, a run id another session has)."""
+
+    async def prune_workers(self, term: Leadership, older_than: float, limit: int = 1000) -> int:
+        """Forget up to ``limit`` workers that stopped more than ``older_than`` seconds ago;
+        how many. Fenced by ``term``."""
+
+    async def oldest_activity(self) -> float | None:
+        """The oldest last known activity of any session (what retention examines next),
+        epoch seconds; ``None`` without sessions."""
+
+    async def reclaim_space(self) -> int:
+        """Give free pages back to the file system after deleting (SQLite's incremental
+        vacuum, in short steps); pages freed. PostgreSQL's autovacuum does this: 0."""

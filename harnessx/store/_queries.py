@@ -10,9 +10,10 @@ import re
 from functools import cache
 from importlib import resources
 
-__all__ = ["load_queries", "parse_queries"]
+__all__ = ["load_queries", "parse_queries", "when"]
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
+_WHEN = re.compile(r"\s*--\s*when:\s*([a-z_]+)\s*$")
 
 
 def parse_queries(text: str) -> dict[str, str]:
@@ -46,3 +47,17 @@ def parse_queries(text: str) -> dict[str, str]:
 def load_queries(dialect: str) -> dict[str, str]:
     text = resources.files("harnessx.store").joinpath("sql", f"{dialect}.sql").read_text(encoding="utf-8")
     return parse_queries(text)
+
+
+@cache
+def when(statement: str, given: frozenset[str]) -> str:
+    """``statement`` keeping a line that ends in ``-- when: NAME`` only if NAME is in ``given``
+    (without the comment): one statement text per variant, which the driver prepares once."""
+    kept = []
+    for line in statement.splitlines():
+        match = _WHEN.search(line)
+        if match is None:
+            kept.append(line)
+        elif match.group(1) in given:
+            kept.append(line[: match.start()])
+    return "\n".join(kept)

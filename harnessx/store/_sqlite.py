@@ -81,6 +81,7 @@ from harnessx.store._protocol import (
 from harnessx.store._queries import load_queries
 from harnessx.store._scheduling import Schedule
 from harnessx.store._sqlite_console import SQLiteConsole
+from harnessx.store._sqlite_lifecycle import SQLiteLifecycle
 from harnessx.store._sqlite_scheduling import SQLiteScheduling
 from harnessx.store._waiters import RunWaiters
 
@@ -99,7 +100,7 @@ CREATE TABLE IF NOT EXISTS harnessx_migrations (
 )"""
 
 
-class SQLiteBackend(SQLiteConsole, SQLiteScheduling):
+class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
     """Durable state in one SQLite file. Use as ``async with SQLiteBackend(path) as backend``."""
 
     dialect = "sqlite"
@@ -283,6 +284,10 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling):
                 conn = self._connect_read_only()
             else:
                 conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+                if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+                    # A new database keeps the pages deleting frees for incremental vacuum (see
+                    # reclaim_space); it can only be chosen before the first table, and WAL.
+                    conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
                 conn.execute("PRAGMA journal_mode=WAL").fetchone()
                 conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA foreign_keys=ON")
@@ -939,20 +944,26 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling):
         await self._call(self._write, lambda conn: conn.execute(Q["stop_worker"], (time.time(), worker_id)))
 
     async def running_workers(self) -> list[WorkerInfo]:
-        rows = await self._call(lambda conn: conn.execute(Q["running_workers"]).fetchall())
-        return [
-            WorkerInfo(
-                wid,
-                host,
-                pid,
-                loads(agents, f"worker {wid}") or [],
-                concurrency,
-                started,
-                beat,
-                bool(draining),
-            )
-            for wid, host, pid, agents, concurrency, started, beat, draining in rows
-        ]
+        def body(conn: sqlite3.Connection) -> list[WorkerInfo]:
+            # One statement; then each worker's liveness lock file (no SQL).
+            return [
+                WorkerInfo(
+                    wid,
+                    host,
+                    pid,
+                    loads(agents, f"worker {wid}") or [],
+                    concurrency,
+                    started,
+                    beat,
+                    bool(draining),
+                    alive=self._owner_alive(f"{wid}/"),
+                )
+                for wid, host, pid, agents, concurrency, started, beat, draining in conn.execute(
+                    Q["running_workers"]
+                ).fetchall()
+            ]
+
+        return await self._call(body)
 
     async def find_orphans(self) -> list[Orphan]:
         def body(conn: sqlite3.Connection) -> list[Orphan]:

@@ -14,8 +14,21 @@ from harnessx.store._queries import load_queries, parse_queries
 
 DIALECTS = ("sqlite", "postgres")
 MODULES = {
-    "sqlite": ("_sqlite.py", "_sqlite_console.py", "_sqlite_scheduling.py", "_listing.py"),
-    "postgres": ("_postgres.py", "_pg_checkpoint.py", "_pg_console.py", "_pg_scheduling.py", "_listing.py"),
+    "sqlite": (
+        "_sqlite.py",
+        "_sqlite_console.py",
+        "_sqlite_scheduling.py",
+        "_sqlite_lifecycle.py",
+        "_listing.py",
+    ),
+    "postgres": (
+        "_postgres.py",
+        "_pg_checkpoint.py",
+        "_pg_console.py",
+        "_pg_scheduling.py",
+        "_pg_lifecycle.py",
+        "_listing.py",
+    ),
 }
 
 

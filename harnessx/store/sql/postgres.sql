@@ -583,10 +583,30 @@ UPDATE workers SET heartbeat_at = now(), draining = $2 WHERE id = $1;
 UPDATE workers SET stopped_at = now() WHERE id = $1 AND stopped_at IS NULL;
 
 -- name: running_workers
--- Workers not known to have stopped.
+-- Workers not known to have stopped, each with whether its process still holds its liveness
+-- lock: one statement (one read of the lock table) however many workers there are.
+WITH live AS MATERIALIZED (
+    SELECT l.classid, l.objid
+    FROM pg_catalog.pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+), running AS (
+    SELECT w.*, harnessx_liveness_key(w.id) AS key FROM workers w WHERE w.stopped_at IS NULL
+)
 SELECT id, host, pid, agents::text, concurrency, extract(epoch FROM started_at)::float8,
-       extract(epoch FROM heartbeat_at)::float8, draining
-FROM workers WHERE stopped_at IS NULL ORDER BY started_at;
+       extract(epoch FROM heartbeat_at)::float8, draining,
+       EXISTS (SELECT 1 FROM live
+               WHERE live.classid = ((key >> 32) & 4294967295)::oid
+                 AND live.objid = (key & 4294967295)::oid)
+FROM running ORDER BY started_at;
+
+-- name: prune_workers
+-- Forget up to $2 workers that stopped more than $1 seconds ago, oldest first.
+DELETE FROM workers WHERE id IN (
+    SELECT id FROM workers
+    WHERE stopped_at IS NOT NULL AND stopped_at < clock_timestamp() - make_interval(secs => $1)
+    ORDER BY stopped_at LIMIT $2
+);
 
 -- name: find_orphans
 -- Leases whose holder process lost its liveness lock ('dead') or that expired ('expired').
@@ -650,11 +670,11 @@ SELECT EXISTS (SELECT FROM term), EXISTS (SELECT FROM stopped),
        extract(epoch FROM clock_timestamp())::float8;
 
 -- name: queue_stats
--- Queue depth and the oldest queued time, per agent reference.
-SELECT s.agent_ref, count(*), extract(epoch FROM min(r.queued_at))::float8
-FROM runs r JOIN sessions s ON s.id = r.session_id
-WHERE r.queued_at IS NOT NULL
-GROUP BY s.agent_ref;
+-- Queue depth and the oldest queued time, per agent reference (runs carry their session's; an
+-- index-only scan of runs_queued_agent answers, without reading sessions).
+SELECT agent_ref, count(*), extract(epoch FROM min(queued_at))::float8
+FROM runs WHERE queued_at IS NOT NULL
+GROUP BY agent_ref;
 
 -- name: stuck_runs
 -- Unfinished runs not updated for $1 seconds (database clock), oldest first.
@@ -868,3 +888,152 @@ UPDATE rate_buckets SET tokens_at = tokens_at + $2 WHERE name = $1;
 -- name: list_rate_buckets
 -- Every bucket used so far, with how many calls waited for its budget and for how long.
 SELECT name, waits, waited FROM rate_buckets ORDER BY name;
+
+-- name: hold_term
+-- Inside a leader's transaction: its term ($1 role, $2 epoch, $3 holder) is the latest, and
+-- stays so until the transaction ends (FOR SHARE: a takeover waits for it). No row: deposed.
+SELECT 1 FROM leadership WHERE role = $1 AND epoch = $2 AND holder = $3 FOR SHARE;
+
+-- name: prune_candidates
+-- Retention: lock up to $4 sessions whose last known activity is more than $1 seconds ago and
+-- that no unexpired lease holds, after the keyset cursor ($2 prune_check_at as text, $3 id),
+-- in that order; rows another transaction has locked are skipped (a claim in flight, another
+-- pruner). The cutoff is by now(), the transaction's start, which the index scan can stop at
+-- (clock_timestamp() would make the scan read every later session and filter it out). The lock keeps any run from starting in them until the transaction ends; a dry run
+-- (only reading) leaves the line marked "when: locking" out.
+SELECT id, prune_check_at::text AS cursor_at FROM sessions
+WHERE prune_check_at < now() - make_interval(secs => $1)
+  AND (prune_check_at, id) > ($2::text::timestamptz, $3)
+  AND (lease_owner IS NULL OR lease_expires_at <= clock_timestamp())
+ORDER BY prune_check_at, id
+LIMIT $4
+FOR UPDATE SKIP LOCKED -- when: locking
+;
+
+-- name: prune_facts
+-- What decides whether each of the sessions $1 may go (read after they were locked, so it is
+-- current): whether no unexpired lease holds it, whether it has an unfinished run, when it was
+-- last active (its creation or its latest run's last write; a finished run's row is whole, so
+-- runs is read directly) as text, whether that is more than $2 seconds ago, and its latest
+-- run's status.
+SELECT s.id,
+       s.lease_owner IS NULL OR s.lease_expires_at <= clock_timestamp(),
+       EXISTS (SELECT 1 FROM runs r
+               WHERE r.session_id = s.id AND r.status IN ('running', 'paused', 'awaiting_input')),
+       a.at::text,
+       a.at < clock_timestamp() - make_interval(secs => $2),
+       (SELECT r.status FROM runs r WHERE r.session_id = s.id
+        ORDER BY r.created_at DESC, r.created_seq DESC LIMIT 1)
+FROM sessions s
+CROSS JOIN LATERAL (
+    SELECT greatest(s.created_at, (SELECT max(r.updated_at) FROM runs r WHERE r.session_id = s.id)) AS at
+) a
+WHERE s.id = ANY ($1::text[]);
+
+-- name: set_prune_check
+-- When retention should look at the sessions $1 again (found still in use): at $2 (text; NULL:
+-- the database clock now, for a session with an unfinished run).
+UPDATE sessions s SET prune_check_at = coalesce(c.at::timestamptz, clock_timestamp())
+FROM unnest($1::text[], $2::text[]) AS c (id, at)
+WHERE s.id = c.id;
+
+-- name: oldest_prune_check
+-- The oldest last known activity of any session (what retention examines next), epoch seconds.
+SELECT extract(epoch FROM min(prune_check_at))::float8 FROM sessions;
+
+-- name: delete_sessions
+-- Erase the sessions $1 and everything they own, in one statement: the rows that refer to a run
+-- or a session go first (the foreign keys are checked when the statement ends). Returns the
+-- rows deleted per table.
+WITH gone AS (
+    SELECT id FROM runs WHERE session_id = ANY ($1::text[])
+), tool_results_gone AS (
+    DELETE FROM tool_results WHERE run_id IN (SELECT id FROM gone) RETURNING 1
+), tool_calls_gone AS (
+    DELETE FROM tool_calls WHERE run_id IN (SELECT id FROM gone) RETURNING 1
+), events_gone AS (
+    DELETE FROM events WHERE run_id IN (SELECT id FROM gone) RETURNING 1
+), journal_gone AS (
+    DELETE FROM journal WHERE run_id IN (SELECT id FROM gone) RETURNING 1
+), messages_gone AS (
+    DELETE FROM messages WHERE session_id = ANY ($1::text[]) RETURNING 1
+), audit_gone AS (
+    DELETE FROM audit WHERE session_id = ANY ($1::text[]) RETURNING 1
+), runs_gone AS (
+    DELETE FROM runs WHERE session_id = ANY ($1::text[]) RETURNING 1
+), sessions_gone AS (
+    DELETE FROM sessions WHERE id = ANY ($1::text[]) RETURNING 1
+)
+SELECT (SELECT count(*) FROM sessions_gone), (SELECT count(*) FROM runs_gone),
+       (SELECT count(*) FROM messages_gone), (SELECT count(*) FROM tool_calls_gone),
+       (SELECT count(*) FROM tool_results_gone), (SELECT count(*) FROM events_gone),
+       (SELECT count(*) FROM journal_gone), (SELECT count(*) FROM audit_gone);
+
+-- name: lock_session
+-- Lock a session against claims until the transaction ends; whether a live process holds an
+-- unexpired lease on it and its unfinished run, if any ('<run id> (<status>)'): erasure refuses both.
+SELECT s.lease_owner IS NOT NULL AND s.lease_expires_at > clock_timestamp()
+           AND harnessx_owner_alive(s.lease_owner),
+       (SELECT r.id || ' (' || r.status || ')' FROM runs r
+        WHERE r.session_id = s.id AND r.status IN ('running', 'paused', 'awaiting_input'))
+FROM sessions s WHERE s.id = $1
+FOR UPDATE;
+
+-- name: session_page
+-- Session ids in order after a cursor (exporting every session).
+SELECT id FROM sessions WHERE id > $1 ORDER BY id LIMIT $2;
+
+-- name: column_types
+-- The columns of the archived tables, with their types and whether the database generates them.
+SELECT c.table_name::text, c.column_name::text, c.data_type::text, c.is_identity = 'YES'
+FROM information_schema.columns c
+WHERE c.table_schema = current_schema()
+  AND c.table_name IN ('sessions', 'runs', 'messages', 'tool_calls', 'tool_results', 'events', 'journal', 'audit')
+ORDER BY c.table_name, c.ordinal_position;
+
+-- name: export_sessions
+-- The sessions $1's rows, for an archive.
+SELECT * FROM sessions WHERE id = ANY ($1::text[]) ORDER BY id;
+
+-- name: export_runs
+-- The sessions $1's runs, oldest first, with a running run's progress as readers see it (now_*).
+SELECT r.*, n.phase AS now_phase, n.event_count AS now_event_count, n.updated_at AS now_updated_at
+FROM runs r JOIN runs_now n ON n.id = r.id
+WHERE r.session_id = ANY ($1::text[])
+ORDER BY r.session_id, r.created_at, r.created_seq;
+
+-- name: export_messages
+-- The sessions $1's conversations, in order.
+SELECT * FROM messages WHERE session_id = ANY ($1::text[]) ORDER BY session_id, seq;
+
+-- name: export_tool_calls
+-- The tool calls of the sessions $1's runs.
+SELECT * FROM tool_calls
+WHERE run_id IN (SELECT id FROM runs WHERE session_id = ANY ($1::text[]))
+ORDER BY run_id, iteration, idx;
+
+-- name: export_tool_results
+-- The large tool results of the sessions $1's runs.
+SELECT * FROM tool_results
+WHERE run_id IN (SELECT id FROM runs WHERE session_id = ANY ($1::text[]))
+ORDER BY execution_key, kind;
+
+-- name: export_events
+-- The events of the sessions $1's runs, in order.
+SELECT * FROM events
+WHERE run_id IN (SELECT id FROM runs WHERE session_id = ANY ($1::text[]))
+ORDER BY run_id, seq;
+
+-- name: export_journal
+-- The flight-recorder journals of the sessions $1's runs, in order.
+SELECT * FROM journal
+WHERE run_id IN (SELECT id FROM runs WHERE session_id = ANY ($1::text[]))
+ORDER BY run_id, seq;
+
+-- name: export_audit
+-- The operators' actions on the sessions $1, oldest first.
+SELECT * FROM audit WHERE session_id = ANY ($1::text[]) ORDER BY at, id;
+
+-- name: session_exists
+-- Whether a session id is taken (importing skips sessions that exist).
+SELECT 1 FROM sessions WHERE id = $1;

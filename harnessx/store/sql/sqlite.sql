@@ -5,8 +5,9 @@
 INSERT INTO harnessx_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?);
 
 -- name: insert_session
--- Create a session row with no lease.
-INSERT INTO sessions (id, agent_ref, fingerprint, created_at, recording) VALUES (?, ?, ?, ?, ?);
+-- Create a session row with no lease; retention first looks at it once it is as old as its cutoff.
+INSERT INTO sessions (id, agent_ref, fingerprint, created_at, recording, prune_check_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?4);
 
 -- name: get_session
 -- One session with its lease and control flag.
@@ -279,9 +280,15 @@ UPDATE workers SET heartbeat_at = ?, draining = ? WHERE id = ?;
 UPDATE workers SET stopped_at = ? WHERE id = ? AND stopped_at IS NULL;
 
 -- name: running_workers
--- Workers not known to have stopped.
+-- Workers not known to have stopped (the backend checks each one's liveness lock file).
 SELECT id, host, pid, agents, concurrency, started_at, heartbeat_at, draining
 FROM workers WHERE stopped_at IS NULL ORDER BY started_at;
+
+-- name: prune_workers
+-- Forget up to a number of workers that stopped before a time, oldest first.
+DELETE FROM workers WHERE id IN (
+    SELECT id FROM workers WHERE stopped_at IS NOT NULL AND stopped_at < ? ORDER BY stopped_at LIMIT ?
+);
 
 -- name: leased_sessions
 -- Every session with a lease holder, for the supervisor's orphan scan.
@@ -318,11 +325,9 @@ SELECT epoch, holder FROM leadership WHERE role = ?;
 SELECT 1 FROM leadership WHERE role = ? AND epoch = ? AND holder = ?;
 
 -- name: queue_stats
--- Queue depth and the oldest queued time, per agent reference.
-SELECT s.agent_ref, COUNT(*), MIN(r.queued_at)
-FROM runs r JOIN sessions s ON s.id = r.session_id
-WHERE r.queued_at IS NOT NULL
-GROUP BY s.agent_ref;
+-- Queue depth and the oldest queued time, per agent reference (runs carry their session's; the
+-- runs_queued_agent index alone answers).
+SELECT agent_ref, COUNT(*), MIN(queued_at) FROM runs WHERE queued_at IS NOT NULL GROUP BY agent_ref;
 
 -- name: stuck_runs
 -- Unfinished runs not updated since a time, oldest first.
@@ -523,3 +528,124 @@ UPDATE rate_buckets SET tokens_at = tokens_at + ?2 WHERE name = ?1;
 -- name: list_rate_buckets
 -- Every bucket used so far, with how many calls waited for its budget and for how long.
 SELECT name, waits, waited FROM rate_buckets ORDER BY name;
+
+-- name: prune_candidates
+-- Retention: sessions whose last known activity is before a cutoff and that no unexpired lease
+-- holds, after a keyset cursor (prune_check_at, id), in that order.
+SELECT id, prune_check_at FROM sessions
+WHERE prune_check_at < ?1 AND (prune_check_at, id) > (?2, ?3)
+  AND (lease_owner IS NULL OR lease_expires_at <= ?4)
+ORDER BY prune_check_at, id
+LIMIT ?5;
+
+-- name: prune_facts
+-- What decides whether each of the given sessions (a JSON array of ids) may go: whether no
+-- unexpired lease holds it, whether it has an unfinished run, when it was last active (its
+-- creation or its latest run's last write) and its latest run's status.
+SELECT s.id,
+       s.lease_owner IS NULL OR s.lease_expires_at <= ?2,
+       EXISTS (SELECT 1 FROM runs r
+               WHERE r.session_id = s.id AND r.status IN ('running', 'paused', 'awaiting_input')),
+       max(s.created_at, coalesce((SELECT max(r.updated_at) FROM runs r WHERE r.session_id = s.id), 0)),
+       (SELECT r.status FROM runs r WHERE r.session_id = s.id ORDER BY r.created_at DESC, r.rowid DESC LIMIT 1)
+FROM sessions s
+WHERE s.id IN (SELECT value FROM json_each(?1));
+
+-- name: set_prune_check
+-- When retention should look at a session again (it found the session still in use).
+UPDATE sessions SET prune_check_at = ? WHERE id = ?;
+
+-- name: oldest_prune_check
+-- The oldest last known activity of any session (what retention examines next).
+SELECT min(prune_check_at) FROM sessions;
+
+-- name: delete_tool_results
+-- Erase the large tool results of the given sessions' runs (a JSON array of session ids).
+DELETE FROM tool_results
+WHERE run_id IN (SELECT id FROM runs WHERE session_id IN (SELECT value FROM json_each(?)));
+
+-- name: delete_tool_calls
+-- Erase the tool calls of the given sessions' runs.
+DELETE FROM tool_calls
+WHERE run_id IN (SELECT id FROM runs WHERE session_id IN (SELECT value FROM json_each(?)));
+
+-- name: delete_events
+-- Erase the events of the given sessions' runs.
+DELETE FROM events
+WHERE run_id IN (SELECT id FROM runs WHERE session_id IN (SELECT value FROM json_each(?)));
+
+-- name: delete_journal
+-- Erase the flight-recorder journals of the given sessions' runs.
+DELETE FROM journal
+WHERE run_id IN (SELECT id FROM runs WHERE session_id IN (SELECT value FROM json_each(?)));
+
+-- name: delete_messages
+-- Erase the conversations of the given sessions.
+DELETE FROM messages WHERE session_id IN (SELECT value FROM json_each(?));
+
+-- name: delete_audit
+-- Erase the operators' actions on the given sessions.
+DELETE FROM audit WHERE session_id IN (SELECT value FROM json_each(?));
+
+-- name: delete_runs
+-- Erase the given sessions' runs (after everything that refers to them).
+DELETE FROM runs WHERE session_id IN (SELECT value FROM json_each(?));
+
+-- name: delete_sessions
+-- Erase the given sessions (after everything they own).
+DELETE FROM sessions WHERE id IN (SELECT value FROM json_each(?));
+
+-- name: lock_session
+-- A session's lease, whether it has an unfinished run, and its runs (erasure decides on these).
+SELECT s.lease_owner, s.lease_expires_at,
+       (SELECT r.id || ' (' || r.status || ')' FROM runs r
+        WHERE r.session_id = s.id AND r.status IN ('running', 'paused', 'awaiting_input'))
+FROM sessions s WHERE s.id = ?;
+
+-- name: session_page
+-- Session ids in order after a cursor (exporting every session).
+SELECT id FROM sessions WHERE id > ? ORDER BY id LIMIT ?;
+
+-- name: export_sessions
+-- The given sessions' rows (a JSON array of ids), for an archive.
+SELECT * FROM sessions WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id;
+
+-- name: export_runs
+-- The given sessions' runs, oldest first.
+SELECT * FROM runs WHERE session_id IN (SELECT value FROM json_each(?)) ORDER BY session_id, created_at, rowid;
+
+-- name: export_messages
+-- The given sessions' conversations, in order.
+SELECT * FROM messages WHERE session_id IN (SELECT value FROM json_each(?)) ORDER BY session_id, seq;
+
+-- name: export_tool_calls
+-- The tool calls of the given sessions' runs.
+SELECT * FROM tool_calls
+WHERE run_id IN (SELECT id FROM runs WHERE session_id IN (SELECT value FROM json_each(?)))
+ORDER BY run_id, iteration, idx;
+
+-- name: export_tool_results
+-- The large tool results of the given sessions' runs.
+SELECT * FROM tool_results
+WHERE run_id IN (SELECT id FROM runs WHERE session_id IN (SELECT value FROM json_each(?)))
+ORDER BY execution_key, kind;
+
+-- name: export_events
+-- The events of the given sessions' runs, in order.
+SELECT * FROM events
+WHERE run_id IN (SELECT id FROM runs WHERE session_id IN (SELECT value FROM json_each(?)))
+ORDER BY run_id, seq;
+
+-- name: export_journal
+-- The flight-recorder journals of the given sessions' runs, in order.
+SELECT * FROM journal
+WHERE run_id IN (SELECT id FROM runs WHERE session_id IN (SELECT value FROM json_each(?)))
+ORDER BY run_id, seq;
+
+-- name: export_audit
+-- The operators' actions on the given sessions, oldest first.
+SELECT * FROM audit WHERE session_id IN (SELECT value FROM json_each(?)) ORDER BY at, id;
+
+-- name: session_exists
+-- Whether a session id is taken (importing skips sessions that exist).
+SELECT 1 FROM sessions WHERE id = ?;

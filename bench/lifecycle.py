@@ -1,0 +1,352 @@
+"""The data lifecycle at a loaded history: bytes per run, prune throughput, and what the hot
+statements cost on a loaded database next to an empty one.
+
+    python bench/lifecycle.py                                  # SQLite and a throwaway PostgreSQL
+    python bench/lifecycle.py --backends postgres --history 200000
+    python bench/lifecycle.py --dsn postgresql://…             # an existing server (two schemas)
+
+For each backend it reports:
+
+- bytes per run, by table (heap, indexes and TOAST on PostgreSQL; b-tree pages from
+  ``dbstat`` on SQLite): ``--runs`` real runs of two shapes, each in its own session — a tool
+  call and a short answer, and a 960-character answer streamed in 16-character pieces;
+- the load: ``--history`` copies of those sessions made with SQL (``harnessx.testing``'s
+  ``replicate``), spread over the last 60 days, then vacuumed and analysed;
+- large/empty: the median cost of a queue claim, a checkpoint (a tool's raw result, as
+  ``bench/checkpoint.py`` times it), a lease renewal, the supervisor's scan (queue statistics
+  read at every scan, the worst case), ``harnessx status`` (``recent_sessions(20)``) and
+  ``queue_stats`` on the loaded store over the same on an "empty" one (the same real runs,
+  no history), the two taking turns sample by sample so that both see the same machine;
+- prune: ``harnessx prune --older-than 30d`` as a separate process removing the older half of
+  the history, its throughput (sessions/s, from its own report), and the p50/p99 of a steady
+  stream of checkpoints (``--rate`` a second) on the loaded store while it runs next to the
+  same measured just before, idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from checkpoint import bench_agent, checkpoint_maker
+
+from harnessx import Agent, AgentConfig, AgentRef, AgentRuntime, ScriptedProvider, SQLiteBackend
+from harnessx._state import Delta, Phase
+from harnessx.testing._history import replicate
+from supervisor import Supervisor, SupervisorConfig
+from supervisor._supervisor import ROLE
+
+ROOT = Path(__file__).resolve().parents[1]
+DAY = 86400.0
+
+
+def streaming_agent() -> Agent:
+    answer = "".join(f"part {i:03d} of the answer. " for i in range(50))[:960]
+    provider = ScriptedProvider([answer], chunk_size=16)
+    return Agent(config=AgentConfig(system_prompt="You explain."), provider=provider)
+
+
+SHAPES: dict[str, Callable[[], Agent]] = {
+    "tool call + short answer": bench_agent,
+    "960-char answer streamed in 16-char pieces": streaming_agent,
+}
+
+
+def percentile(samples: list[float], share: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+# ------------------------------------------------------------------------- sizes
+
+
+async def sizes(store: Any) -> dict[str, int]:
+    """Bytes per table, its indexes included."""
+    if store.dialect == "postgres":
+        rows = await store._run(
+            "sizing",
+            lambda conn: conn.fetch(
+                "SELECT c.relname::text, pg_total_relation_size(c.oid) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+            ),
+        )
+        return {str(name): int(size) for name, size in rows}
+
+    def read(conn: Any) -> dict[str, int]:
+        query = (
+            "SELECT coalesce(m.tbl_name, d.name), sum(d.pgsize) FROM dbstat d "
+            "LEFT JOIN sqlite_master m ON m.name = d.name GROUP BY 1"
+        )
+        return {str(name): int(size) for name, size in conn.execute(query).fetchall()}
+
+    return dict(await store._call(read))
+
+
+async def bytes_per_run(store: Any, runs: int) -> tuple[dict[str, dict[str, float]], list[str]]:
+    """Per shape, bytes per run by table; and one session of each shape (the templates)."""
+    result: dict[str, dict[str, float]] = {}
+    templates = []
+    for label, make in SHAPES.items():
+        before = await sizes(store)
+        for n in range(runs):
+            async with AgentRuntime(make(), backend=store) as runtime:
+                session_id = (await runtime.run("Write the EMEA report.")).session_id
+            if n == 0:
+                templates.append(session_id)
+        after = await sizes(store)
+        grown = {t: (after.get(t, 0) - before.get(t, 0)) / runs for t in after}
+        result[label] = {t: b for t, b in grown.items() if b > 0}
+    return result, templates
+
+
+async def settle(store: Any) -> None:
+    """What a database that grew over months has and a fresh load lacks: vacuumed tables
+    and statistics, nothing left to flush (otherwise autovacuum and the server's checkpoint
+    run during the measurements)."""
+    if store.dialect == "postgres":
+        await store._run("vacuuming", lambda conn: conn.execute("VACUUM (ANALYZE)"))
+        await store._run("flushing", lambda conn: conn.execute("CHECKPOINT"))
+    else:
+        await store._call(lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
+
+
+# ------------------------------------------------------------------- large/empty
+
+
+class Probe:
+    """What the timed operations need on one store: a lease on a running run (checkpoints,
+    renewals), one queued run (claims), the leader's term (scans)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    async def setup(self) -> None:
+        store = self.store
+        runtime = AgentRuntime(bench_agent(), backend=store)
+        session_id = await runtime.start()
+        await runtime.stop()
+        self.lease = await store.claim(session_id, "bench")
+        request = {"role": "user", "content": "Write the EMEA report."}
+        run_id = uuid.uuid4().hex
+        await store.create_run(
+            self.lease, run_id, None, request["content"], Delta(Phase.PREPARE_MODEL_CALL, messages=[request])
+        )
+        self.next_commit = checkpoint_maker(store, self.lease, await store.load_state(run_id), 0)
+        pool = AgentRuntime(AgentRef("nobody-serves", "v1"), backend=store, execution="pool")
+        await pool.submit("Queued for the claim benchmark.")
+        await pool.stop()
+        self.holder = "bench-claim"
+        self.term = await store.try_leadership(ROLE)
+        assert self.term is not None, "another supervisor leads this store"
+        self.supervisor = Supervisor(store, SupervisorConfig(queue_interval=0.0, stuck_interval=3600.0))
+
+    async def claim(self) -> float:
+        start = time.perf_counter()
+        claimed = await self.store.claim_queued(self.holder, None, 1)
+        elapsed = time.perf_counter() - start
+        for lease, run_id in claimed:
+            await self.store.requeue(lease, run_id)
+            await self.store.release(lease)
+        assert claimed, "the queued run was not claimed"
+        return elapsed
+
+    def operations(self) -> dict[str, Callable[[], Awaitable[Any]]]:
+        return {
+            "claim (claim_queued)": self.claim,
+            "checkpoint": lambda: self.next_commit(False)(),
+            "lease renewal": lambda: self.store.renew([self.lease]),
+            "supervisor scan": lambda: self.supervisor.scan(self.term),
+            "harnessx status (recent_sessions 20)": lambda: self.store.recent_sessions(20),
+            "queue_stats": self.store.queue_stats,
+        }
+
+
+async def ratios(empty: Any, loaded: Any, samples: int) -> list[tuple[str, float, float]]:
+    probes = [Probe(empty), Probe(loaded)]
+    for probe in probes:
+        await probe.setup()
+    ops = [probe.operations() for probe in probes]
+    rows = []
+    for name in ops[0]:
+        timings: list[list[float]] = [[], []]
+        for _ in range(samples):
+            for side in (0, 1):
+                start = time.perf_counter()
+                measured = await ops[side][name]()
+                elapsed = time.perf_counter() - start
+                # A claim times its own statement (not the requeue after it).
+                timings[side].append(measured if name.startswith("claim") else elapsed)
+        rows.append((name, statistics.median(timings[0]) * 1000, statistics.median(timings[1]) * 1000))
+    for probe in probes:
+        await probe.store.release(probe.lease)
+        await probe.store.release_leadership(probe.term)
+    return rows
+
+
+# ------------------------------------------------------------------------- prune
+
+
+async def checkpoints_while(store: Any, busy: Callable[[], bool], at_least: int, rate: float) -> list[float]:
+    """Checkpoints at ``rate`` a second (a steady stream, as runs make them: back to back,
+    SQLite's one writer would starve any other process of the lock) while ``busy()``."""
+    probe = Probe(store)
+    await probe.setup()
+    samples: list[float] = []
+    renewed = time.monotonic()
+    due = time.monotonic()
+    while busy() or len(samples) < at_least:
+        if time.monotonic() - renewed > store.lease_seconds / 3:  # as a worker's heartbeat does
+            await store.renew([probe.lease])
+            renewed = time.monotonic()
+        commit = probe.next_commit(False)
+        start = time.perf_counter()
+        await commit()
+        samples.append((time.perf_counter() - start) * 1000)
+        if not busy() and len(samples) >= at_least:
+            break
+        due += 1 / rate
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+    await store.release(probe.lease)
+    await store.release_leadership(probe.term)
+    return samples
+
+
+async def prune_under_load(
+    store: Any, store_args: list[str], env: dict[str, str], idle_samples: int, rate: float
+) -> dict[str, Any]:
+    idle = await checkpoints_while(store, lambda: False, idle_samples, rate)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "harnessx",
+        "prune",
+        "--older-than",
+        "30d",
+        *store_args,
+        env=env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    during = await checkpoints_while(store, lambda: process.returncode is None, 1, rate)
+    raw_out, raw_err = await process.communicate()
+    out, err = raw_out.decode(), raw_err.decode()
+    match = re.match(r"pruned (\d+) finished session\(s\).*?, ([\d.]+) s\)", out)
+    if process.returncode != 0 or match is None:
+        raise RuntimeError(f"harnessx prune failed: {out}{err}")
+    sessions, seconds = int(match.group(1)), float(match.group(2))
+    return {
+        "sessions": sessions,
+        "seconds": seconds,
+        "rate": sessions / seconds if seconds else float("inf"),
+        "idle": (statistics.median(idle), percentile(idle, 0.99), len(idle)),
+        "during": (statistics.median(during), percentile(during, 0.99), len(during)),
+    }
+
+
+# -------------------------------------------------------------------------- main
+
+
+async def bench(
+    label: str,
+    opener: Callable[[str], Any],
+    prune_args: Callable[[str], tuple[list[str], dict[str, str]]],
+    args: argparse.Namespace,
+) -> None:
+    print(f"\n## {label}\n", flush=True)
+    async with opener("loaded") as loaded, opener("empty") as empty:
+        per_run, templates = await bytes_per_run(loaded, args.runs)
+        # The empty store holds the same real runs (so that both list 20 sessions), no history.
+        await bytes_per_run(empty, args.runs)
+        print("bytes per run, by table:")
+        for shape, tables in per_run.items():
+            total = sum(tables.values())
+            parts = ", ".join(
+                f"{t} {b / 1024:.1f} KB ({100 * b / total:.0f}%)"
+                for t, b in sorted(tables.items(), key=lambda kv: -kv[1])
+            )
+            print(f"- {shape}: {total / 1024:.1f} KB: {parts}")
+        start = time.perf_counter()
+        await replicate(loaded, templates, args.history, days=60.0)
+        took = time.perf_counter() - start
+        await settle(loaded)
+        total = sum((await sizes(loaded)).values())
+        print(
+            f"\nloaded {args.history} finished runs in {took:.0f} s ({args.history / took:.0f} runs/s); "
+            f"database {total / 2**30:.2f} GiB\n",
+            flush=True,
+        )
+        print("| operation | empty (ms) | loaded (ms) | loaded/empty |")
+        print("|---|---|---|---|")
+        for name, small, large in await ratios(empty, loaded, args.samples):
+            print(f"| {name} | {small:.3f} | {large:.3f} | {large / small:.2f}x |", flush=True)
+        store_args, env = prune_args("loaded")
+        result = await prune_under_load(loaded, store_args, env, args.idle, args.rate)
+    idle, during = result["idle"], result["during"]
+    print(
+        f"\nprune --older-than 30d: {result['sessions']} sessions in {result['seconds']:.1f} s "
+        f"({result['rate']:.0f} sessions/s); checkpoint p50/p99 idle {idle[0]:.2f}/{idle[1]:.2f} ms "
+        f"({idle[2]} samples), during the prune {during[0]:.2f}/{during[1]:.2f} ms ({during[2]} samples)",
+        flush=True,
+    )
+
+
+async def main(args: argparse.Namespace) -> None:
+    base_env = {k: v for k, v in os.environ.items() if k not in ("HARNESSX_DSN", "HARNESSX_SQLITE")}
+    with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
+        if "sqlite" in args.backends:
+
+            def sqlite_prune(name: str) -> tuple[list[str], dict[str, str]]:
+                return ["--sqlite", str(Path(folder) / f"{name}.sqlite3")], base_env
+
+            await bench(
+                "SQLite (WAL, synchronous=FULL)",
+                lambda name: SQLiteBackend(Path(folder) / f"{name}.sqlite3"),
+                sqlite_prune,
+                args,
+            )
+        if "postgres" in args.backends:
+            dsn = args.dsn
+            label = "PostgreSQL (given DSN)"
+            if dsn is None:
+                from harnessx.testing import ThrowawayCluster
+
+                cluster = stack.enter_context(ThrowawayCluster(durable=True))
+                dsn = cluster.dsn
+                label = "PostgreSQL 15 (loopback, fsync on)"
+            from harnessx.store import PostgresBackend
+
+            def postgres_prune(name: str) -> tuple[list[str], dict[str, str]]:
+                return ["--schema", f"hx_bench_{name}"], {**base_env, "HARNESSX_DSN": dsn}
+
+            await bench(
+                label, lambda name: PostgresBackend(dsn, schema=f"hx_bench_{name}"), postgres_prune, args
+            )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dsn", help="PostgreSQL DSN (default: a throwaway cluster)")
+    parser.add_argument("--backends", default="sqlite,postgres", type=lambda s: s.split(","))
+    parser.add_argument("--runs", type=int, default=200, help="real runs of each shape (bytes per run)")
+    parser.add_argument("--history", type=int, default=100_000, help="finished runs of history to load")
+    parser.add_argument("--rate", type=float, default=100.0, help="checkpoints a second around the prune")
+    parser.add_argument("--idle", type=int, default=2000, help="checkpoints timed idle, before the prune")
+    parser.add_argument("--samples", type=int, default=300, help="timed samples per operation and side")
+    asyncio.run(main(parser.parse_args()))

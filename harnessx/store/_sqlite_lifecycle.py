@@ -1,0 +1,223 @@
+"""Retention, erasure and archives on SQLite (a part of ``SQLiteBackend``).
+
+Every step is one write transaction (``BEGIN IMMEDIATE``), and SQLite has one writer at a
+time: a prune batch holds up every other commit to the file while it runs, so its batches
+are small (see ``harnessx/_retention.py``). Deleting leaves free pages in the file; a
+database created by this version uses incremental vacuum, and ``reclaim_space`` gives them
+back a few at a time.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from harnessx._errors import ConfigurationError, SessionBusyError
+from harnessx.store._archive import TABLES, ArchiveRecord, build_records, unknown_columns, why_not_restored
+from harnessx.store._codec import dumps
+from harnessx.store._lifecycle import Fact, judge
+from harnessx.store._protocol import Archiver, Leadership, PruneBatch, PruneCursor
+from harnessx.store._queries import load_queries
+
+__all__ = ["SQLiteLifecycle"]
+
+T = TypeVar("T")
+Q = load_queries("sqlite")
+
+# Children first: foreign keys are checked statement by statement.
+_DELETES = (
+    ("tool_results", Q["delete_tool_results"]),
+    ("tool_calls", Q["delete_tool_calls"]),
+    ("events", Q["delete_events"]),
+    ("journal", Q["delete_journal"]),
+    ("messages", Q["delete_messages"]),
+    ("audit", Q["delete_audit"]),
+    ("runs", Q["delete_runs"]),
+    ("sessions", Q["delete_sessions"]),
+)
+
+# Each archived table's rows of a set of sessions, in the order they are restored.
+_EXPORTS = {
+    "sessions": Q["export_sessions"],
+    "runs": Q["export_runs"],
+    "messages": Q["export_messages"],
+    "tool_calls": Q["export_tool_calls"],
+    "tool_results": Q["export_tool_results"],
+    "events": Q["export_events"],
+    "journal": Q["export_journal"],
+    "audit": Q["export_audit"],
+}
+
+_VACUUM_STEP = 256  # pages per incremental-vacuum transaction (1 MiB of 4 KiB pages)
+_VACUUM_STEPS = 64
+
+
+class SQLiteLifecycle:
+    """Mixed into ``SQLiteBackend``, whose ``_call`` runs a function on the database thread
+    and ``_write`` makes it one write transaction."""
+
+    if TYPE_CHECKING:
+        path: Path
+
+        async def _call(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+        def _write(self, conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T]) -> T: ...
+
+        def _owner_alive(self, owner: str) -> bool: ...
+
+        def _check_term(self, conn: sqlite3.Connection, term: Leadership) -> None: ...
+
+        @staticmethod
+        def _reading(body: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]: ...
+
+    async def prune(
+        self,
+        older_than: float,
+        *,
+        limit: int,
+        statuses: Collection[str] | None = None,
+        after: PruneCursor | None = None,
+        dry_run: bool = False,
+        term: Leadership | None = None,
+        archive: Archiver | None = None,
+    ) -> PruneBatch:
+        def body(conn: sqlite3.Connection) -> PruneBatch:
+            if term is not None:
+                self._check_term(conn, term)
+            now = time.time()
+            cutoff = now - older_than
+            at, sid = after if after is not None else (float("-inf"), "")
+            found = conn.execute(Q["prune_candidates"], (cutoff, at, sid, now, limit)).fetchall()
+            ids = [str(row[0]) for row in found]
+            facts = [
+                Fact(str(i), bool(free), bool(unfinished), float(last), float(last) < cutoff, status)
+                for i, free, unfinished, last, status in conn.execute(
+                    Q["prune_facts"], (dumps(ids), now)
+                ).fetchall()
+            ]
+            verdict = judge(facts, statuses)
+            rows: dict[str, int] = {}
+            if not dry_run:
+                for session_id, when in verdict.recheck:
+                    conn.execute(Q["set_prune_check"], (now if when is None else when, session_id))
+                if verdict.eligible:
+                    if archive is not None:
+                        archive(self._export(conn, verdict.eligible, now))
+                    rows = self._delete(conn, verdict.eligible)
+            cursor = (float(found[-1][1]), ids[-1]) if len(found) == limit else None
+            return PruneBatch(verdict.eligible, rows, len(found), cursor)
+
+        if dry_run:
+            return await self._call(self._reading(body))
+        return await self._call(self._write, body)
+
+    def _delete(self, conn: sqlite3.Connection, session_ids: Sequence[str]) -> dict[str, int]:
+        named = dumps(list(session_ids))
+        return {table: conn.execute(query, (named,)).rowcount for table, query in _DELETES}
+
+    async def delete_session(self, session_id: str) -> dict[str, int] | None:
+        def body(conn: sqlite3.Connection) -> dict[str, int] | None:
+            row = conn.execute(Q["lock_session"], (session_id,)).fetchone()
+            if row is None:
+                return None
+            owner, expires, unfinished = row
+            if unfinished is not None:
+                raise SessionBusyError(
+                    f"session {session_id} has an unfinished run {unfinished}: cancel it first "
+                    "(harnessx cancel), or delete with --force / force=True, which cancels it"
+                )
+            leased = owner is not None and expires is not None and expires > time.time()
+            if leased and self._owner_alive(owner):
+                raise SessionBusyError(
+                    f"session {session_id} is held by a live process (its lease expires in "
+                    f"{expires - time.time():.0f} s): try again once it lets go"
+                )
+            return self._delete(conn, [session_id])
+
+        return await self._call(self._write, body)
+
+    async def session_page(self, after: str, limit: int) -> list[str]:
+        rows = await self._call(lambda conn: conn.execute(Q["session_page"], (after, limit)).fetchall())
+        return [str(row[0]) for row in rows]
+
+    async def export_sessions(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
+        ids = list(session_ids)
+        return await self._call(self._reading(lambda conn: self._export(conn, ids, time.time())))
+
+    def _export(self, conn: sqlite3.Connection, session_ids: list[str], now: float) -> list[dict[str, Any]]:
+        named = dumps(session_ids)
+        rows = {table: _dicts(conn.execute(_EXPORTS[table], (named,))) for table in TABLES}
+        (version,) = conn.execute("SELECT max(version) FROM harnessx_migrations").fetchone()
+        return build_records(rows, source={"dialect": "sqlite", "schema_version": version}, exported_at=now)
+
+    async def import_session(self, record: ArchiveRecord) -> bool:
+        def body(conn: sqlite3.Connection) -> bool:
+            if conn.execute(Q["session_exists"], (record.session_id,)).fetchone() is not None:
+                return False
+            columns = {table: _columns(conn, table) for table in TABLES}
+            unknown = unknown_columns(record, columns)
+            if unknown:
+                raise ConfigurationError(
+                    f"session {record.session_id}'s record has columns {self.path} lacks "
+                    f"({', '.join(unknown)}): it comes from a newer harnessx; migrate this database "
+                    "with that harnessx's 'harnessx migrate', then import again"
+                )
+            for table, rows in record.tables():
+                for row in rows:
+                    values = dict(row)
+                    if table == "sessions":
+                        # Restored sessions are kept at least one retention period from now.
+                        values["prune_check_at"] = time.time()
+                    names = list(values)
+                    sql = f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})"
+                    try:
+                        conn.execute(sql, [values[name] for name in names])
+                    except sqlite3.IntegrityError as exc:
+                        raise ConfigurationError(
+                            f"session {record.session_id}'s record cannot be restored into {self.path}: "
+                            f"{exc} ({why_not_restored(str(exc))})"
+                        ) from None
+            return True
+
+        return await self._call(self._write, body)
+
+    async def prune_workers(self, term: Leadership, older_than: float, limit: int = 1000) -> int:
+        def body(conn: sqlite3.Connection) -> int:
+            self._check_term(conn, term)
+            return conn.execute(Q["prune_workers"], (time.time() - older_than, limit)).rowcount
+
+        return await self._call(self._write, body)
+
+    async def oldest_activity(self) -> float | None:
+        row = await self._call(lambda conn: conn.execute(Q["oldest_prune_check"]).fetchone())
+        return None if row[0] is None else float(row[0])
+
+    async def reclaim_space(self) -> int:
+        def body(conn: sqlite3.Connection) -> int:
+            (mode,) = conn.execute("PRAGMA auto_vacuum").fetchone()
+            if mode != 2:  # INCREMENTAL: only a database created so can give pages back
+                return 0
+            (before,) = conn.execute("PRAGMA freelist_count").fetchone()
+            for _ in range(_VACUUM_STEPS):
+                (free,) = conn.execute("PRAGMA freelist_count").fetchone()
+                if not free:
+                    break
+                # Each its own short write transaction; executescript steps it to the end (a
+                # plain execute frees one page).
+                conn.executescript(f"PRAGMA incremental_vacuum({_VACUUM_STEP})")
+            (after,) = conn.execute("PRAGMA freelist_count").fetchone()
+            return int(before) - int(after)
+
+        return await self._call(body)
+
+
+def _dicts(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})")]
