@@ -43,7 +43,7 @@ class WorkerMetrics:
             ["status"],
             registry=r,
         )
-        self.runs_failed = Counter(
+        self.runs_errored = Counter(
             "harnessx_runs_errored",
             "Executions that ended with an exception (not a failed run status).",
             ["reason"],

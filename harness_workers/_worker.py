@@ -257,7 +257,7 @@ class Worker:
                     await self.store.release(lease)
             raise
         except Exception as exc:
-            self.metrics.runs_failed.labels(reason=type(exc).__name__).inc()
+            self.metrics.runs_errored.labels(reason=type(exc).__name__).inc()
             if launched:
                 logger.exception("run %s could not be driven", run_id)
             else:
@@ -355,7 +355,7 @@ class Worker:
         except HarnessError:
             gone = False
         if gone:
-            self.metrics.runs_failed.labels(reason="deleted").inc()
+            self.metrics.runs_errored.labels(reason="deleted").inc()
             logger.error(
                 "run %s stopped: its session %s was deleted from the store while this worker drove it; "
                 "nothing more can be recorded for it (its followers are told it no longer exists)",
@@ -363,7 +363,7 @@ class Worker:
                 lease.session_id,
             )
         else:
-            self.metrics.runs_failed.labels(reason="lease_lost").inc()
+            self.metrics.runs_errored.labels(reason="lease_lost").inc()
             logger.warning("run %s stopped: lease lost to another process", run_id)
 
     def _count_tool(self, agent: Agent) -> Callable[[HookContext], None]:

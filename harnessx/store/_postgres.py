@@ -137,61 +137,12 @@ from harnessx.store._protocol import (
 from harnessx.store._queries import load_queries
 from harnessx.store._scheduling import Claims, Schedule
 
-__all__ = ["SQLITE_ONLY_QUERIES", "PostgresBackend", "redact_dsn", "runtime_grants"]
+__all__ = ["PostgresBackend", "redact_dsn", "runtime_grants"]
 
 logger = logging.getLogger("harnessx.store.postgres")
 
 T = TypeVar("T")
 Q = load_queries("postgres")
-
-# sqlite.sql queries without a twin in postgres.sql, and what does their work here.
-SQLITE_ONLY_QUERIES = {
-    **dict.fromkeys(
-        (
-            "fence",
-            "insert_run",
-            "update_run",
-            "set_event_count",
-            "insert_message",
-            "upsert_tool_call",
-            "upsert_tool_result",
-        ),
-        "checkpoint",
-    ),
-    "insert_event": "checkpoint",
-    **dict.fromkeys(("journal_tail", "insert_journal"), "checkpoint"),
-    **dict.fromkeys(
-        (
-            "claim_setup",
-            "waiting_tenants",
-            "tenant_queue",
-            "limit_of",
-            "driving_key",
-            "driving_agent",
-            "dequeue_run",
-            "record_claim",
-            "advance_pass",
-        ),
-        "claim_queued",
-    ),
-    "leased_sessions": "find_orphans",
-    "drop_orphan_lease": "recover_orphan",
-    "requeue_session": "recover_orphan",
-    "last_event_seq": "end_run",
-    "term_holds": "recover_orphan",  # and mark_worker_dead: each checks the term itself
-    **dict.fromkeys(
-        (
-            "delete_tool_results",
-            "delete_tool_calls",
-            "delete_events",
-            "delete_journal",
-            "delete_messages",
-            "delete_audit",
-            "delete_runs",
-        ),
-        "delete_sessions",
-    ),
-}
 
 _DEFAULT_SCHEMA = "harness_x"
 _MAX_IDENTIFIER_BYTES = 63  # PostgreSQL silently truncates longer names

@@ -9,7 +9,6 @@ import pytest
 
 from harnessx.store._listing import list_statement
 from harnessx.store._pg_checkpoint import _single_valued, checkpoint_statement, without_steps
-from harnessx.store._postgres import SQLITE_ONLY_QUERIES
 from harnessx.store._queries import load_queries, parse_queries
 
 DIALECTS = ("sqlite", "postgres")
@@ -28,6 +27,56 @@ MODULES = {
         "_pg_scheduling.py",
         "_pg_lifecycle.py",
         "_listing.py",
+    ),
+}
+
+
+# sqlite.sql queries without a twin in postgres.sql, and what does their work on PostgreSQL.
+SQLITE_ONLY_QUERIES = {
+    **dict.fromkeys(
+        (
+            "fence",
+            "insert_run",
+            "update_run",
+            "set_event_count",
+            "insert_message",
+            "upsert_tool_call",
+            "upsert_tool_result",
+        ),
+        "checkpoint",
+    ),
+    "insert_event": "checkpoint",
+    **dict.fromkeys(("journal_tail", "insert_journal"), "checkpoint"),
+    **dict.fromkeys(
+        (
+            "claim_setup",
+            "waiting_tenants",
+            "tenant_queue",
+            "limit_of",
+            "driving_key",
+            "driving_agent",
+            "dequeue_run",
+            "record_claim",
+            "advance_pass",
+        ),
+        "claim_queued",
+    ),
+    "leased_sessions": "find_orphans",
+    "drop_orphan_lease": "recover_orphan",
+    "requeue_session": "recover_orphan",
+    "last_event_seq": "end_run",
+    "term_holds": "recover_orphan",  # and mark_worker_dead: each checks the term itself
+    **dict.fromkeys(
+        (
+            "delete_tool_results",
+            "delete_tool_calls",
+            "delete_events",
+            "delete_journal",
+            "delete_messages",
+            "delete_audit",
+            "delete_runs",
+        ),
+        "delete_sessions",
     ),
 }
 

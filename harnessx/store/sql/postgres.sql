@@ -1,7 +1,7 @@
 -- Named queries for the PostgreSQL store. Each starts with "-- name: <name>" and a purpose line.
 -- Connections run with search_path set to the harnessx schema only, so no query names it.
 -- Queries of sqlite.sql missing here are listed, with what replaces them, in
--- _postgres.SQLITE_ONLY_QUERIES (mostly: steps of the checkpoint statement).
+-- SQLITE_ONLY_QUERIES of tests/unit/test_queries.py (mostly: steps of the checkpoint statement).
 
 -- name: schema_exists
 -- Whether the harnessx schema exists (by its exact name).
