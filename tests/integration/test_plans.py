@@ -145,6 +145,7 @@ async def workload(store: Any, other: Any) -> None:
 
     orphaned = AgentRuntime(AgentRef("plain", "v1"), backend=other, execution="pool")
     orphan = await orphaned.start()
+    await orphaned.stop()  # a new session is written when its runtime first submits or stops
     await other.claim(orphan, "dies")
     await other.aclose()  # its liveness lock goes: the session is an orphan
     supervisor = Supervisor(store, SupervisorConfig(stuck_interval=0.0))
