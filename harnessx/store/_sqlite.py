@@ -999,7 +999,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
                 return None  # someone else got there first, or the holder renewed it
             if not requeue:
                 return Recovery(None, at)
-            row = conn.execute(Q["requeue_session"], (at, orphan.session_id)).fetchone()
+            row = conn.execute(Q["requeue_session"], (at, orphan.session_id, orphan.generation)).fetchone()
             return Recovery(str(row[0]) if row else None, at)
 
         return await self._call(self._write, body)

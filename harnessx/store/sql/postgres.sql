@@ -633,7 +633,10 @@ ORDER BY id;
 
 -- name: recover_orphan
 -- Drop a dead or expired holder's lease (the generation bump fences it out) and, if $4,
--- queue the session's running run again (waking idle workers), only while the leader's term
+-- queue the session's unfinished run again (waking idle workers): a running run, or one
+-- queued while it waited (a decision, a resume) that the dropped holder claimed and died
+-- before writing to (it keeps its waiting status until a worker drives it); only while the
+-- leader's term
 -- ($5 role, $6 epoch, $7 holder) is the latest: read FOR SHARE, so a takeover waits for this
 -- statement to commit. Returns whether the term holds, whether the lease was dropped, the run,
 -- and the database clock inside the transaction (before any later term can begin).
@@ -646,7 +649,10 @@ WITH term AS (
     RETURNING id
 ), queued AS (
     UPDATE runs SET queued_at = now()
-    WHERE $4 AND session_id IN (SELECT id FROM dropped) AND status = 'running' AND queued_at IS NULL
+    WHERE $4 AND session_id IN (SELECT id FROM dropped) AND queued_at IS NULL
+      AND (status = 'running'
+           OR (status IN ('paused', 'awaiting_input', 'failed')
+               AND claim_generation = $3 AND generation IS DISTINCT FROM $3))
     RETURNING id
 )
 SELECT EXISTS (SELECT FROM term),

@@ -303,9 +303,14 @@ WHERE id = ? AND lease_owner = ? AND generation = ?
 RETURNING generation;
 
 -- name: requeue_session
--- Queue a session's unfinished running run again (for pool sessions).
-UPDATE runs SET queued_at = ?
-WHERE session_id = ? AND status = 'running' AND queued_at IS NULL
+-- Queue a pool session's unfinished run again after its lease ?3 was dropped: a running run,
+-- or one queued while it waited (a decision, a resume) that the dropped holder claimed and
+-- died before writing to (it keeps its waiting status until a worker drives it).
+UPDATE runs SET queued_at = ?1
+WHERE session_id = ?2 AND queued_at IS NULL
+  AND (status = 'running'
+       OR (status IN ('paused', 'awaiting_input', 'failed')
+           AND claim_generation = ?3 AND generation IS NOT ?3))
 RETURNING id;
 
 -- name: take_leadership
