@@ -71,10 +71,9 @@ async def load_dataset(
 
 
 def _event(row: tuple[Any, ...]) -> EventRow:
-    run_id, seq, event_id, kind, generation, created_at, data = row
-    payload = json.loads(data) if isinstance(data, str) else (data or {})
-    key = payload.get("execution_key")
-    attempt = payload.get("attempt")
+    run_id, seq, event_id, kind, generation, created_at, data, step_id, attempt_id = row
+    payload = json.loads(data) if isinstance(data, str) else data
+    key, attempt = _tool_key(str(run_id), str(kind), payload, str(step_id), str(attempt_id))
     return EventRow(
         str(run_id),
         int(seq),
@@ -82,9 +81,30 @@ def _event(row: tuple[Any, ...]) -> EventRow:
         str(kind),
         int(generation),
         to_epoch(created_at),
-        key=str(key) if key is not None else None,
-        attempt=int(attempt) if attempt is not None else None,
+        key=key,
+        attempt=attempt,
     )
+
+
+_CALL_EVENTS = frozenset({"tool_call_start", "tool_call_complete", "tool_result"})
+
+
+def _tool_key(
+    run_id: str, kind: str, payload: Any, step_id: str, attempt_id: str
+) -> tuple[str | None, int | None]:
+    """The execution key and attempt a tool event is about. A pending call's event carries
+    both; a call's own events carry the call (or its result), with the iteration as their
+    step and the attempt as their attempt id, and an execution key is ``run:iteration:call``."""
+    if not isinstance(payload, dict):
+        return None, None
+    if "execution_key" in payload:
+        attempt = payload.get("attempt")
+        return str(payload["execution_key"]), int(attempt) if attempt is not None else None
+    if kind in _CALL_EVENTS:
+        call_id = payload.get("id", payload.get("tool_call_id"))
+        if call_id is not None:
+            return f"{run_id}:{step_id}:{call_id}", int(attempt_id) if attempt_id.isdigit() else None
+    return None, None
 
 
 def _invocation(record: dict[str, Any]) -> Invocation:

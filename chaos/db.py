@@ -30,8 +30,8 @@ QUERIES: dict[str, tuple[str, str]] = {
     ),
     "sessions": ("SELECT id, generation FROM sessions", "SELECT id, generation FROM sessions"),
     "events": (
-        "SELECT run_id, seq, event_id, type, generation, created_at, data FROM events",
-        "SELECT run_id, seq, event_id, type, generation, created_at, data FROM events",
+        "SELECT run_id, seq, event_id, type, generation, created_at, data, step_id, attempt_id FROM events",
+        "SELECT run_id, seq, event_id, type, generation, created_at, data, step_id, attempt_id FROM events",
     ),
     "messages": (
         "SELECT session_id, seq, run_id, generation FROM messages",

@@ -168,7 +168,11 @@ class Workload:
         if item.status == "approval":
             allow = approves(self.seed, key)
             action = "approve" if allow else "decline"
-            await self._recorded(key, action, taken, runtime.approve(item, allow=allow, resume=last))
+            await self._recorded(key, action, taken, runtime.approve(item, allow=allow))
+            if last:
+                # Not approve(resume=True): that waits for the run to finish or stop again,
+                # and the suite hands the run back to the pool without waiting.
+                await runtime.resume(session_id)
             return
         session = await self.store.get_session(session_id)
         token = session.generation if session is not None else 0

@@ -59,12 +59,11 @@ async def main() -> None:
             waiting = await runtime.run("Invoice ACME for 120 EUR.")
             present_result(waiting)
 
-        # Later, maybe another process: approve and continue in the same call.
+        # Later, maybe another process: approve and continue in the same call, which
+        # returns the finished run's result.
         runtime = AgentRuntime(build_agent(), backend=backend)
         try:
-            handle = await runtime.approve(waiting.pending[0], resume=True)
-            assert handle is not None
-            present_result(await handle.result())
+            present_result(await runtime.approve(waiting.pending[0], resume=True))
         finally:
             await runtime.aclose()
 

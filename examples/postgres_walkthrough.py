@@ -25,16 +25,25 @@ from harnessx import (
     Agent,
     AgentConfig,
     AgentRuntime,
-    HookEvent,
+    Middleware,
     PostgresBackend,
     ProviderResponse,
     RunResult,
     ScriptedProvider,
     ScriptedRequest,
     ToolCall,
+    ToolResult,
 )
 
 REPORT = Path("report.md")
+
+
+class KillAfterRawResult(Middleware):
+    """Result middleware runs once the tool's raw result is committed: die right there."""
+
+    async def after_tool_execution(self, result: ToolResult) -> ToolResult:
+        os.kill(os.getpid(), signal.SIGKILL)
+        return result
 
 
 def model(request: ScriptedRequest) -> ProviderResponse | str:
@@ -66,10 +75,7 @@ async def start_run(dsn: str, prompt: str, session_file: Path, crash: bool = Fal
     async with PostgresBackend(dsn) as backend:  # opens the pool, migrates
         agent = build_agent()
         if crash:
-            agent.hooks.on(
-                HookEvent.CHECKPOINT,
-                lambda ctx: ctx.data["phase"] == "raw_result" and os.kill(os.getpid(), signal.SIGKILL),
-            )
+            agent.middleware.add(KillAfterRawResult())
         async with agent, AgentRuntime(agent, backend=backend) as runtime:
             session_file.write_text(json.dumps({"session_id": runtime.session_id}))
             handle = await runtime.submit(prompt, request_id="first-request")

@@ -294,7 +294,7 @@ class Worker:
         assert state is not None
         try:
             agent = self.registry.create(AgentRef.parse(session.agent_ref or ""))
-            agent.hooks.on(HookEvent.TOOL_END, self._count_tool(agent))
+            agent.hooks.on(HookEvent.TOOL_CALL_END, self._count_tool(agent))
         except Exception as exc:
             await self._start_failed(lease, record, state, session.agent_ref, exc)
             return None
@@ -368,7 +368,7 @@ class Worker:
 
     def _count_tool(self, agent: Agent) -> Callable[[HookContext], None]:
         def count(context: HookContext) -> None:
-            call, result = context.data["call"], context.data["result"]
+            call, result = context.data["tool_call"], context.data["result"]
             tool = agent.tools.get(call.name)
             policy = tool.replay_policy.value if tool else "unknown"
             self.metrics.tool_calls.labels(policy=policy, outcome="error" if result.is_error else "ok").inc()

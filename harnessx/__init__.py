@@ -36,11 +36,11 @@ from harnessx._errors import (
 )
 from harnessx._events import RunEvent, RunEventType
 from harnessx._handle import RunHandle
-from harnessx._hooks import HookContext, HookEvent, Hooks
+from harnessx._hooks import HookContext, HookEvent, HookManager, Hooks, Registration
 from harnessx._journal import RecordingError
 from harnessx._memory import ConversationMemory
 from harnessx._messages import Message
-from harnessx._middleware import Middleware, ModelRequest
+from harnessx._middleware import Middleware, MiddlewarePipeline, ModelRequest
 from harnessx._permissions import CliPermissionManager, PermissionLevel, PermissionManager
 from harnessx._policies import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -90,6 +90,7 @@ from harnessx.providers import (
     TokenUsage,
     ToolCall,
 )
+from harnessx.providers._base import ToolCallDelta
 from harnessx.providers._fallback import FallbackProvider
 from harnessx.providers._registry import make_provider, register_provider
 from harnessx.providers._scripted import ScriptedProvider, ScriptedRequest
@@ -123,6 +124,7 @@ __all__ = [
     "HarnessError",
     "HookContext",
     "HookEvent",
+    "HookManager",
     "Hooks",
     "IncidentError",
     "IncidentRecorder",
@@ -133,6 +135,7 @@ __all__ = [
     "MaxIterationsError",
     "Message",
     "Middleware",
+    "MiddlewarePipeline",
     "ModelRequest",
     "OpenAIProvider",
     "PendingTool",
@@ -148,6 +151,7 @@ __all__ = [
     "ProviderResponse",
     "RecordingError",
     "RedisEvents",
+    "Registration",
     "ReplayPolicy",
     "ResolutionError",
     "RetryPolicy",
@@ -184,6 +188,7 @@ __all__ = [
     "Tool",
     "ToolApprovalRequired",
     "ToolCall",
+    "ToolCallDelta",
     "ToolContext",
     "ToolDefinition",
     "ToolExecutionContext",

@@ -17,15 +17,16 @@ from harnessx._config import AgentConfig
 from harnessx._driver import Driver, RunSettings
 from harnessx._engine import Engine
 from harnessx._errors import ConfigurationError, RuntimeStateError
-from harnessx._hooks import Hooks
+from harnessx._hooks import HookManager
 from harnessx._memory import ConversationMemory
-from harnessx._middleware import Middleware
+from harnessx._messages import close_open_calls
+from harnessx._middleware import MiddlewarePipeline
 from harnessx._permissions import PermissionLevel, PermissionManager
-from harnessx._results import RunResult, RunStatus
+from harnessx._results import RunResult
 from harnessx._runlog import MemoryRunLog
 from harnessx._sessions import PersistentMemory, SessionState
 from harnessx._state import RunState
-from harnessx._stream import OnReset, RunStream, text_of
+from harnessx._stream import OnReset, RunStream
 from harnessx._tools import ToolDefinition, ToolRegistry, normalize_tool_registry
 from harnessx.providers._base import LLMProvider, TokenUsage
 
@@ -61,7 +62,8 @@ def build_provider(config: AgentConfig) -> LLMProvider:
         from harnessx.providers._fallback import FallbackProvider
 
         return FallbackProvider.from_config(config)
-    return make_provider(name, model=config.model, retry=config.retry)
+    # One attempt per call: the run retries failed model calls under config.retry.
+    return make_provider(name, model=config.model)
 
 
 class Agent:
@@ -79,8 +81,8 @@ class Agent:
         tools: ToolRegistry | Iterable[Callable[..., Any] | ToolDefinition] | None = None,
         memory: ConversationMemory | None = None,
         permissions: PermissionManager | Mapping[str, PermissionLevel | str] | None = None,
-        hooks: Hooks | None = None,
-        middleware: Middleware | None = None,
+        hooks: HookManager | None = None,
+        middleware: MiddlewarePipeline | None = None,
         sandbox: Any = None,
         mcp: Any = None,
         skills: Any = None,
@@ -112,8 +114,8 @@ class Agent:
             if isinstance(permissions, PermissionManager)
             else PermissionManager(rules=permissions)
         )
-        self.hooks = hooks or Hooks()
-        self.middleware = middleware or Middleware()
+        self.hooks = hooks or HookManager()
+        self.middleware = middleware or MiddlewarePipeline()
         self.extensions = list(extensions or [])
         install_builtin_tools(self.tools, planning=self.config.planning)
         self._session_id = str(uuid.uuid4())
@@ -213,6 +215,7 @@ class Agent:
             permissions=self.permissions,
             hooks=self.hooks,
             middleware=self.middleware,
+            retry=config.effective_retry,
             offered_tools=config.offered_tools,
             agent=self,
             progress=config.progress,
@@ -226,21 +229,24 @@ class Agent:
     # ------------------------------------------------------------------ runs
 
     async def run(self, message: str) -> RunResult:
-        """Run the agent on ``message`` and wait for the result."""
-        return await self.run_stream(message).result()
+        """Run the agent on ``message`` and wait for the result. A failure (no model
+        configured, say) is in ``result.error``, not raised."""
+        return await self._stream(message, stream=False).result()
 
     def run_stream(self, message: str) -> RunStream:
-        """Run the agent on ``message``, yielding typed events as they happen.
-
-        The run starts when the stream is first iterated, entered or awaited.
+        """Run the agent on ``message``, yielding typed events as they happen (text deltas
+        included). The run starts when the stream is first iterated, entered or awaited.
         """
+        return self._stream(message, stream=True)
+
+    def _stream(self, message: str, *, stream: bool) -> RunStream:
         log = MemoryRunLog()
         outcome: asyncio.Future[RunResult] | None = None
 
         def start() -> None:
             nonlocal outcome
             self._claim()
-            outcome = asyncio.ensure_future(self._drive(message, log))
+            outcome = asyncio.ensure_future(self._drive(message, log, stream=stream))
 
         async def result() -> RunResult:
             assert outcome is not None
@@ -249,16 +255,10 @@ class Agent:
         return RunStream(log.follow, result, start=start)
 
     async def stream_text(self, message: str, *, on_reset: OnReset | None = None) -> AsyncIterator[str]:
-        """Only the answer's text; raises a ``RunError`` if the run does not complete."""
-        stream = self.run_stream(message)
-        async with stream:
-            async for event in stream:
-                chunk = await text_of(event, on_reset)
-                if chunk:
-                    yield chunk
-            result = await stream.result()
-        if result.status is not RunStatus.COMPLETED:
-            result.raise_for_status()
+        """Only the answer's text; raises a ``RunError`` at the end if the run is not ``ok``."""
+        async with self.run_stream(message) as stream:
+            async for chunk in stream.text(on_reset=on_reset):
+                yield chunk
 
     def _claim(self) -> None:
         if self._closed:
@@ -267,19 +267,25 @@ class Agent:
             raise RuntimeStateError("this agent is already running; one Agent runs one run at a time")
         self._busy = True
 
-    async def _drive(self, message: str, log: MemoryRunLog) -> RunResult:
+    async def _drive(self, message: str, log: MemoryRunLog, *, stream: bool) -> RunResult:
         try:
-            provider = self.provider  # fail before the run starts if none can be built
             history = self.memory.history()
             state = RunState(
                 session_id=self.session_id,
-                run_id=uuid.uuid4().hex,
+                run_id=str(uuid.uuid4()),
                 messages=history,
                 history_length=len(history),
             )
             engine = self.engine(durable=False)
             driver = Driver(
-                engine=engine, settings=self.run_settings(), provider=lambda: provider, committer=log
+                engine=engine,
+                settings=self.run_settings(),
+                # Resolved at the model call, so that a missing model fails the run (in
+                # result.error) instead of raising from run().
+                provider=lambda: self.provider,
+                committer=log,
+                stream=stream,
+                checkpoints=False,
             )
             await driver.commit(state, engine.start(state, message))
             result = await driver.drive(state)
@@ -392,21 +398,8 @@ def _settled(state: RunState) -> list[dict[str, Any]]:
     without answers, which providers reject; they get an explanatory error result.
     """
     messages = list(state.messages)
-    last = messages[-1] if messages else {}
-    calls = last.get("tool_calls") if last.get("role") == "assistant" else None
-    for call in calls or []:
-        entry = next((e for e in state.entries() if e.call.id == call["id"]), None)
-        result = entry.result if entry is not None else None
-        messages.append(
-            {
-                "role": "tool",
-                "tool_call_id": call["id"],
-                "name": call["name"],
-                "content": result.content if result else f"Not run: the run ended {state.status.value}",
-                "is_error": result.is_error if result else True,
-            }
-        )
-    return messages
+    recorded = {e.call.id: e.result for e in state.entries() if e.result is not None}
+    return messages + close_open_calls(messages, recorded, f"Not run: the run ended {state.status.value}")
 
 
 def _extension_name(extension: Any) -> str:

@@ -12,18 +12,19 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 from harnessx._agent import Agent
 from harnessx._config import AgentConfig
-from harnessx._hooks import HookContext
+from harnessx._middleware import Middleware
 from harnessx._registry import AgentRef, AgentRegistry
+from harnessx._results import ToolResult
 from harnessx._tools import current_tool_context
 from harnessx.providers._base import ProviderResponse, ToolCall
 from harnessx.providers._scripted import ScriptedProvider, ScriptedRequest
 
 __all__ = [
     "DEMO_AGENT",
+    "CrashAfterRawResult",
     "DEMO_PROMPT",
     "POOL_AGENT",
     "build_pool_agent",
@@ -97,14 +98,13 @@ def build_sales_agent() -> Agent:
     return agent
 
 
-def kill_after(phase: str) -> Any:
-    """A CHECKPOINT hook that SIGKILLs this process right after ``phase`` commits."""
+class CrashAfterRawResult(Middleware):
+    """SIGKILLs this process the moment a tool's result is committed: result middleware
+    runs only after the raw result is durable, so this is the worst moment to die."""
 
-    def hook(context: HookContext) -> None:
-        if context.data["phase"] == phase:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return hook
+    async def after_tool_execution(self, result: ToolResult) -> ToolResult:
+        os.kill(os.getpid(), signal.SIGKILL)
+        return result  # pragma: no cover - the process is gone
 
 
 registry = AgentRegistry()

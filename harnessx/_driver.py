@@ -3,35 +3,67 @@
 One loop, used unchanged by a plain ``Agent`` (in-memory log) and by ``AgentRuntime``
 (a fenced store). The invariant it keeps: an effect starts only after the boundary before
 it is committed — dispatch intent before a tool runs, the raw result before middleware.
+It also owns the one retry path for model calls, whatever the provider, and fires the
+hooks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
+import httpx
+
 from harnessx._builtin_tools import RunView, planning_guidance, render_todos, run_view_scope, todos_of
-from harnessx._config import Limits
+from harnessx._config import Limits, RetryPolicy
 from harnessx._context_fit import fit_context
-from harnessx._engine import AskApproval, CallModel, CompleteResult, Dispatch, Engine, Stop
+from harnessx._engine import (
+    AskApproval,
+    CallModel,
+    CompleteResult,
+    Dispatch,
+    Engine,
+    PrepareTools,
+    Stop,
+    step_id,
+)
 from harnessx._errors import LeaseLostError, ProviderError, StorageError
 from harnessx._events import RunEvent, RunEventType
-from harnessx._hooks import HookEvent, Hooks
+from harnessx._hooks import HookEvent, HookManager
 from harnessx._journal import RunJournal
-from harnessx._middleware import Middleware, ModelRequest
+from harnessx._messages import request_messages
+from harnessx._middleware import MiddlewarePipeline, ModelRequest
 from harnessx._policies import ProgressPolicy
 from harnessx._rate_gate import Admission, RateGate
 from harnessx._results import RunResult, RunStatus, ToolResult
+from harnessx._retry import is_rate_limited, is_transient, retry_after
 from harnessx._runlog import Committer
-from harnessx._state import Delta, RunState, ToolStatus
+from harnessx._state import Delta, Phase, RunState, ToolStatus
 from harnessx._tools import PermissionManager, RetryWanted, ToolContext, ToolRegistry, tool_context_scope
-from harnessx.providers._base import LLMProvider, ProviderResponse, StreamChunk, call_create
+from harnessx.providers._base import (
+    LLMProvider,
+    ProviderResponse,
+    StopReason,
+    StreamChunk,
+    ToolCall,
+    ToolCallDelta,
+    call_create,
+)
 
-__all__ = ["Driver", "RunControl", "RunSettings", "announce_checkpoint", "current_agent"]
+__all__ = [
+    "Driver",
+    "RunControl",
+    "RunSettings",
+    "announce_checkpoint",
+    "checkpoint_phase",
+    "current_agent",
+    "served_by",
+]
 
 logger = logging.getLogger("harnessx.driver")
 
@@ -57,7 +89,7 @@ class RunControl:
         # Set by any request to stop (never cleared): ends a wait for model rate budget.
         self._stopping = asyncio.Event()
 
-    def request_pause(self, reason: str = "paused") -> None:
+    def request_pause(self, reason: str = "") -> None:
         """Pause at the next boundary; ``reason`` becomes the run's stop reason (``timeout``
         for ``RuntimeConfig.max_session_duration_seconds``)."""
         if not self.pause_requested:
@@ -92,16 +124,35 @@ class RunControl:
             self._signal.clear()
 
 
-async def announce_checkpoint(hooks: Hooks, agent: Any, state: RunState) -> None:
+_TOOL_PHASES = frozenset({Phase.PREPARE_TOOLS, Phase.DISPATCH, Phase.RAW_RESULT, Phase.COMPLETED_RESULT})
+
+
+def checkpoint_phase(state: RunState) -> str:
+    """The phase a ``CHECKPOINT`` hook reports, in harnessx 0.9.1's names: what comes next
+    (``prepare_model``, ``prepare_tools``, ``tools``, ``finish``) or ``result`` when the
+    run completed."""
+    phase = state.phase
+    if phase is Phase.PREPARE_MODEL_CALL:
+        return "prepare_model"
+    if phase is Phase.MODEL_CALL:
+        last = state.last_assistant() or {}
+        return "prepare_tools" if last.get("tool_calls") else "finish"
+    if phase in _TOOL_PHASES:
+        return "tools"
+    return "result" if state.status is RunStatus.COMPLETED else "finish"
+
+
+async def announce_checkpoint(hooks: HookManager, agent: Any, state: RunState) -> None:
     """``HookEvent.CHECKPOINT`` with exactly the keys the public contract names."""
     if hooks.has(HookEvent.CHECKPOINT):
-        data = {
-            "session_id": state.session_id,
-            "run_id": state.run_id,
-            "status": state.status.value,
-            "phase": state.phase.value,
-        }
-        await hooks.emit(HookEvent.CHECKPOINT, agent, data)
+        await hooks.fire(
+            HookEvent.CHECKPOINT,
+            agent,
+            session_id=state.session_id,
+            run_id=state.run_id,
+            status=state.status.value,
+            phase=checkpoint_phase(state),
+        )
 
 
 class _Cancelled(Exception):
@@ -118,8 +169,9 @@ class RunSettings:
     temperature: float | None
     tools: ToolRegistry
     permissions: PermissionManager
-    hooks: Hooks
-    middleware: Middleware
+    hooks: HookManager
+    middleware: MiddlewarePipeline
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     offered_tools: list[str] | None = None
     agent: Any = None
     progress: ProgressPolicy | None = None
@@ -127,7 +179,12 @@ class RunSettings:
 
 
 class Driver:
-    """Drives one run until it finishes or stops to wait."""
+    """Drives one run until it finishes or stops to wait.
+
+    ``stream`` says whether the caller follows the reply as it is written: then the model
+    is called through ``provider.stream`` and its text deltas become events.
+    ``checkpoints`` announces each commit with ``HookEvent.CHECKPOINT`` (a durable run's).
+    """
 
     def __init__(
         self,
@@ -140,6 +197,9 @@ class Driver:
         fencing_token: int | None = None,
         journal: RunJournal | None = None,
         rates: RateGate | None = None,
+        stream: bool = True,
+        checkpoints: bool = True,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.engine = engine
         self.settings = settings
@@ -151,21 +211,29 @@ class Driver:
         self.journal = journal
         # Fleet-wide model rate limits (durable runs in a store): each call reserves its start.
         self.rates = rates
+        self.stream = stream
+        self.checkpoints = checkpoints
+        self._sleep = sleep
 
     async def commit(self, state: RunState, delta: Delta) -> None:
-        """Commit ``delta``, apply it to ``state``, and announce the checkpoint."""
+        """Commit ``delta``, apply it to ``state``, and announce the checkpoint (a durable
+        run's; a run in memory has none) and any change of the task list."""
         await self.committer.commit(state, delta)
         state.apply(delta)
-        await announce_checkpoint(self.settings.hooks, self.settings.agent, state)
-        todos_updated = getattr(HookEvent, "TODOS_UPDATED", None)
-        if todos_updated is not None:
-            for event in delta.events:
-                if event.type is RunEventType.TODOS_UPDATED:
-                    await self.settings.hooks.emit(todos_updated, self.settings.agent, dict(event.data))
+        if self.checkpoints:
+            await announce_checkpoint(self.settings.hooks, self.settings.agent, state)
+        for event in delta.events:
+            if event.type is RunEventType.TODOS_UPDATED:
+                await self._hook(HookEvent.TODOS_UPDATED, **copy.deepcopy(event.data))
+
+    async def _hook(self, event: HookEvent, **data: Any) -> None:
+        await self.settings.hooks.fire(event, self.settings.agent, **data)
 
     async def drive(self, state: RunState) -> RunResult:
-        hooks, agent = self.settings.hooks, self.settings.agent
-        await hooks.emit(HookEvent.RUN_START, agent, {"session_id": state.session_id, "run_id": state.run_id})
+        if _fresh(state):
+            await self._hook(
+                HookEvent.AGENT_START, message=state.messages[state.history_length].get("content")
+            )
         try:
             await self._loop(state)
         except (LeaseLostError, asyncio.CancelledError):
@@ -179,14 +247,17 @@ class Driver:
             # the lease expires, or resume()) loads it from the database and recovers.
             raise
         except Exception as exc:
-            logger.exception("run %s failed unexpectedly", state.run_id)
-            await hooks.emit(HookEvent.ERROR, agent, {"run_id": state.run_id, "error": str(exc)})
+            logger.exception("run %s failed", state.run_id)
             if not state.status.finished:
+                await self._hook(HookEvent.ERROR, error=str(exc))
                 if self.journal is not None:
                     self.journal.command_failed(state, exc)
                 await self.commit(state, self.engine.fail(state, exc))
         result = state.result()
-        await hooks.emit(HookEvent.RUN_END, agent, {"result": result})
+        if result.status.finished:
+            if result.status is RunStatus.COMPLETED:
+                await self._hook(HookEvent.LOOP_ITERATION_END, iteration=state.iteration + 1)
+            await self._hook(HookEvent.AGENT_END, result=result)
         return result
 
     async def _loop(self, state: RunState) -> None:
@@ -208,9 +279,14 @@ class Driver:
 
     async def _perform(self, state: RunState, step: Any) -> None:
         if isinstance(step, Delta):
+            iteration = state.iteration
             await self.commit(state, step)
+            if state.iteration != iteration:  # the iteration's tool results are in
+                await self._hook(HookEvent.LOOP_ITERATION_END, iteration=iteration + 1)
         elif isinstance(step, CallModel):
             await self._call_model(state)
+        elif isinstance(step, PrepareTools):
+            await self._prepare_tools(state, list(step.calls))
         elif isinstance(step, Dispatch):
             await self._dispatch(state, step.keys)
         elif isinstance(step, CompleteResult):
@@ -224,8 +300,36 @@ class Driver:
 
     # ------------------------------------------------------------------ model
 
-    async def _call_model(self, state: RunState) -> None:
+    async def model_request(self, state: RunState) -> ModelRequest:
+        """The next model call's request: the conversation as providers receive it (content
+        blocks), through the request middleware. (The Temporal binding makes it in an
+        activity too.)"""
         settings = self.settings
+        await self._hook(HookEvent.LOOP_ITERATION_START, iteration=state.iteration + 1)
+        final = self.engine.final_call(state)
+        system = settings.system_prompt
+        guidance = planning_guidance(settings.tools)
+        if guidance:
+            system = f"{system}\n\n{guidance}" if system else guidance
+        middleware = settings.middleware
+        # The one last call of a run at its limit is asked for an answer, not more work.
+        offered = [] if final else settings.tools.specs(settings.offered_tools)
+        limit = settings.limits.max_context_tokens if settings.limits is not None else None
+        fitted = fit_context(state.messages, limit, system, offered)
+        messages, tools = await middleware.process_llm_request(
+            _with_task_reminder(request_messages(fitted), state.messages), offered
+        )
+        request = ModelRequest(
+            model=settings.model,
+            messages=messages,
+            system=system,
+            tools=tools,
+            max_tokens=settings.max_tokens,
+            temperature=settings.temperature,
+        )
+        return await middleware.process_model_request(request)
+
+    async def _call_model(self, state: RunState) -> None:
         request = await self.model_request(state)
         admission = None
         if self.rates is not None:
@@ -237,13 +341,22 @@ class Driver:
             ):
                 return  # a pause, cancel or hand-off came first: the loop acts on it, no call made
         journal = self.journal
-        if journal is not None:
-            # The request is committed before the provider sees it: a crash during the call
-            # still shows what was asked.
-            journal.model_started(state, request.provider_kwargs())
-            await self.commit(state, Delta(state.phase))
+
+        async def attempting(attempt: int) -> None:
+            if journal is not None:
+                # The request is committed before the provider sees it: a crash during the
+                # call still shows what was asked.
+                journal.model_started(state, request.provider_kwargs())
+                await self.commit(state, Delta(state.phase))
+
+        async def retrying(attempt: int, exc: BaseException) -> None:
+            if journal is not None:
+                journal.model_failed(exc)
+            # Whatever the failed attempt streamed is void; its usage may not be known.
+            await self.commit(state, self.engine.attempt_reset(state, attempt))
+
         try:
-            response = await self._cancellable(self.model_response(state, request))
+            response = await self.model_reply(state, request, attempting=attempting, retrying=retrying)
         except _Cancelled:
             if journal is not None:
                 journal.model_interrupted()
@@ -251,19 +364,35 @@ class Driver:
         except (LeaseLostError, StorageError):
             raise  # writing streamed text failed: the store's problem, not the model's (see drive)
         except Exception as exc:
-            logger.warning("model call for run %s failed: %s", state.run_id, exc)
             if journal is not None:
                 journal.model_failed(exc)
+            logger.warning("model call for run %s failed: %s", state.run_id, exc)
+            await self._hook(HookEvent.ERROR, error=str(exc))
             await self.commit(state, self.engine.model_failed(state, exc))
             return
         if admission is not None and self.rates is not None and response.usage is not None:
             await self.rates.settle(admission, response.usage)
-        await settings.hooks.emit(HookEvent.MODEL_RESPONSE, settings.agent, {"response": response})
+        middleware = self.settings.middleware
         if journal is not None:
-            # No response middleware yet: the reply is the same at every stage.
-            for stage in ("response", "processed", "completed"):
-                journal.model_replied(response, stage=stage)
+            journal.model_replied(response, stage="response")
+        response = await self.processed_response(response)
+        if journal is not None:
+            journal.model_replied(response, stage="processed")
+            journal.model_replied(response, stage="completed")
+        await self._hook(
+            HookEvent.LLM_RESPONSE,
+            response=response,
+            stop_reason=response.stop_reason,
+            provider=served_by(self._known_provider()),
+        )
+        if self.stream and middleware.rewrites_responses and response.text:
+            # Middleware rewrote the reply, so it reaches the stream whole, as rewritten.
+            await self._provisional(state, RunEventType.TEXT_DELTA, response.text)
         await self.commit(state, self.engine.model_responded(state, response))
+        if response.stop_reason == StopReason.PAUSE_TURN and not response.tool_calls:
+            await self._hook(
+                HookEvent.RECOVERY, reason="paused_turn", attempt=1, reply_budget=request.max_tokens
+            )
 
     async def _wait_for_budget(self, state: RunState, admission: Admission) -> bool:
         """Wait for the start a rate limit gave this call, with nothing open to the vendor
@@ -271,14 +400,20 @@ class Driver:
         when. The event is written while the wait runs, so that a slow write does not make
         the call late. ``False`` if a pause, cancel or hand-off ended the wait (the
         reservation is spent)."""
-        step = f"model:{state.iteration}"
         data = {
             "on": "rate_limit",
             "bucket": admission.bucket,
             "seconds": round(admission.wait, 3),
             "until": round(admission.start, 3),  # by the store's clock, like a run's not_before
         }
-        event = RunEvent(RunEventType.WAITING, data, state.session_id, state.run_id, step, step)
+        event = RunEvent(
+            RunEventType.WAITING,
+            data,
+            state.session_id,
+            state.run_id,
+            step_id(state.iteration),
+            str(state.attempt),
+        )
         await self.committer.provisional(state, event)
         written = asyncio.ensure_future(self.committer.flush())
         try:
@@ -287,52 +422,120 @@ class Driver:
             await written  # the committer takes one write at a time
         return waited
 
-    # The effects on their own, without a commit: the Temporal binding performs them in its
-    # activities and makes the engine's transitions in the workflow.
+    async def processed_response(self, response: ProviderResponse) -> ProviderResponse:
+        """The model's reply after response middleware (``after_llm_call``)."""
+        return _canonical(await self.settings.middleware.process_llm_response(response))
 
-    async def model_request(self, state: RunState) -> ModelRequest:
-        """The request for the state's next model call, after request middleware."""
-        settings = self.settings
-        final = self.engine.final_call(state)
-        system = settings.system_prompt
-        guidance = planning_guidance(settings.tools)
-        if guidance:
-            system = f"{system}\n\n{guidance}" if system else guidance
-        # The one last call of a run at its limit is asked for an answer, not more work.
-        offered = [] if final else settings.tools.specs(settings.offered_tools)
-        limit = settings.limits.max_context_tokens if settings.limits is not None else None
-        request = ModelRequest(
-            model=settings.model,
-            messages=_with_task_reminder(fit_context(state.messages, limit, system, offered)),
-            system=system,
-            tools=offered,
-            max_tokens=settings.max_tokens,
-            temperature=settings.temperature,
+    async def model_reply(
+        self,
+        state: RunState,
+        request: ModelRequest,
+        *,
+        attempting: Callable[[int], Awaitable[None]],
+        retrying: Callable[[int, BaseException], Awaitable[None]],
+    ) -> ProviderResponse:
+        """The model's reply to ``request``, with every provider's transient failures retried
+        under the run's ``RetryPolicy`` (the one retry path: the providers make one attempt
+        per call). ``attempting(n)`` runs before attempt ``n``; ``retrying(n, error)`` after
+        attempt ``n`` failed and before the wait for the next. The last failure is raised."""
+        retry = self.settings.retry
+        attempt, waited = 1, 0.0
+        while True:
+            state.attempt = attempt
+            await self._hook(
+                HookEvent.LLM_REQUEST,
+                system=request.system or None,
+                model=request.model,
+                max_tokens=request.max_tokens,
+                temperature=request.temperature,
+                stream=self.stream,
+                message_count=len(request.messages),
+                tool_count=len(request.tools),
+                prefix_key=None,
+            )
+            await attempting(attempt)
+            try:
+                return await self._cancellable(self.model_response(state, request))
+            except (_Cancelled, LeaseLostError, StorageError):
+                raise
+            except Exception as exc:
+                provider = self._known_provider()
+                wait = retry.wait_for(attempt, retry_after(exc, provider))
+                if self._spent(retry, attempt, exc, provider, waited, wait):
+                    raise
+                # Routine, and reported by the RETRY hook and attempt_reset: not a warning (a
+                # program of harnessx 0.9.1 prints nothing here).
+                logger.info(
+                    "model call for run %s failed (%s); retrying in %.2fs (attempt %d)",
+                    state.run_id,
+                    exc,
+                    wait,
+                    attempt + 1,
+                )
+                await self._hook(
+                    HookEvent.RETRY,
+                    kind="model",
+                    name=request.model,
+                    attempt=attempt,
+                    next_attempt=attempt + 1,
+                    wait_seconds=wait,
+                    error=str(exc),
+                    provider=served_by(provider),
+                )
+                await retrying(attempt, exc)
+                attempt, waited = attempt + 1, waited + wait
+                if wait:
+                    await self._cancellable(self._sleep(wait))
+
+    @staticmethod
+    def _spent(
+        retry: RetryPolicy, attempt: int, exc: BaseException, provider: Any, waited: float, wait: float
+    ) -> bool:
+        """Whether failed attempt number ``attempt`` was the last one ``retry`` allows. A rate
+        limit gets the deeper ``rate_limit_attempts`` while the time slept stays within
+        ``rate_limit_budget_seconds``."""
+        if not is_transient(exc, provider) or (_timed_out(exc) and not retry.retry_on_timeout):
+            return True
+        limited = is_rate_limited(exc, provider)
+        if attempt >= retry.attempts_for(rate_limited=limited):
+            return True
+        budget = retry.rate_limit_budget_seconds
+        return limited and attempt >= retry.attempts and budget is not None and waited + wait > budget
+
+    def _known_provider(self) -> LLMProvider | None:
+        """The provider, or None when there is none to be had (the model call failed on it)."""
+        try:
+            return self._provider()
+        except Exception:
+            return None
+
+    async def _provisional(self, state: RunState, kind: RunEventType, data: Any) -> None:
+        event = RunEvent(
+            kind, data, state.session_id, state.run_id, step_id(state.iteration), str(state.attempt)
         )
-        request = await settings.middleware.apply_request(request)
-        await settings.hooks.emit(HookEvent.MODEL_REQUEST, settings.agent, {"request": request})
-        return request
+        await self.committer.provisional(state, event)
 
     async def model_response(self, state: RunState, request: ModelRequest) -> ProviderResponse:
         """The model's reply; streamed text goes to the committer as provisional events."""
         provider = self._provider()
         kwargs = request.provider_kwargs()
-        stream = getattr(provider, "stream", None)
-        if stream is None:
+        if not self.stream:
             return await self._noticed(state, call_create(provider, **kwargs))
+        deltas = not self.settings.middleware.rewrites_responses
         response: ProviderResponse | None = None
-        step_id = f"model:{state.iteration}"
-        async for chunk in self._noticed_stream(state, stream(**kwargs)):
-            if chunk.kind in ("text_delta", "thinking_delta") and chunk.data:
-                kind = RunEventType(chunk.kind)
-                event = RunEvent(
-                    kind, {"text": str(chunk.data)}, state.session_id, state.run_id, step_id, step_id
-                )
-                await self.committer.provisional(state, event)
-            elif chunk.kind == "response":
+        async for chunk in self._noticed_stream(state, provider.stream(**kwargs)):
+            if chunk.kind == "response":
                 response = chunk.data
+            elif not deltas or not chunk.data:
+                continue
+            elif chunk.kind in ("text_delta", "thinking_delta"):
+                await self._provisional(state, RunEventType(chunk.kind), str(chunk.data))
+            elif chunk.kind == "tool_call_delta" and isinstance(chunk.data, ToolCallDelta):
+                await self._provisional(state, RunEventType.TOOL_CALL_DELTA, chunk.data)
         if not isinstance(response, ProviderResponse):
-            raise ProviderError(f"{type(provider).__name__}.stream() ended without a 'response' chunk")
+            raise ProviderError(
+                f"{type(provider).__name__}.stream() ended without a 'response' chunk", retryable=True
+            )
         return response
 
     async def _noticed(self, state: RunState, work: Awaitable[T]) -> T:
@@ -358,16 +561,7 @@ class Driver:
                 await asyncio.gather(task, return_exceptions=True)
 
     async def _waiting_notice(self, state: RunState, seconds: float) -> None:
-        step = f"model:{state.iteration}"
-        event = RunEvent(
-            RunEventType.WAITING,
-            {"on": "model", "seconds": round(seconds, 1)},
-            state.session_id,
-            state.run_id,
-            step,
-            step,
-        )
-        await self.committer.provisional(state, event)
+        await self._provisional(state, RunEventType.WAITING, {"on": "model", "seconds": round(seconds, 1)})
 
     async def _noticed_stream(
         self, state: RunState, chunks: AsyncIterator[StreamChunk]
@@ -409,6 +603,23 @@ class Driver:
             await asyncio.gather(pump, return_exceptions=True)
 
     # ------------------------------------------------------------------ tools
+
+    async def _prepare_tools(self, state: RunState, calls: list[ToolCall]) -> None:
+        await self.commit(state, self.engine.prepare_tools(state, await self.prepared_calls(calls)))
+
+    async def prepared_calls(self, calls: list[ToolCall]) -> list[ToolCall]:
+        """The model's calls after tool middleware (``before_tool_execution``)."""
+        middleware = self.settings.middleware
+        prepared = []
+        for call in calls:
+            changed = await middleware.process_tool_call(call)
+            if not isinstance(changed, ToolCall) or changed.id != call.id:
+                raise ValueError(
+                    f"tool middleware changed call {call.id!r} into {changed!r}: it must return a "
+                    "ToolCall with the same id"
+                )
+            prepared.append(changed)
+        return prepared
 
     async def _dispatch(self, state: RunState, keys: tuple[str, ...]) -> None:
         # Dispatch intent is durable before any tool runs: a crash from here on leaves
@@ -477,8 +688,8 @@ class Driver:
             tool_call_id=entry.call.id,
             fencing_token=self.fencing_token,
         )
-        hooks, agent = self.settings.hooks, self.settings.agent
-        await hooks.emit(HookEvent.TOOL_START, agent, {"call": entry.call, "execution_key": key})
+        agent = self.settings.agent
+        await self._hook(HookEvent.TOOL_CALL_START, tool_call=copy.deepcopy(entry.call))
         view = RunView(
             messages=lambda: _with_current_results(state),
             lookup_result=lambda result_id: self._lookup_result(state, result_id),
@@ -501,9 +712,6 @@ class Driver:
             return exc
         finally:
             _agent_context.reset(agent_token)
-        await hooks.emit(
-            HookEvent.TOOL_END, agent, {"call": entry.call, "execution_key": key, "result": result}
-        )
         return result
 
     async def _lookup_result(self, state: RunState, result_id: str) -> str | None:
@@ -522,21 +730,29 @@ class Driver:
 
     async def _complete_result(self, state: RunState, key: str) -> None:
         final = await self.processed_result(state, key)
+        await self._hook(
+            HookEvent.TOOL_CALL_END, tool_call=copy.deepcopy(state.tools[key].call), result=final
+        )
         delta = self.engine.completed_result(state, key, final)
         if self.journal is not None:
             self.journal.tools_processed(delta)
         await self.commit(state, delta)
 
     async def processed_result(self, state: RunState, key: str) -> ToolResult:
-        """Entry ``key``'s committed raw result after result middleware (an error result if
-        the middleware fails)."""
+        """Entry ``key``'s committed raw result after result middleware. A middleware that
+        raises fails the run, as in harnessx 0.9.1, with the raw result committed: a resume
+        runs the middleware again."""
         entry = state.tools[key]
         raw = entry.raw_result or ToolResult(entry.call.id, "", True)
-        try:
-            return await self.settings.middleware.apply_result(entry.call, raw)
-        except Exception as exc:
-            logger.exception("result middleware failed for %s", key)
-            return ToolResult(entry.call.id, f"Error: result middleware failed: {exc}", True)
+        final = await self.settings.middleware.process_tool_result(
+            ToolResult(raw.tool_call_id, raw.content, raw.is_error), entry.call
+        )
+        if not isinstance(final, ToolResult) or final.tool_call_id != entry.call.id:
+            raise ValueError(
+                f"result middleware returned {final!r} for call {entry.call.id!r}: it must return a "
+                "ToolResult with the same tool_call_id"
+            )
+        return final
 
     async def _ask_approval(self, state: RunState, keys: tuple[str, ...]) -> None:
         answers: dict[str, bool] = {}
@@ -565,18 +781,21 @@ class Driver:
                 task.cancel()
 
 
-def _with_task_reminder(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The request's messages with the open task list shown at the end of the last user or
-    tool message: at the tail, not in the system prompt, so the cached prefix stays put."""
+def _with_task_reminder(blocks: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request's messages (content blocks) with the open task list of ``messages`` shown
+    at the end of the last user turn, as harnessx 0.9.1 shows it (a text block after the
+    tool results): at the tail, not in the system prompt, so the cached prefix stays put."""
     todos = todos_of(messages)
     if not todos or all(item["status"] == "completed" for item in todos):
-        return list(messages)
-    out = list(messages)
-    for index in range(len(out) - 1, -1, -1):
-        message = out[index]
-        if message.get("role") in ("user", "tool") and isinstance(message.get("content"), str):
-            out[index] = {**message, "content": f"{message['content']}\n\n{render_todos(todos)}"}
-            break
+        return blocks
+    out, reminder = list(blocks), render_todos(todos)
+    last = out[-1] if out else None
+    if last is not None and last.get("role") == "user" and isinstance(last.get("content"), str):
+        out[-1] = {**last, "content": f"{last['content']}\n\n{reminder}"}
+    elif last is not None and last.get("role") == "user" and isinstance(last.get("content"), list):
+        out[-1] = {**last, "content": [*last["content"], {"type": "text", "text": reminder}]}
+    else:
+        out.append({"role": "user", "content": reminder})
     return out
 
 
@@ -595,6 +814,45 @@ def _with_current_results(state: RunState) -> list[dict[str, Any]]:
                 }
             )
     return [*state.messages, *extra]
+
+
+def _timed_out(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is, or was caused by, a timeout."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, TimeoutError | httpx.TimeoutException):
+            return True
+        exc, seen = exc.__cause__, seen + 1
+    return False
+
+
+def _fresh(state: RunState) -> bool:
+    """A run that has done nothing yet but record its user message."""
+    return (
+        state.phase is Phase.PREPARE_MODEL_CALL
+        and state.iteration == 0
+        and len(state.messages) == state.history_length + 1
+    )
+
+
+def _canonical(response: Any) -> ProviderResponse:
+    """The reply as middleware left it, as a ``ProviderResponse``."""
+    if isinstance(response, ProviderResponse):
+        return response
+    return ProviderResponse(
+        text=getattr(response, "text", "") or "",
+        tool_calls=list(getattr(response, "tool_calls", None) or []),
+        thinking=getattr(response, "thinking", None),
+        stop_reason=getattr(response, "stop_reason", StopReason.END_TURN),
+        usage=getattr(response, "usage", None),  # type: ignore[arg-type]
+    )
+
+
+def served_by(provider: Any) -> str:
+    """The name of the provider that answered (a chain reports the member it used)."""
+    return str(
+        getattr(provider, "last_served", None) or getattr(provider, "name", "") or type(provider).__name__
+    )
 
 
 async def _aclose(iterator: Any) -> None:

@@ -19,9 +19,18 @@ from harnessx._errors import CostLimitError, MaxIterationsError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._large_results import preview_result
 from harnessx._loopguard import call_signature, repetition_notice, trip_at
+from harnessx._messages import close_open_calls
+from harnessx._policies import ToolRetry
 from harnessx._results import RunStatus, ToolResult
 from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus, execution_key
-from harnessx._tools import PERMISSION_DENIED, PermissionLevel, PermissionManager, ReplayPolicy, ToolRegistry
+from harnessx._tools import (
+    PERMISSION_DENIED,
+    PermissionLevel,
+    PermissionManager,
+    ReplayPolicy,
+    ToolDefinition,
+    ToolRegistry,
+)
 from harnessx.providers._base import (
     STOP_REASONS_WITHOUT_TOOLS,
     ProviderResponse,
@@ -31,19 +40,29 @@ from harnessx.providers._base import (
 )
 
 __all__ = [
+    "CANCELLED_CALL",
     "AskApproval",
     "CallModel",
     "CompleteResult",
     "Dispatch",
     "Engine",
+    "PrepareTools",
     "Step",
     "Stop",
+    "step_id",
 ]
 
 
 @dataclass(frozen=True)
 class CallModel:
     """Call the model with the state's conversation; report via ``model_responded``."""
+
+
+@dataclass(frozen=True)
+class PrepareTools:
+    """Pass these calls through tool middleware; commit ``prepare_tools`` with the result."""
+
+    calls: tuple[ToolCall, ...]
 
 
 @dataclass(frozen=True)
@@ -72,7 +91,7 @@ class Stop:
     """The run is not running (finished or waiting); nothing more to do."""
 
 
-Step = Delta | CallModel | Dispatch | CompleteResult | AskApproval | Stop
+Step = Delta | CallModel | PrepareTools | Dispatch | CompleteResult | AskApproval | Stop
 
 _TERMINAL_PHASE_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 
@@ -82,6 +101,9 @@ FINAL_ANSWER_NOTICE = (
     "what is left to do, and your best answer so far.]"
 )
 NOT_RUN_AT_LIMIT = "Not executed: the run reached its step limit."
+# The answer a call gets when the run is cancelled while it may be running (the wording of
+# harnessx 0.9.1, which programs may look for).
+CANCELLED_CALL = "Run cancelled; execution outcome may be unknown."
 
 
 class Engine:
@@ -132,7 +154,10 @@ class Engine:
             return None
         spent = self.cost_baseline + state.usage
         cost = self.limits.cost_of(
-            spent.input_tokens, spent.output_tokens, spent.cache_read_tokens, spent.cache_write_tokens
+            spent.input_tokens,
+            spent.output_tokens,
+            spent.cache_read_input_tokens,
+            spent.cache_creation_input_tokens,
         )
         if cost < budget:
             return None
@@ -151,7 +176,7 @@ class Engine:
             delta.messages = [_unanswered(call, NOT_RUN_AT_LIMIT) for call in calls]
             return delta
         if calls:
-            return self._prepare_tools(state, calls)
+            return PrepareTools(tuple(calls))
         if state.stop_reason == StopReason.PAUSE_TURN:
             # The provider paused a long turn; asking again continues it.
             return self._next_model_call(state, [])
@@ -166,16 +191,16 @@ class Engine:
         in_flight = [e.execution_key for e in entries if e.status is ToolStatus.STARTED]
         if in_flight:
             raise AssertionError(f"tool calls {in_flight} are in flight; recover() the state first")
+        approvals = tuple(e.execution_key for e in entries if e.status is ToolStatus.APPROVAL)
+        if approvals:
+            # Nothing of a batch runs before every call of it that needs approval has it.
+            return AskApproval(approvals) if self.interactive_approval else self._wait(state)
         prepared = [e for e in entries if e.status is ToolStatus.PREPARED]
         if prepared:
             recheck = self._recheck_permissions(state, prepared)
             return recheck if recheck is not None else Dispatch(self._batch(prepared))
-        waiting = [e for e in entries if e.status in (ToolStatus.APPROVAL, ToolStatus.UNCERTAIN)]
-        if waiting:
-            approvals = tuple(e.execution_key for e in waiting if e.status is ToolStatus.APPROVAL)
-            if self.interactive_approval and approvals:
-                return AskApproval(approvals)
-            return self._stop(state, RunStatus.AWAITING_INPUT, "awaiting_input")
+        if any(e.status is ToolStatus.UNCERTAIN for e in entries):
+            return self._wait(state)
         return self._collect(state, entries)
 
     def _collect(self, state: RunState, entries: list[ToolEntry]) -> Delta:
@@ -190,9 +215,7 @@ class Engine:
         before = todos_of(state.messages)
         after = todos_of([*state.messages, *results])
         if after != before:
-            delta.events.insert(
-                0, self._event(state, RunEventType.TODOS_UPDATED, todos_payload(after), "run")
-            )
+            delta.events.insert(0, self._event(state, RunEventType.TODOS_UPDATED, todos_payload(after)))
         return delta
 
     def _signatures(self, state: RunState) -> list[list[str]]:
@@ -246,21 +269,29 @@ class Engine:
             message["tool_calls"] = [c.to_dict() for c in calls]
         events = []
         if response.text:
-            events.append(self._event(state, RunEventType.TEXT_COMPLETE, {"text": response.text}, "model"))
-        run: dict[str, Any] = {"stop_reason": stop.value}
-        if response.usage is not None:
-            run["usage"] = state.usage + response.usage
-        else:
-            run["usage_incomplete"] = True
+            events.append(self._event(state, RunEventType.TEXT_COMPLETE, response.text))
+        # A provider that reports no usage reports zeros, as harnessx 0.9.1 counts it.
+        run: dict[str, Any] = {"stop_reason": stop.value, "usage": state.usage + response.usage}
         return Delta(Phase.MODEL_CALL, messages=[message], run=run, events=events)
+
+    def attempt_reset(self, state: RunState, attempt: int) -> Delta:
+        """Model call number ``attempt`` failed and is made again: what it streamed is void,
+        and what it was billed is not known."""
+        event = self._event(state, RunEventType.ATTEMPT_RESET, {"attempt": attempt})
+        return Delta(state.phase, run={"usage_incomplete": True}, events=[event])
 
     def model_failed(self, state: RunState, error: BaseException) -> Delta:
         return self.fail(state, error)
 
     def fail(self, state: RunState, error: BaseException) -> Delta:
+        """Failed: the error is recorded, and every call the run leaves open is answered."""
         details = {"type": type(error).__name__, "message": str(error)}
-        delta = Delta(state.phase, run={"status": RunStatus.FAILED, "stop_reason": "error", "error": details})
-        delta.events.append(self._event(state, RunEventType.ERROR, dict(details), "run"))
+        run: dict[str, Any] = {"status": RunStatus.FAILED, "stop_reason": "", "error": details}
+        if state.phase is Phase.PREPARE_MODEL_CALL:
+            run["usage_incomplete"] = True  # the failed model call may have been billed
+        closing = self._close_calls(state, f"Not run: the run failed first ({type(error).__name__})")
+        delta = Delta(state.phase, run=run, messages=closing)
+        delta.events.append(self._event(state, RunEventType.ERROR, str(error)))
         delta.events.append(self._run_result_event(state, delta))
         return delta
 
@@ -269,22 +300,16 @@ class Engine:
         moved = [
             state.tools[k].moved(status=ToolStatus.STARTED, attempt=state.tools[k].attempt + 1) for k in keys
         ]
-        events = [
-            self._tool_event(
-                state,
-                RunEventType.TOOL_CALL_START,
-                e,
-                {"input": e.call.input, "policy": e.policy},
-            )
-            for e in moved
-        ]
+        events = [self._tool_event(state, RunEventType.TOOL_CALL_START, e, e.call) for e in moved]
         return Delta(Phase.DISPATCH, tools=moved, events=events)
 
     def raw_result(self, state: RunState, key: str, result: ToolResult) -> Delta:
+        """The handler's result, committed before result middleware runs on it; announced
+        with ``tool_call_complete`` (``tool_result`` follows once middleware is done)."""
         entry = state.tools[key]
         raw = ToolResult(entry.call.id, result.content, result.is_error)
         moved = entry.moved(status=ToolStatus.RAW_COMPLETED, raw_result=raw)
-        event = self._tool_event(state, RunEventType.TOOL_CALL_COMPLETE, moved, {"is_error": raw.is_error})
+        event = self._tool_event(state, RunEventType.TOOL_CALL_COMPLETE, moved, moved.call)
         return Delta(Phase.RAW_RESULT, tools=[moved], events=[event])
 
     def timed_out(self, state: RunState, key: str, message: str) -> Delta:
@@ -292,21 +317,15 @@ class Engine:
         tool waits ``uncertain`` for a person; otherwise the model reads an error result."""
         entry = state.tools[key]
         if not self.interactive_approval and entry.policy == ReplayPolicy.MANUAL:
-            moved = entry.moved(status=ToolStatus.UNCERTAIN)
-            event = self._tool_event(
-                state,
-                RunEventType.RECOVERY_REQUIRED,
-                moved,
-                {"input": moved.call.input, "policy": moved.policy},
-            )
-            return Delta(Phase.RAW_RESULT, tools=[moved], events=[event])
+            # Announced with recovery_required when the run stops to wait.
+            return Delta(Phase.RAW_RESULT, tools=[entry.moved(status=ToolStatus.UNCERTAIN)])
         text = f"{message}. It may have partly run; check its effects before calling it again."
         return self.raw_result(state, key, ToolResult(entry.call.id, text, True))
 
     def completed_result(self, state: RunState, key: str, result: ToolResult) -> Delta:
         entry = state.tools[key]
         final = ToolResult(entry.call.id, result.content, result.is_error)
-        return self._complete(state, entry, final, Phase.COMPLETED_RESULT)
+        return self._complete(state, entry, final, Phase.COMPLETED_RESULT, dispatched=True)
 
     def approvals_answered(self, state: RunState, answers: dict[str, bool]) -> Delta:
         delta = Delta(Phase.PREPARE_TOOLS)
@@ -318,7 +337,7 @@ class Engine:
                 delta = _merge(delta, self._deny(state, entry))
         return delta
 
-    def pause(self, state: RunState, reason: str = "paused") -> Delta:
+    def pause(self, state: RunState, reason: str = "") -> Delta:
         """Stop ``paused`` (resumable). ``timeout`` also records why, as the run's error."""
         delta = self._stop(state, RunStatus.PAUSED, reason)
         if reason == "timeout":
@@ -333,8 +352,22 @@ class Engine:
             delta.events.append(self._run_result_event(state, delta))
         return delta
 
-    def cancel(self, state: RunState, reason: str = "cancelled") -> Delta:
-        return self._stop(state, RunStatus.CANCELLED, reason)
+    def cancel(self, state: RunState) -> Delta:
+        """Cancelled: a ``manual`` call that may be running becomes ``uncertain`` (its effect
+        is unknown), and every open call is answered so that the next request is valid."""
+        uncertain = [
+            e.moved(status=ToolStatus.UNCERTAIN)
+            for e in state.entries()
+            if e.status is ToolStatus.STARTED and e.policy == ReplayPolicy.MANUAL
+        ]
+        delta = Delta(state.phase, tools=uncertain, run={"status": RunStatus.CANCELLED, "stop_reason": ""})
+        delta.messages = self._close_calls(state, CANCELLED_CALL)
+        delta.events.append(self._run_result_event(state, delta))
+        return delta
+
+    def _close_calls(self, state: RunState, unanswered: str) -> list[dict[str, Any]]:
+        recorded = {e.call.id: result for e in state.entries() if (result := e.result or e.raw_result)}
+        return close_open_calls(state.messages[state.history_length :], recorded, unanswered)
 
     # ------------------------------------------------- recovery and decisions
 
@@ -355,16 +388,8 @@ class Engine:
             if entry.policy in (ReplayPolicy.SAFE, ReplayPolicy.IDEMPOTENT):
                 delta.tools.append(entry.moved(status=ToolStatus.PREPARED))
             else:
-                moved = entry.moved(status=ToolStatus.UNCERTAIN)
-                delta.tools.append(moved)
-                delta.events.append(
-                    self._tool_event(
-                        state,
-                        RunEventType.RECOVERY_REQUIRED,
-                        moved,
-                        {"input": moved.call.input, "policy": moved.policy},
-                    )
-                )
+                # Announced with recovery_required when the run stops to wait.
+                delta.tools.append(entry.moved(status=ToolStatus.UNCERTAIN))
         if (
             may_have_streamed
             and state.phase is Phase.PREPARE_MODEL_CALL
@@ -372,7 +397,7 @@ class Engine:
         ):
             # A model call may have been streaming when the process died.
             delta.events.append(
-                self._event(state, RunEventType.ATTEMPT_RESET, {"reason": "recovered"}, "model")
+                self._event(state, RunEventType.ATTEMPT_RESET, {"attempt": max(state.attempt, 1)})
             )
         return delta if delta.tools or delta.events else None
 
@@ -388,7 +413,9 @@ class Engine:
         entry = state.tools[key]
         if allow:
             return Delta(state.phase, tools=[entry.moved(status=ToolStatus.PREPARED, approved=True)])
-        return _merge(Delta(state.phase), self._deny(state, entry)).with_phase(state.phase)
+        # A declined call never runs and is not announced: the model reads its answer.
+        denied = ToolResult(entry.call.id, PERMISSION_DENIED, True)
+        return Delta(state.phase, tools=[entry.moved(status=ToolStatus.COMPLETED, result=denied)])
 
     def resolve(
         self, state: RunState, key: str, *, result: ToolResult | None, retry: bool, abort: bool
@@ -397,26 +424,19 @@ class Engine:
         if result is not None:
             raw = ToolResult(entry.call.id, result.content, result.is_error)
             moved = entry.moved(status=ToolStatus.RAW_COMPLETED, raw_result=raw)
-            event = self._tool_event(
-                state, RunEventType.TOOL_CALL_COMPLETE, moved, {"is_error": raw.is_error}
-            )
+            event = self._tool_event(state, RunEventType.TOOL_CALL_COMPLETE, moved, moved.call)
             return Delta(state.phase, tools=[moved], events=[event])
         if retry:
             return Delta(state.phase, tools=[entry.moved(status=ToolStatus.PREPARED)])
-        aborted = ToolResult(entry.call.id, "Aborted by operator; the call's effect is unknown", True)
-        completed = self._complete(state, entry, aborted, state.phase)
-        delta = Delta(
-            state.phase,
-            tools=completed.tools,
-            run={"status": RunStatus.CANCELLED, "stop_reason": "aborted"},
-            events=list(completed.events),
-        )
-        delta.events.append(self._run_result_event(state, delta))
-        return delta
+        # Abort: the run ends cancelled, the call stays uncertain (nothing is undone), and
+        # its answer says the outcome is unknown.
+        return self.cancel(state).with_phase(state.phase)
 
     # ------------------------------------------------------------------ helpers
 
-    def _prepare_tools(self, state: RunState, calls: list[ToolCall]) -> Delta:
+    def prepare_tools(self, state: RunState, calls: list[ToolCall]) -> Delta:
+        """The model's calls (after tool middleware) as tool entries: checked, permitted,
+        denied or waiting. Each records the tool's settings for ``PendingTool``."""
         delta = Delta(Phase.PREPARE_TOOLS)
         for index, call in enumerate(calls):
             key = execution_key(state.run_id, state.iteration, call.id)
@@ -428,6 +448,9 @@ class Engine:
                 call=call,
                 policy=(tool.replay_policy if tool else ReplayPolicy.MANUAL).value,
                 status=ToolStatus.PREPARED,
+                concurrent=tool.concurrent if tool else False,
+                timeout=tool.timeout_seconds if tool else None,
+                retry=_tool_retry(tool).to_dict(),
             )
             problem = self._call_problem(call, index)
             if problem is not None:
@@ -507,19 +530,28 @@ class Engine:
         return self._complete(state, entry, ToolResult(entry.call.id, PERMISSION_DENIED, True), None)
 
     def _ask(self, state: RunState, entry: ToolEntry) -> Delta:
-        moved = entry.moved(status=ToolStatus.APPROVAL)
-        if self.interactive_approval:
-            # Asked in the same step (the approval callback); nothing is left waiting.
-            return Delta(Phase.PREPARE_TOOLS, tools=[moved])
-        event = self._tool_event(state, RunEventType.APPROVAL_REQUIRED, moved, {"input": moved.call.input})
-        return Delta(Phase.PREPARE_TOOLS, tools=[moved], events=[event])
+        # Asked at once in a plain run (the approval callback); otherwise announced with
+        # approval_required when the run stops to wait.
+        return Delta(Phase.PREPARE_TOOLS, tools=[entry.moved(status=ToolStatus.APPROVAL)])
 
-    def _complete(self, state: RunState, entry: ToolEntry, result: ToolResult, phase: Phase | None) -> Delta:
+    def _complete(
+        self,
+        state: RunState,
+        entry: ToolEntry,
+        result: ToolResult,
+        phase: Phase | None,
+        *,
+        dispatched: bool = False,
+    ) -> Delta:
+        """A call's final result. One that never ran (denied, invalid) is announced as
+        started and complete too, so every call reads the same on the event stream."""
         moved = entry.moved(status=ToolStatus.COMPLETED, result=result)
-        event = self._tool_event(
-            state, RunEventType.TOOL_RESULT, moved, {"content": result.content, "is_error": result.is_error}
-        )
-        return Delta(phase or Phase.PREPARE_TOOLS, tools=[moved], events=[event])
+        events = []
+        if not dispatched:
+            events.append(self._tool_event(state, RunEventType.TOOL_CALL_START, moved, moved.call))
+            events.append(self._tool_event(state, RunEventType.TOOL_CALL_COMPLETE, moved, moved.call))
+        events.append(self._tool_event(state, RunEventType.TOOL_RESULT, moved, result))
+        return Delta(phase or Phase.PREPARE_TOOLS, tools=[moved], events=events)
 
     def _next_model_call(self, state: RunState, results: list[dict[str, Any]]) -> Delta:
         iteration = state.iteration + 1
@@ -543,7 +575,19 @@ class Engine:
     def _finish(self, state: RunState, status: RunStatus, stop_reason: str, output: str) -> Delta:
         delta = Delta(Phase.FINISH, run={"status": status, "stop_reason": stop_reason, "output": output})
         if status is RunStatus.COMPLETED:
-            delta.events.append(self._event(state, RunEventType.TURN_COMPLETE, {"output": output}, "run"))
+            delta.events.append(self._event(state, RunEventType.TURN_COMPLETE, stop_reason))
+        delta.events.append(self._run_result_event(state, delta))
+        return delta
+
+    def _wait(self, state: RunState) -> Delta:
+        """Stop ``awaiting_input``, announcing every call that waits for a decision."""
+        delta = Delta(state.phase, run={"status": RunStatus.AWAITING_INPUT, "stop_reason": ""})
+        for entry in state.entries():
+            pending = entry.pending()
+            if pending is not None:
+                waiting = pending.status == "approval"
+                kind = RunEventType.APPROVAL_REQUIRED if waiting else RunEventType.RECOVERY_REQUIRED
+                delta.events.append(self._event(state, kind, pending.to_dict()))
         delta.events.append(self._run_result_event(state, delta))
         return delta
 
@@ -559,24 +603,29 @@ class Engine:
         preview.messages = []
         preview.tools = dict(state.tools)
         preview.apply(Delta(delta.phase, tools=delta.tools, run=dict(delta.run)))
-        return self._event(state, RunEventType.RUN_RESULT, preview.result().to_dict(), "run")
+        return self._event(state, RunEventType.RUN_RESULT, preview.result())
 
-    def _event(self, state: RunState, kind: RunEventType, data: dict[str, Any], step: str) -> RunEvent:
-        step_id = f"model:{state.iteration}" if step == "model" else step
-        return RunEvent(kind, data, state.session_id, state.run_id, step_id, step_id)
+    def _event(self, state: RunState, kind: RunEventType, data: Any) -> RunEvent:
+        # As in harnessx 0.9.1: the step is the iteration (from 1), the attempt the model call's.
+        return RunEvent(
+            kind, data, state.session_id, state.run_id, step_id(state.iteration), str(state.attempt)
+        )
 
-    def _tool_event(
-        self, state: RunState, kind: RunEventType, entry: ToolEntry, extra: dict[str, Any]
-    ) -> RunEvent:
-        data = {
-            "execution_key": entry.execution_key,
-            "tool_call_id": entry.call.id,
-            "name": entry.call.name,
-            "attempt": entry.attempt,
-            **extra,
-        }
-        step_id = f"tool:{entry.execution_key}"
-        return RunEvent(kind, data, state.session_id, state.run_id, step_id, f"{step_id}#{entry.attempt}")
+    def _tool_event(self, state: RunState, kind: RunEventType, entry: ToolEntry, data: Any) -> RunEvent:
+        return RunEvent(
+            kind, data, state.session_id, state.run_id, step_id(entry.iteration), str(entry.attempt)
+        )
+
+
+def step_id(iteration: int) -> str:
+    """An event's step: the iteration counted from 1, as in execution keys."""
+    return str(iteration + 1)
+
+
+def _tool_retry(tool: ToolDefinition | None) -> ToolRetry:
+    """The retry settings a call records with it."""
+    retry = tool.retry if tool is not None else None
+    return retry if isinstance(retry, ToolRetry) else ToolRetry()
 
 
 def _merge(first: Delta, second: Delta) -> Delta:

@@ -70,12 +70,15 @@ class RunExecutor:
         last_seq: int,
         resumed: bool,
         recording: bool = False,
+        stream: bool = True,
     ) -> Execution:
-        """Drive ``state`` under ``lease``; ``recording``: the session is flight-recorded."""
+        """Drive ``state`` under ``lease``; ``recording``: the session is flight-recorded;
+        ``stream``: the model's text is recorded as it is written (text deltas), for
+        followers of the run's events."""
         control = RunControl()
         feed = RunFeed(first_seq=last_seq + 1)
         task = asyncio.create_task(
-            self._execute(agent, lease, state, control, feed, last_seq, resumed, recording),
+            self._execute(agent, lease, state, control, feed, last_seq, resumed, recording, stream),
             name=f"harnessx-run-{state.run_id}",
         )
         return Execution(state.session_id, state.run_id, lease, control, feed, last_seq, task)
@@ -86,6 +89,8 @@ class RunExecutor:
         committer: StoreCommitter,
         control: RunControl,
         lease: Lease,
+        *,
+        stream: bool = True,
     ) -> Driver:
         return Driver(
             engine=agent.engine(durable=True),
@@ -96,6 +101,7 @@ class RunExecutor:
             fencing_token=lease.generation,
             journal=committer.journal,
             rates=self.rates,
+            stream=stream,
         )
 
     async def commit_once(
@@ -144,16 +150,16 @@ class RunExecutor:
                 error=error,
                 usage_incomplete=bool(data.get("usage_incomplete")),
             )
-        events = [] if error is None else [self._run_event(record, RunEventType.ERROR, dict(error))]
-        events.append(self._run_event(record, RunEventType.RUN_RESULT, result.to_dict()))
+        events = [] if error is None else [self._run_event(record, RunEventType.ERROR, error["message"])]
+        events.append(self._run_event(record, RunEventType.RUN_RESULT, result))
         await self.store.end_run(
             lease, record.id, status=status.value, stop_reason=stop_reason, error=error, events=events
         )
         return result
 
     @staticmethod
-    def _run_event(record: RunRecord, kind: RunEventType, data: dict[str, object]) -> RunEvent:
-        return RunEvent(kind, data, record.session_id, record.id, "run", "run")
+    def _run_event(record: RunRecord, kind: RunEventType, data: object) -> RunEvent:
+        return RunEvent(kind, data, record.session_id, record.id, str(record.result.get("iteration", "")), "")
 
     async def _journal(self, state: RunState, last_seq: int, resumed: bool) -> RunJournal:
         """The journal of this execution of a recorded run, numbering model attempts on from
@@ -177,6 +183,7 @@ class RunExecutor:
         last_seq: int,
         resumed: bool,
         recording: bool,
+        stream: bool,
     ) -> RunResult:
         me = asyncio.current_task()
         lost = False
@@ -208,7 +215,7 @@ class RunExecutor:
                 journal=journal,
                 on_release=lambda: self.keeper.drop(lease),
             )
-            driver = self.driver(agent, committer, control, lease)
+            driver = self.driver(agent, committer, control, lease, stream=stream)
             if journal is not None and journal.has_notes:
                 # run.resumed, also when neither recovery nor reopening has anything to commit.
                 await driver.commit(state, Delta(state.phase))
@@ -260,6 +267,8 @@ class RunExecutor:
             if not released and (requeued or state.status is not RunStatus.RUNNING):
                 with contextlib.suppress(StorageError):
                     await self.store.release(lease)
+            # After the release: a follower that sees the feed close finds the session free.
+            feed.close()
             # Otherwise the run stopped mid-way (lease lost or expired, the store failing):
             # the lease is left to expire so that the supervisor sees an orphan and requeues
             # the run, and resume() can take it over. Releasing it here would leave a

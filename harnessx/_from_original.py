@@ -193,7 +193,12 @@ def _entries(run: OriginalRun) -> list[ToolEntry]:
     for key, raw in merged.items():
         run_id, _, rest = key.partition(":")
         number, _, call_id = rest.partition(":")
-        if run_id != run.id or not number.isdigit() or not isinstance(raw.get("call"), dict):
+        if (
+            run_id != run.id
+            or not number.isdigit()
+            or int(number) < 1
+            or not isinstance(raw.get("call"), dict)
+        ):
             continue
         status = str(raw.get("status"))
         if status not in {s.value for s in ToolStatus}:
@@ -201,7 +206,7 @@ def _entries(run: OriginalRun) -> list[ToolEntry]:
         out.append(
             ToolEntry(
                 execution_key=key,
-                iteration=int(number),
+                iteration=int(number) - 1,  # the key counts from 1, the engine from 0
                 index=positions.get(call_id, 0),
                 call=ToolCall.from_dict(raw["call"]),
                 policy=str(raw.get("policy") or "manual"),
@@ -225,7 +230,10 @@ def _usage(data: Any) -> TokenUsage:
 def _run_delta(session_id: str, run: OriginalRun, messages: list[dict[str, Any]]) -> Delta:
     state = run.state
     entries = _entries(run)
-    iteration = int(state.get("iterations") or 0)
+    # The original counts the model calls made (from its phase "model" on, the current one
+    # too); the engine numbers the current call from 0.
+    made = int(state.get("iterations") or 0)
+    iteration = made if str(state.get("phase", "")) in ("start", "prepare_model") else max(0, made - 1)
     iteration = max([iteration, *(e.iteration for e in entries)])
     status = _status(run)
     phase = _phase(run, entries, iteration)
@@ -246,6 +254,6 @@ def _run_delta(session_id: str, run: OriginalRun, messages: list[dict[str, Any]]
         preview.apply(Delta(phase, tools=entries, run=dict(fields)))
         step = "run"
         delta.events.append(
-            RunEvent(RunEventType.RUN_RESULT, preview.result().to_dict(), session_id, run.id, step, step)
+            RunEvent(RunEventType.RUN_RESULT, preview.result(), session_id, run.id, step, step)
         )
     return delta

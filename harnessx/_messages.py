@@ -18,7 +18,15 @@ from typing import Any, Literal
 
 from harnessx._errors import ConfigurationError
 
-__all__ = ["MEDIA_UNSUPPORTED", "Message", "from_blocks", "is_block_form", "to_blocks"]
+__all__ = [
+    "MEDIA_UNSUPPORTED",
+    "Message",
+    "close_open_calls",
+    "from_blocks",
+    "is_block_form",
+    "request_messages",
+    "to_blocks",
+]
 
 MEDIA_UNSUPPORTED = (
     "{kind} content blocks (the original harnessx's media input) are not supported by this harnessx yet; "
@@ -220,3 +228,144 @@ def from_blocks(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if texts or not results:
             out.append({"role": str(role), "content": "\n".join(texts)})
     return out
+
+
+def close_open_calls(
+    messages: list[dict[str, Any]], recorded: Mapping[str, Any], unanswered: str
+) -> list[dict[str, Any]]:
+    """Tool messages (the engine's form) answering the last assistant turn's calls that
+    ``messages`` leaves unanswered: with the ``ToolResult`` ``recorded`` holds for the call,
+    else with ``unanswered`` as an error. A run that stops between a model's calls and their
+    results (cancelled, failed) must leave a conversation whose next request is valid."""
+    last = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "assistant"), None)
+    if last is None:
+        return []
+    answered = {str(m.get("tool_call_id")) for m in messages[last + 1 :] if m.get("role") == "tool"}
+    closing = []
+    for call in messages[last].get("tool_calls") or []:
+        call_id = str(call.get("id", ""))
+        if call_id in answered:
+            continue
+        result = recorded.get(call_id)
+        closing.append(
+            {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "name": str(call.get("name", "")),
+                "content": result.content if result is not None else unanswered,
+                "is_error": result.is_error if result is not None else True,
+            }
+        )
+    return closing
+
+
+_Block = dict[str, Any]
+
+# The answer a request carries for a call the conversation never answered (a run that
+# failed or stopped between the call and its result): without one, model APIs refuse it.
+_UNANSWERED = "Error: no result was recorded for this call (the run stopped before it finished)"
+
+
+def _result_block(call_id: str, content: Any, is_error: bool) -> _Block:
+    block: _Block = {"type": "tool_result", "tool_use_id": call_id, "content": content}
+    if is_error:
+        block["is_error"] = True
+    return block
+
+
+def _blocks(message: Mapping[str, Any] | None) -> list[_Block]:
+    content = (message or {}).get("content")
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+# ----------------------------------------------------------------------- requests
+
+
+def request_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as a provider receives it: in the content-block form (``to_blocks``),
+    a copy the provider may change, and made valid whatever is stored.
+
+    Empty assistant turns are left out; neighbouring messages of one role are joined; the
+    message after an assistant turn answers each of its calls exactly once, answers first
+    (the last answer of a call wins, one that answers nothing is dropped, a missing one is
+    filled in with an error).
+    """
+    joined: list[dict[str, Any]] = []
+    for message in to_blocks(messages):
+        role = message.get("role")
+        if role == "assistant" and not _says_something(message):
+            continue
+        if joined and joined[-1]["role"] == role:
+            joined[-1]["content"] = _as_blocks(joined[-1]["content"]) + _copy_blocks(message)
+        else:
+            content = message.get("content")
+            joined.append(
+                {"role": role, "content": content if isinstance(content, str) else _copy_blocks(message)}
+            )
+    out: list[dict[str, Any]] = []
+    for index, message in enumerate(joined):
+        if message["role"] == "user":
+            previous = out[-1] if out else None
+            calls = _call_ids(previous) if previous is not None and previous["role"] == "assistant" else []
+            if calls or isinstance(message["content"], list):
+                message["content"] = _answers_first(calls, _as_blocks(message["content"]))
+                if not message["content"]:
+                    continue
+        out.append(message)
+        calls = _call_ids(message) if message["role"] == "assistant" else []
+        following = joined[index + 1] if index + 1 < len(joined) else None
+        if calls and (following is None or following["role"] != "user"):
+            out.append({"role": "user", "content": [_result_block(c, _UNANSWERED, True) for c in calls]})
+    return out
+
+
+def _call_ids(message: Mapping[str, Any]) -> list[str]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [str(b["id"]) for b in content if b.get("type") == "tool_use" and b.get("id")]
+
+
+def _answers_first(calls: list[str], blocks: list[_Block]) -> list[_Block]:
+    answers: dict[str, _Block] = {}
+    others = []
+    for block in blocks:
+        if block.get("type") == "tool_result":
+            if block.get("tool_use_id") in calls:
+                answers[str(block["tool_use_id"])] = block
+        else:
+            others.append(block)
+    return [answers.get(c) or _result_block(c, _UNANSWERED, True) for c in calls] + others
+
+
+def _says_something(message: Mapping[str, Any]) -> bool:
+    content = message.get("content")
+    if isinstance(content, str):
+        return bool(content.strip())
+    for block in _blocks(message):
+        kind = block.get("type")
+        if kind == "text":
+            if str(block.get("text", "")).strip():
+                return True
+        elif kind != "thinking" or block.get("signature"):
+            return True
+    return False
+
+
+def _as_blocks(content: Any) -> list[_Block]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content.strip() else []
+    return [b for b in content or [] if isinstance(b, dict)]
+
+
+def _copy_blocks(message: Mapping[str, Any]) -> list[_Block]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return _as_blocks(content)
+    copied = []
+    for block in _blocks(message):
+        block = dict(block)
+        if block.get("type") == "tool_use":
+            block["input"] = copy.deepcopy(block.get("input"))
+        copied.append(block)
+    return copied

@@ -16,6 +16,7 @@ from dataclasses import replace
 from harnessx._committer import RunFeed
 from harnessx._errors import HarnessError, StorageError
 from harnessx._events import RunEvent, RunEventType
+from harnessx._results import RunStatus
 from harnessx._runlog import parse_cursor
 from harnessx.store._protocol import RunRecord, Store
 
@@ -37,8 +38,15 @@ async def follow_events(
     *,
     poll_interval: float,
     local_feed: LocalFeed = lambda: None,
+    summarize: bool = True,
 ) -> AsyncIterator[RunEvent]:
     """Events of ``run_id`` behind cursor ``after``, until the current execution ends.
+
+    The last event is always a ``run_result``: when the follower starts behind the stored
+    one (``after`` is the last cursor of a finished or waiting run), a summary of the run as
+    it stands is made up, with cursor ``""`` and an ``event_id`` that is the same every time.
+    With ``summarize=False`` there is no summary: the follower waits for the run's next
+    execution instead (a live view that stays open on a waiting run).
 
     ``local_feed`` returns the feed of a run this process is driving (its text deltas
     arrive there before they are flushed to the store); other runs are read from the
@@ -46,6 +54,7 @@ async def follow_events(
     """
     position = parse_cursor(after)
     result_at = -1
+    result_status: RunStatus | None = None
     session_id = await _session_of(store, run_id)
     watch = _Watch(store, run_id)
     while True:
@@ -58,12 +67,41 @@ async def follow_events(
             position = int(event.cursor or position)
             yield _with_session(event, session_id)
             if event.type is RunEventType.RUN_RESULT:
-                result_at = position
-        if result_at == position and await _execution_over(store, run_id, position, feed):
-            return
+                result_at, result_status = position, event.data.status
+        driven_here = feed is not None and not feed.closed
+        if not driven_here and (result_at == position or not events):
+            record = await store.get_run(run_id)
+            if record is None:
+                if result_at == position:
+                    return  # ended with its run_result, and deleted since
+                raise _gone(run_id)
+            settled = record.status != RunStatus.RUNNING and not record.queued
+            if settled and record.event_count <= position:
+                # The execution ends when its process lets the session go: until then it
+                # may still be finishing, or (a worker that has just taken the run off the
+                # queue) about to reopen the run.
+                if await _held(store, record.session_id):
+                    await store.wait_for_events(run_id, poll_interval)
+                    continue
+                # The follower read the run_result, or it started behind it.
+                if result_status == record.status:
+                    return
+                if not summarize:
+                    await store.wait_for_events(run_id, poll_interval)
+                    continue
+                state = await store.load_state(run_id)
+                yield RunEvent(
+                    RunEventType.RUN_RESULT,
+                    state.result(),
+                    record.session_id,
+                    run_id,
+                    event_id=f"{run_id}:result:{record.status}",
+                )
+                return
         if events:
             continue
-        if feed is not None and not feed.closed:
+        if driven_here:
+            assert feed is not None
             await feed.wait(poll_interval * 10)
         else:
             await watch.look()
@@ -87,13 +125,17 @@ class _Watch:
         self.looked = now
         record = await self.store.get_run(self.run_id)
         if record is None:
-            raise StorageError(
-                f"run {self.run_id} is not in the store (any more): its rows were deleted while it was "
-                "followed, or it never existed here; nothing more will happen to it"
-            )
+            raise _gone(self.run_id)
         if record.queued and not self.warned and now - self.since >= UNCLAIMED_WARNING_SECONDS:
             self.warned = True
             logger.warning("%s", await _unclaimed(self.store, record, now - self.since))
+
+
+def _gone(run_id: str) -> StorageError:
+    return StorageError(
+        f"run {run_id} is not in the store (any more): its rows were deleted while it was "
+        "followed, or it never existed here; nothing more will happen to it"
+    )
 
 
 async def _unclaimed(store: Store, record: RunRecord, waited: float) -> str:
@@ -143,9 +185,9 @@ def _with_session(event: RunEvent, session_id: str) -> RunEvent:
     return event if event.session_id or not session_id else replace(event, session_id=session_id)
 
 
-async def _execution_over(store: Store, run_id: str, seq: int, feed: RunFeed | None) -> bool:
-    """A ``run_result`` ends an execution unless the run has moved on since."""
-    if feed is not None and not feed.closed:
+async def _held(store: Store, session_id: str) -> bool:
+    """Whether some process holds the session's lease (it may be about to move the run on)."""
+    session = await store.get_session(session_id)
+    if session is None or session.lease_owner is None:
         return False
-    record = await store.get_run(run_id)
-    return record is None or (record.event_count <= seq and record.status != "running")
+    return (session.lease_expires_at or 0.0) > time.time()

@@ -27,6 +27,8 @@ from harnessx._events import RunEvent, RunEventType
 from harnessx._redaction import Redactor, environment_secrets
 from harnessx._registry import AgentRef
 from harnessx._results import RunResult
+from harnessx.providers._base import ToolCall
+from harnessx.store._legacy import NEEDS_CALL, upgrade_event
 from harnessx.store._protocol import IncidentSnapshot, Store
 
 __all__ = [
@@ -123,7 +125,9 @@ class Playback:
         for record in self.of_kind("event"):
             if record["capture"] != "omitted" and isinstance(record["payload"], dict):
                 try:
-                    decoded.append(RunEvent.from_dict(record["payload"]))
+                    event = _event(record["payload"])
+                    if event is not None:
+                        decoded.append(event)
                 except (KeyError, ValueError, TypeError) as exc:
                     raise IncidentError(
                         f"record {record['seq']} holds an event this harnessx cannot read: {exc}"
@@ -134,7 +138,23 @@ class Playback:
     def result(self) -> RunResult | None:
         """The run's last recorded ``RunResult`` (``None`` if no ``run_result`` event is present)."""
         results = [event for event in self.events() if event.type is RunEventType.RUN_RESULT]
-        return RunResult.from_dict(results[-1].data) if results else None
+        return results[-1].data if results else None
+
+
+def _event(payload: dict[str, Any]) -> RunEvent | None:
+    """A recorded event; one recorded before payloads were typed is read in today's form
+    (``None`` for one that has no counterpart any more)."""
+    kind = RunEventType(payload["type"])
+    upgraded = upgrade_event(
+        kind, payload.get("data"), str(payload.get("step_id", "")), str(payload.get("attempt_id", ""))
+    )
+    if upgraded is None:
+        return None
+    data, step_id, attempt_id = upgraded
+    event = RunEvent.from_dict({**payload, "data": data, "step_id": step_id, "attempt_id": attempt_id})
+    if isinstance(event.data, ToolCall):
+        event.data.input.pop(NEEDS_CALL, None)  # the input was not recorded then
+    return event
 
 
 class IncidentRecorder:

@@ -8,13 +8,14 @@ such a backend is a ``RemoteRuntime``; everything a program calls is the same.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from harnessx._agent import Agent
-from harnessx._config import AgentConfig
+from harnessx._config import AgentConfig, RuntimeState
 from harnessx._errors import ConfigurationError, ResolutionError, RuntimeStateError, UnknownExecutionKey
 from harnessx._events import RunEvent
 from harnessx._handle import RunHandle
@@ -97,7 +98,8 @@ class RemoteRuntime(AgentRuntime):
         self._remote: RemoteBackend = backend
         self._owns_backend = False
         self._session_id = None
-        self._state = "created"
+        self._state = RuntimeState.INITIALIZING
+        self._last_status: dict[str, Any] | None = None
         self._active = None
         self._keeper = None
         self._executor = None
@@ -122,7 +124,7 @@ class RemoteRuntime(AgentRuntime):
         return self._remote
 
     async def _ready_remote(self) -> RemoteBackend:
-        if self._state == "stopped":
+        if self._state is RuntimeState.STOPPED:
             raise RuntimeStateError("this runtime is stopped; create a new AgentRuntime")
         if not self._ready_done:
             await self._remote.initialize()
@@ -141,22 +143,29 @@ class RemoteRuntime(AgentRuntime):
 
     def _bind(self, session_id: str) -> None:
         self._session_id = session_id
-        self._state = "started"
+        self._state = RuntimeState.RUNNING
 
-    async def stop(self) -> None:
-        """Stop this client. The session's run pauses at its next boundary (active tools
-        settle on the workers), as a local runtime's does; ``resume()`` continues it.
-        Returns once the request is recorded, without waiting for the pause."""
-        if self._state == "stopped":
-            return
-        self._state = "stopped"
+    async def stop(self) -> dict[str, Any]:
+        """Stop this client and return its last ``status()`` (``state`` ``"stopped"``). The
+        session's run pauses at its next boundary (active tools settle on the workers), as a
+        local runtime's does; ``resume()`` continues it. Returns once the request is
+        recorded, without waiting for the pause."""
+        if self._state is RuntimeState.STOPPED:
+            assert self._last_status is not None
+            return self._last_status
+        last: dict[str, Any] = {"session_id": self._session_id or "", "run": None}
         try:
             sid = self._session_id
             if sid is not None and self._ready_done:
+                with contextlib.suppress(Exception):  # stopping must not fail on a status read
+                    last = await self.status()
                 await self._remote.request_pause(sid, self._last_run(sid))
         finally:
+            self._state = RuntimeState.STOPPED
+            self._last_status = {**last, "state": RuntimeState.STOPPED.value}
             if self._agent is not None:
                 await self._agent.aclose()
+        return self._last_status
 
     def _last_run(self, session_id: str) -> str | None:
         """The last run of ``session_id`` this runtime handed out (``None``: the current one)."""
@@ -174,7 +183,9 @@ class RemoteRuntime(AgentRuntime):
         concurrency_key: str | None = None,
         tenant: str | None = None,
         not_before: dt.datetime | dt.timedelta | None = None,
+        stream: bool = True,
     ) -> RunHandle:
+        # ``stream`` is accepted for the API's sake: the workers decide how they call the model.
         if not isinstance(message, str):
             raise ConfigurationError(f"message must be a str, got {type(message).__name__}")
         if (
@@ -219,12 +230,27 @@ class RemoteRuntime(AgentRuntime):
 
     # ----------------------------------------------------------- decisions
 
+    @overload
+    async def approve(
+        self, target: str | PendingTool, *, allow: bool = ..., resume: Literal[False] = ...
+    ) -> None: ...
+
+    @overload
+    async def approve(
+        self, target: str | PendingTool, *, allow: bool = ..., resume: Literal[True]
+    ) -> RunResult: ...
+
+    @overload
+    async def approve(
+        self, target: str | PendingTool, *, allow: bool = ..., resume: bool
+    ) -> RunResult | None: ...
+
     async def approve(
         self, target: str | PendingTool, *, allow: bool = True, resume: bool = False
-    ) -> RunHandle | None:
+    ) -> RunResult | None:
         key = target.execution_key if isinstance(target, PendingTool) else str(target)
         session_id = await self._decide_remote(key, {"kind": "approve", "key": key, "allow": allow})
-        return await self.resume(session_id) if resume else None
+        return await self._finish_resume(session_id) if resume else None
 
     async def resolve_tool(
         self,
@@ -269,9 +295,7 @@ class RemoteRuntime(AgentRuntime):
         remote = await self._ready_remote()
         sid = self._require_session()
         result = await remote.latest_result(sid)
-        if result is None:
-            return {"session_id": sid, "state": "idle", "run": None}
-        return {"session_id": sid, "state": result.status.value, "run": result}
+        return {"session_id": sid, "state": self._state.value, "run": result}
 
     async def export_incident(
         self,

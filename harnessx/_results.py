@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from typing import Any, Literal
 
 from harnessx._errors import (
@@ -16,13 +16,18 @@ from harnessx._errors import (
     RunRefused,
     RunTruncated,
 )
+from harnessx._policies import DEFAULT_TIMEOUT_SECONDS, ToolRetry
 from harnessx.providers._base import TokenUsage, ToolCall
 
 __all__ = ["PendingTool", "RunResult", "RunStatus", "ToolResult"]
 
 
-class RunStatus(StrEnum):
-    """Where a run stands. ``running`` is also the last state persisted before a crash."""
+class RunStatus(str, Enum):  # noqa: UP042 - str() gives the member name, as in 0.9.1
+    """Where a run stands. ``running`` is also the last state persisted before a crash.
+
+    A ``str`` enum, so ``status == "completed"`` holds; ``str(status)`` is the member's name
+    (``RunStatus.COMPLETED``) and ``status.value`` the bare string, as in harnessx 0.9.1.
+    """
 
     RUNNING = "running"
     COMPLETED = "completed"
@@ -40,13 +45,33 @@ class RunStatus(StrEnum):
 _FINISHED = frozenset({RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.FAILED})
 
 
-@dataclass
+@dataclass(init=False)
 class ToolResult:
-    """The outcome of one tool call as the model sees it."""
+    """The outcome of one tool call as the model sees it. ``tool_use_id`` is another name
+    for ``tool_call_id`` (both spellings are accepted)."""
 
     tool_call_id: str = ""
     content: str = ""
     is_error: bool = False
+
+    def __init__(
+        self, tool_call_id: str = "", content: str = "", is_error: bool = False, tool_use_id: str = ""
+    ) -> None:
+        if tool_call_id and tool_use_id and tool_call_id != tool_use_id:
+            raise ValueError(
+                f"ToolResult got two different call ids ({tool_call_id!r} and {tool_use_id!r}); pass one"
+            )
+        self.tool_call_id = tool_call_id or tool_use_id
+        self.content = content
+        self.is_error = is_error
+
+    @property
+    def tool_use_id(self) -> str:
+        return self.tool_call_id
+
+    @tool_use_id.setter
+    def tool_use_id(self, value: str) -> None:
+        self.tool_call_id = value
 
     def to_dict(self) -> dict[str, Any]:
         return {"tool_call_id": self.tool_call_id, "content": self.content, "is_error": self.is_error}
@@ -54,17 +79,22 @@ class ToolResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolResult:
         return cls(
-            str(data.get("tool_call_id", "")), str(data.get("content", "")), bool(data.get("is_error"))
+            str(data.get("tool_call_id") or data.get("tool_use_id") or ""),
+            str(data.get("content", "")),
+            bool(data.get("is_error")),
         )
 
 
-@dataclass
+@dataclass(frozen=True)
 class PendingTool:
     """A tool call the run waits on.
 
     ``status`` is ``approval`` (an ASK permission needs a decision) or ``uncertain`` (the
-    call was dispatched, the process died before its result committed, and its replay
-    policy forbids calling it again on its own).
+    call was dispatched, and its outcome is unknown: the process died, or the run was
+    cancelled, before its result committed, and its replay policy forbids calling it again
+    on its own). ``concurrent``, ``timeout_seconds`` and ``retry`` are the tool's settings
+    when the call was prepared. Settle it with ``AgentRuntime.approve``/``decline`` or
+    ``AgentRuntime.resolve_tool``.
     """
 
     execution_key: str
@@ -72,30 +102,52 @@ class PendingTool:
     status: Literal["approval", "uncertain"]
     attempt: int = 0
     policy: str = "manual"
-    reason: str = ""
+    concurrent: bool = False
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    retry: ToolRetry | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in ("approval", "uncertain") or not isinstance(self.execution_key, str):
+            raise ValueError(
+                f"a pending tool needs a str execution_key and status 'approval' or 'uncertain', "
+                f"got {self.execution_key!r} and {self.status!r}"
+            )
+        # Dicts are accepted for both, as from a stored entry.
+        if isinstance(self.call, dict):
+            object.__setattr__(self, "call", ToolCall.from_dict(self.call))
+        if isinstance(self.retry, dict):
+            object.__setattr__(self, "retry", ToolRetry.from_dict(self.retry))  # type: ignore[unreachable]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "execution_key": self.execution_key,
-            "call": self.call.to_dict(),
+        data: dict[str, Any] = {
+            "call": {"id": self.call.id, "name": self.call.name, "input": self.call.input},
             "status": self.status,
             "attempt": self.attempt,
+            "execution_key": self.execution_key,
             "policy": self.policy,
-            "reason": self.reason,
+            "concurrent": self.concurrent,
+            "timeout": self.timeout_seconds,
         }
+        if self.retry is not None:
+            data["retry"] = self.retry.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingTool:
+        """Reads ``to_dict``'s shape, and the one harnessx stored before 0.2 (with ``reason``)."""
         status = data["status"]
         if status not in ("approval", "uncertain"):
             raise ValueError(f"unknown pending tool status {status!r}")
+        timeout = data.get("timeout", data.get("timeout_seconds"))
         return cls(
             execution_key=str(data["execution_key"]),
             call=ToolCall.from_dict(data["call"]),
             status=status,
             attempt=int(data.get("attempt", 0)),
             policy=str(data.get("policy", "manual")),
-            reason=str(data.get("reason", "")),
+            concurrent=bool(data.get("concurrent", False)),
+            timeout_seconds=float(timeout) if timeout is not None else DEFAULT_TIMEOUT_SECONDS,
+            retry=ToolRetry.from_dict(data["retry"]) if data.get("retry") else None,
         )
 
 
@@ -115,10 +167,15 @@ class RunResult:
 
     def __post_init__(self) -> None:
         self.status = RunStatus(self.status)
+        if self.error is not None and not all(
+            isinstance(self.error.get(k), str) for k in ("type", "message")
+        ):
+            raise ValueError("RunResult.error needs str 'type' and 'message'")
+        self.pending = [p if isinstance(p, PendingTool) else PendingTool.from_dict(p) for p in self.pending]
 
     @property
     def ok(self) -> bool:
-        """Completed with a full answer: not truncated, limited or refused."""
+        """Completed with a whole answer: not truncated, limited, refused or left unfinished."""
         return self.status is RunStatus.COMPLETED and self.stop_reason not in _NOT_OK_STOPS
 
     @property
@@ -142,7 +199,8 @@ class RunResult:
         return self.status is RunStatus.COMPLETED and self.stop_reason in ("refusal", "safety")
 
     def raise_for_status(self) -> RunResult:
-        """Return ``self`` when ``ok``; otherwise raise the ``RunError`` that fits."""
+        """Return ``self`` when it completed (and is not truncated, limited or refused);
+        otherwise raise the ``RunError`` that fits."""
         error = self._error_class()
         if error is None:
             return self
@@ -159,10 +217,10 @@ class RunResult:
             return RunPaused
         if self.truncated:
             return RunTruncated
-        if self.limited:
-            return RunLimitReached
         if self.refused:
             return RunRefused
+        if self.limited:
+            return RunLimitReached
         return None
 
     def to_dict(self) -> dict[str, Any]:
@@ -193,4 +251,4 @@ class RunResult:
         )
 
 
-_NOT_OK_STOPS = frozenset({"max_tokens", "max_iterations", "refusal", "safety"})
+_NOT_OK_STOPS = frozenset({"max_tokens", "max_iterations", "refusal", "safety", "pause_turn", "empty_reply"})

@@ -16,11 +16,11 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast, overload
 
 from harnessx._agent import Agent
 from harnessx._committer import RunFeed
-from harnessx._config import AgentConfig
+from harnessx._config import AgentConfig, RuntimeState
 from harnessx._driver import announce_checkpoint
 from harnessx._errors import (
     ConfigurationError,
@@ -155,7 +155,8 @@ class AgentRuntime:
         # A session start() bound that is not in the store yet: it is written with its first
         # run, in one statement, or when this runtime stops, binds elsewhere or resumes.
         self._unwritten: NewSession | None = None
-        self._state: Literal["created", "started", "stopped"] = "created"
+        self._state = RuntimeState.INITIALIZING
+        self._last_status: dict[str, Any] | None = None
         self._active: Execution | None = None
         self._keeper: LeaseKeeper | None = None
         self._executor: RunExecutor | None = None
@@ -188,8 +189,9 @@ class AgentRuntime:
         return self._session_id
 
     @property
-    def state(self) -> str:
-        """``created``, ``started`` (bound to a session) or ``stopped``."""
+    def state(self) -> RuntimeState:
+        """``INITIALIZING`` until bound to a session, then ``RUNNING`` (``PAUSED`` after
+        ``pause()``), ``STOPPED`` after ``stop()``."""
         return self._state
 
     @property
@@ -206,7 +208,7 @@ class AgentRuntime:
         await self.stop()
 
     async def _ready(self) -> Store:
-        if self._state == "stopped":
+        if self._state is RuntimeState.STOPPED:
             raise RuntimeStateError("this runtime is stopped; create a new AgentRuntime")
         if not self._ready_done:
             await self._backend.initialize()
@@ -227,7 +229,7 @@ class AgentRuntime:
         runtime stops without one."""
         store = await self._ready()
         await self._write_session()
-        sid = session_id or uuid.uuid4().hex
+        sid = session_id or str(uuid.uuid4())
         existing = await store.get_session(sid) if session_id else None
         if existing is not None:
             self._check_compatible(sid, existing.fingerprint)
@@ -274,32 +276,42 @@ class AgentRuntime:
             )
         self._bound_at = time.monotonic()  # max_session_duration_seconds counts from here
         self._session_id = session_id
-        self._state = "started"
+        self._state = RuntimeState.RUNNING
 
-    async def stop(self) -> None:
+    async def stop(self) -> dict[str, Any]:
         """Pause local work at its next boundary, release leases, close the agent and any
-        backend this runtime created. Safe to call more than once."""
-        if self._state == "stopped":
-            return
-        active = self._active
-        if active is not None and not active.task.done():
-            active.control.request_pause()
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await active.task
+        backend this runtime created. Returns the last ``status()``, with ``state``
+        ``"stopped"``. Safe to call more than once."""
+        if self._state is RuntimeState.STOPPED:
+            assert self._last_status is not None
+            return self._last_status
+        last: dict[str, Any] = {"session_id": self._session_id or "", "run": None}
         try:
+            active = self._active
+            if active is not None and not active.task.done():
+                active.control.request_pause()
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await active.task
             await self._write_session()  # a session started without a run still exists after
+            if self._session_id is not None and self._ready_done:
+                with contextlib.suppress(StorageError):
+                    last = await self.status()
         finally:
             if self._keeper is not None:
                 await self._keeper.aclose()
-            self._state = "stopped"
-            if self._agent is not None:
-                await self._agent.aclose()
-            if self._owns_backend:
-                await self._backend.aclose()
+            self._state = RuntimeState.STOPPED
+            self._last_status = {**last, "state": RuntimeState.STOPPED.value}
+            try:
+                if self._agent is not None:
+                    await self._agent.aclose()
+            finally:
+                if self._owns_backend:
+                    await self._backend.aclose()
+        return self._last_status
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> dict[str, Any]:
         """Alias of ``stop()``."""
-        await self.stop()
+        return await self.stop()
 
     # ---------------------------------------------------------------- runs
 
@@ -312,6 +324,7 @@ class AgentRuntime:
         concurrency_key: str | None = None,
         tenant: str | None = None,
         not_before: dt.datetime | dt.timedelta | None = None,
+        stream: bool = True,
     ) -> RunHandle:
         """Start a run of ``message`` in the bound session and return its handle.
 
@@ -319,7 +332,10 @@ class AgentRuntime:
         its schedule (docs/scheduling.md): ``priority`` (higher first, ties by age; default:
         the agent's, else 0), ``concurrency_key`` (limits count the runs of a key),
         ``tenant`` (its fair-share group; default: the concurrency key) and ``not_before``
-        (a time, or a delay from now, before which no worker claims it)."""
+        (a time, or a delay from now, before which no worker claims it).
+
+        ``stream=True`` records the model's text as it is written (``text_delta`` events) for
+        followers of ``handle.events()``; ``run()`` passes False. A resumed run streams."""
         if not isinstance(message, str):
             raise ConfigurationError(f"message must be a str, got {type(message).__name__}")
         schedule = self._schedule(priority, concurrency_key, tenant, not_before)
@@ -338,7 +354,7 @@ class AgentRuntime:
                 return self._existing_handle(existing, message, request_id)
         if self._active is not None and not self._active.task.done():
             raise SessionBusyError(f"session {sid} already has an unfinished run ({self._active.run_id})")
-        run_id = uuid.uuid4().hex
+        run_id = str(uuid.uuid4())
         probe = RunState(session_id=sid, run_id=run_id)
         if new is not None:
             # The session, its lease and the run in one statement; the run's state is what
@@ -387,7 +403,7 @@ class AgentRuntime:
                 return RunHandle(self, sid, run_id, start_seq=0)
             state = await store.load_state(run_id)
         await announce_checkpoint(self.agent.hooks, self.agent, state)
-        return self._launch(lease, state, last_seq=0)
+        return self._launch(lease, state, last_seq=0, stream=stream)
 
     def _schedule(
         self,
@@ -442,7 +458,8 @@ class AgentRuntime:
         return RunHandle(self, record.session_id, record.id, start_seq=start)
 
     async def run(self, message: str, *, request_id: str | None = None) -> RunResult:
-        handle = await self.submit(message, request_id=request_id)
+        """Run ``message`` durably and return its result (an approval stop is ``needs_input``)."""
+        handle = await self.submit(message, request_id=request_id, stream=False)
         return await handle.result()
 
     def run_stream(self, message: str, *, request_id: str | None = None) -> RunStream:
@@ -466,14 +483,10 @@ class AgentRuntime:
     async def stream_text(
         self, message: str, *, request_id: str | None = None, on_reset: OnReset | None = None
     ) -> AsyncIterator[str]:
-        """The answer's text; raises a ``RunError`` subclass if the run does not complete."""
-        stream = self.run_stream(message, request_id=request_id)
-        async with stream:
-            async for chunk in stream.text(on_reset):
+        """The answer's text; raises a ``RunError`` subclass at the end if the run is not ``ok``."""
+        async with self.run_stream(message, request_id=request_id) as stream:
+            async for chunk in stream.text(on_reset=on_reset):
                 yield chunk
-            result = await stream.result()
-        if result.status is not RunStatus.COMPLETED:
-            result.raise_for_status()
 
     async def resume(self, session_id: str) -> RunHandle | None:
         """Continue the session's latest run; ``None`` if it has none or it is completed or
@@ -483,7 +496,7 @@ class AgentRuntime:
         await self._write_session()
         session = await store.get_session(session_id)
         if session is None:
-            raise ConfigurationError(
+            raise StorageError(
                 f"no session {session_id!r} in this store: check the id, and that this runtime uses the "
                 "same database (and schema) as the one that started it"
             )
@@ -535,10 +548,18 @@ class AgentRuntime:
                     raise
             await asyncio.sleep(0.02)
 
-    def _launch(self, lease: Lease, state: RunState, *, last_seq: int, resumed: bool = False) -> RunHandle:
+    def _launch(
+        self, lease: Lease, state: RunState, *, last_seq: int, resumed: bool = False, stream: bool = True
+    ) -> RunHandle:
         assert self._executor is not None
         execution = self._executor.launch(
-            self.agent, lease, state, last_seq=last_seq, resumed=resumed, recording=self.recording
+            self.agent,
+            lease,
+            state,
+            last_seq=last_seq,
+            resumed=resumed,
+            recording=self.recording,
+            stream=stream,
         )
         self._active = execution
         limit = self.config.max_session_duration_seconds
@@ -550,21 +571,63 @@ class AgentRuntime:
 
     # ----------------------------------------------------------- decisions
 
+    @overload
+    async def approve(
+        self, target: str | PendingTool, *, allow: bool = ..., resume: Literal[False] = ...
+    ) -> None: ...
+
+    @overload
+    async def approve(
+        self, target: str | PendingTool, *, allow: bool = ..., resume: Literal[True]
+    ) -> RunResult: ...
+
+    @overload
+    async def approve(
+        self, target: str | PendingTool, *, allow: bool = ..., resume: bool
+    ) -> RunResult | None: ...
+
     async def approve(
         self, target: str | PendingTool, *, allow: bool = True, resume: bool = False
-    ) -> RunHandle | None:
-        """Record a decision on a call awaiting approval; ``resume=True`` continues the run."""
+    ) -> RunResult | None:
+        """Record a decision on a call awaiting approval.
+
+        With ``resume=True`` the run then continues, and its ``RunResult`` is returned once
+        it finishes or stops again (in pool mode, once a worker has driven it that far). A
+        run with several pending calls takes one decision each, then one resume.
+        """
 
         def decide(state: RunState, key: str) -> Delta:
-            self._expect(state, key, ToolStatus.APPROVAL, "awaiting approval")
+            self._expect(state, key, ToolStatus.APPROVAL)
             return self.agent.engine(durable=True).approve(state, key, allow)
 
         session_id = await self._decide(target, decide, {"allow": allow})
-        return await self.resume(session_id) if resume else None
+        return await self._finish_resume(session_id) if resume else None
 
-    async def decline(self, target: str | PendingTool, *, resume: bool = False) -> RunHandle | None:
+    @overload
+    async def decline(self, target: str | PendingTool, *, resume: Literal[False] = ...) -> None: ...
+
+    @overload
+    async def decline(self, target: str | PendingTool, *, resume: Literal[True]) -> RunResult: ...
+
+    @overload
+    async def decline(self, target: str | PendingTool, *, resume: bool) -> RunResult | None: ...
+
+    async def decline(self, target: str | PendingTool, *, resume: bool = False) -> RunResult | None:
         """Decline a call awaiting approval: the model sees ``Permission denied``."""
-        return await self.approve(target, allow=False, resume=resume)
+        if resume:
+            return await self.approve(target, allow=False, resume=True)
+        await self.approve(target, allow=False)
+        return None
+
+    async def _finish_resume(self, session_id: str) -> RunResult:
+        handle = await self.resume(session_id)
+        if handle is not None:
+            return await handle.result()
+        run = (await self.status())["run"]
+        if run is None:
+            raise RuntimeStateError(f"session {session_id} has no run to resume")
+        assert isinstance(run, RunResult)
+        return run
 
     async def resolve_tool(
         self,
@@ -580,7 +643,12 @@ class AgentRuntime:
             raise ResolutionError("pass exactly one of result=ToolResult(...), retry=True or abort=True")
 
         def decide(state: RunState, key: str) -> Delta:
-            self._expect(state, key, ToolStatus.UNCERTAIN, "uncertain")
+            self._expect(state, key, ToolStatus.UNCERTAIN)
+            if retry and state.status is RunStatus.CANCELLED:
+                raise ResolutionError(
+                    f"run {state.run_id} was cancelled, so its call cannot be retried: pass the verified "
+                    "result=, or start a new run"
+                )
             return self.agent.engine(durable=True).resolve(
                 state, key, result=result, retry=retry, abort=abort
             )
@@ -588,11 +656,20 @@ class AgentRuntime:
         await self._decide(target, decide, {"result": result, "retry": retry, "abort": abort})
 
     @staticmethod
-    def _expect(state: RunState, key: str, status: ToolStatus, wanted: str) -> None:
+    def _expect(state: RunState, key: str, status: ToolStatus) -> None:
         entry = state.tools.get(key)
-        if entry is None or entry.status is not status:
+        if entry is None or entry.status not in (ToolStatus.APPROVAL, ToolStatus.UNCERTAIN):
             raise UnknownExecutionKey(
-                f"no tool call {wanted} has execution key {key!r} in run {state.run_id}"
+                key, f"no tool call of run {state.run_id} waits with execution key {key!r}"
+            )
+        if entry.status is not status:
+            if status is ToolStatus.APPROVAL:
+                raise ResolutionError(
+                    f"tool call {key!r} does not await approval: its outcome is uncertain; settle it with "
+                    "resolve_tool(result=..., retry=True or abort=True)"
+                )
+            raise ResolutionError(
+                f"tool call {key!r} has no uncertain outcome: it awaits approval; use approve() or decline()"
             )
 
     async def _decide(self, target: str | PendingTool, decide: Any, decision: dict[str, Any]) -> str:
@@ -601,7 +678,7 @@ class AgentRuntime:
         run_id = key.split(":", 1)[0]
         record = await store.get_run(run_id)
         if record is None:
-            raise UnknownExecutionKey(f"no run has a tool call with execution key {key!r}")
+            raise UnknownExecutionKey(key, f"no run has a tool call with execution key {key!r}")
         await self._write_session()  # it binds the run's session
         session = await store.get_session(record.session_id)
         assert session is not None
@@ -631,6 +708,7 @@ class AgentRuntime:
     async def pause(self) -> None:
         """Stop starting new steps; active tools settle, then the run is ``paused``."""
         await self._control("pause")
+        self._state = RuntimeState.PAUSED
 
     async def cancel(self) -> None:
         """Cancel cooperatively; threads or remote effects may outlive the run."""
@@ -723,20 +801,27 @@ class AgentRuntime:
         return deleted
 
     async def status(self) -> dict[str, Any]:
-        """``{"session_id", "state", "run"}``: ``state`` is the latest run's status (``idle``
-        without a run) and ``run`` its ``RunResult`` or ``None``. A pool runtime's status also
-        has ``schedule``: the run's place in the queue (``queued``, ``not_before``,
-        ``priority``, ``concurrency_key``, ``tenant``, ``queued_at``, ``claimed_at``)."""
+        """``{"session_id", "state", "run"}``: ``state`` is this runtime's ``RuntimeState``
+        value and ``run`` the latest run's ``RunResult`` (``None`` without a run). A pool
+        runtime's status also has ``schedule``: the run's place in the queue (``queued``,
+        ``not_before``, ``priority``, ``concurrency_key``, ``tenant``, ``queued_at``,
+        ``claimed_at``)."""
         store = await self._ready()
         sid = self._require_session()
         record = await store.latest_run(sid)
-        if record is None:
-            return {"session_id": sid, "state": "idle", "run": None}
-        result = (await store.load_state(record.id)).result()
-        status: dict[str, Any] = {"session_id": sid, "state": result.status.value, "run": result}
-        if self.pooled:
+        run = (await store.load_state(record.id)).result() if record is not None else None
+        status: dict[str, Any] = {"session_id": sid, "state": self._state.value, "run": run}
+        if self.pooled and record is not None:
             status["schedule"] = await self._schedule_of(store, record.id)
         return status
+
+    async def checkpoint(self) -> RunRecord | None:
+        """The latest run of the bound session as stored. Every boundary is already
+        committed, so there is nothing to save; refused while this runtime drives a run."""
+        if self._active is not None and not self._active.task.done():
+            raise SessionBusyError("a run is being driven; each of its boundaries is already checkpointed")
+        store = await self._ready()
+        return await store.latest_run(self._require_session())
 
     @staticmethod
     async def _schedule_of(store: Store, run_id: str) -> dict[str, Any] | None:
@@ -781,6 +866,8 @@ class AgentRuntime:
         problems: list[str] = []
         saved_config, current_config = saved.get("config", {}), current["config"]
         for key in _COMPATIBILITY_KEYS:
+            if key == "model" and saved_config.get(key) == "":
+                continue  # stored before 0.2, when "" meant the provider's default model
             if key in saved_config and saved_config[key] != current_config.get(key):
                 problems.append(
                     f"{key}: session has {saved_config[key]!r}, agent has {current_config.get(key)!r}"
@@ -816,7 +903,7 @@ class AgentRuntime:
         last: RunResult | None = None
         async for event in self._follow(run_id, str(start_seq)):
             if event.type is RunEventType.RUN_RESULT:
-                last = RunResult.from_dict(event.data)
+                last = event.data
         if last is None:
             raise StorageError(f"run {run_id} has no result to report")
         return last

@@ -11,9 +11,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from harnessx._events import RunEvent
+from harnessx._policies import DEFAULT_TIMEOUT_SECONDS, ToolRetry
 from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
 from harnessx.providers._base import TokenUsage, ToolCall
 
@@ -55,12 +56,19 @@ class ToolStatus(StrEnum):
 
 
 def execution_key(run_id: str, iteration: int, tool_call_id: str) -> str:
-    return f"{run_id}:{iteration}:{tool_call_id}"
+    """``run:iteration:call``, the iteration counted from 1 as harnessx 0.9.1 does (the
+    engine counts from 0). Keys stored before 0.2 counted from 0; they stay as stored."""
+    return f"{run_id}:{iteration + 1}:{tool_call_id}"
 
 
 @dataclass
 class ToolEntry:
-    """One tool call of a run and everything known about its execution."""
+    """One tool call of a run and everything known about its execution.
+
+    ``concurrent``, ``timeout`` and ``retry`` (a ``ToolRetry.to_dict()``) are the tool's
+    settings when the call was prepared, reported with it while it waits (``PendingTool``);
+    entries stored before they were recorded have ``retry`` None.
+    """
 
     execution_key: str
     iteration: int
@@ -73,6 +81,9 @@ class ToolEntry:
     raw_result: ToolResult | None = None
     result: ToolResult | None = None
     generation: int | None = None
+    concurrent: bool = False
+    timeout: float | None = None
+    retry: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +98,9 @@ class ToolEntry:
             "raw_result": self.raw_result.to_dict() if self.raw_result else None,
             "result": self.result.to_dict() if self.result else None,
             "generation": self.generation,
+            "concurrent": self.concurrent,
+            "timeout": self.timeout,
+            "retry": self.retry,
         }
 
     @classmethod
@@ -103,6 +117,9 @@ class ToolEntry:
             raw_result=ToolResult.from_dict(data["raw_result"]) if data.get("raw_result") else None,
             result=ToolResult.from_dict(data["result"]) if data.get("result") else None,
             generation=data.get("generation"),
+            concurrent=bool(data.get("concurrent", False)),
+            timeout=data.get("timeout"),
+            retry=data.get("retry"),
         )
 
     def moved(self, **changes: Any) -> ToolEntry:
@@ -114,17 +131,21 @@ class ToolEntry:
 
     def pending(self) -> PendingTool | None:
         if self.status is ToolStatus.APPROVAL:
-            return PendingTool(self.execution_key, self.call, "approval", self.attempt, self.policy)
-        if self.status is ToolStatus.UNCERTAIN:
-            return PendingTool(
-                self.execution_key,
-                self.call,
-                "uncertain",
-                self.attempt,
-                self.policy,
-                reason="dispatched before a crash; no result was committed",
-            )
-        return None
+            status: Literal["approval", "uncertain"] = "approval"
+        elif self.status is ToolStatus.UNCERTAIN:
+            status = "uncertain"
+        else:
+            return None
+        return PendingTool(
+            self.execution_key,
+            self.call,
+            status,
+            self.attempt,
+            self.policy,
+            self.concurrent,
+            self.timeout if self.timeout is not None else DEFAULT_TIMEOUT_SECONDS,
+            ToolRetry.from_dict(self.retry) if self.retry else None,
+        )
 
 
 # Run fields a delta may change, with their types as stored.
@@ -158,7 +179,10 @@ class RunState:
     """One run of a session, as the engine sees it.
 
     ``messages`` is the whole conversation of the session (earlier runs included);
-    ``history_length`` marks where this run's own messages begin.
+    ``history_length`` marks where this run's own messages begin. ``iteration`` counts
+    model calls from 0 (events and execution keys number them from 1). ``attempt`` is the
+    current model call's try (1 for the first, more after retries); it lives in memory only
+    and labels events.
     """
 
     session_id: str
@@ -175,6 +199,7 @@ class RunState:
     usage_incomplete: bool = False
     history_length: int = 0
     version: int = STATE_VERSION
+    attempt: int = 0
 
     def apply(self, delta: Delta) -> None:
         self.messages.extend(delta.messages)

@@ -12,7 +12,8 @@ from harnessx._results import RunResult
 __all__ = ["EventSource", "RunStream", "text_of"]
 
 EventSource = Callable[[str], AsyncIterator[RunEvent]]
-OnReset = Callable[[RunEvent], Any]
+# Called with no arguments on each attempt_reset: discard the text shown so far.
+OnReset = Callable[[], Any]
 
 
 class RunStream:
@@ -70,12 +71,14 @@ class RunStream:
         await self._ensure_started()
         return await self._result()
 
-    async def text(self, on_reset: OnReset | None = None) -> AsyncIterator[str]:
-        """Only the answer's text deltas; ``on_reset`` hears each ``attempt_reset``."""
+    async def text(self, *, on_reset: OnReset | None = None) -> AsyncIterator[str]:
+        """Only the answer's text deltas; ``on_reset()`` is called on each ``attempt_reset``.
+        Raises the fitting ``RunError`` at the end if the run is not ``ok``."""
         async for event in self:
             chunk = await text_of(event, on_reset)
             if chunk:
                 yield chunk
+        (await self.result()).raise_for_status()
 
     async def aclose(self) -> None:
         """Stop following. The run itself goes on."""
@@ -89,9 +92,9 @@ class RunStream:
 async def text_of(event: RunEvent, on_reset: OnReset | None) -> str:
     """The text a streaming consumer should show for ``event`` ('' for none)."""
     if event.type is RunEventType.TEXT_DELTA:
-        return str(event.data.get("text", ""))
+        return str(event.data)
     if event.type is RunEventType.ATTEMPT_RESET and on_reset is not None:
-        outcome = on_reset(event)
+        outcome = on_reset()
         if inspect.isawaitable(outcome):
             await outcome
     return ""

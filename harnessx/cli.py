@@ -24,10 +24,9 @@ from harnessx._cli_common import format_time, open_backend, run_command, to_stde
 from harnessx._cli_lifecycle import COMMANDS as LIFECYCLE_COMMANDS
 from harnessx._cli_limits import limits
 from harnessx._cli_operate import COMMANDS, actor_option, operate
-from harnessx._demo import DEMO_AGENT, DEMO_PROMPT, invocation_count, kill_after, registry
+from harnessx._demo import DEMO_AGENT, DEMO_PROMPT, CrashAfterRawResult, invocation_count, registry
 from harnessx._demo_dir import prepare_demo_dir
 from harnessx._errors import CorruptStateError, HarnessError
-from harnessx._hooks import HookEvent
 from harnessx._observe import follow_events, stored_events
 from harnessx._processes import open_store, store_options, waiting_notice
 from harnessx._registry import AgentRef, AgentRegistry, agents
@@ -184,7 +183,7 @@ def demo_drive(session_file: str, sqlite_path: str, dsn: str | None, schema: str
     async def drive() -> None:
         async with open_backend(sqlite_path, dsn, schema) as backend:
             runtime = AgentRuntime(DEMO_AGENT, backend=backend, registry=registry)
-            runtime.agent.hooks.on(HookEvent.CHECKPOINT, kill_after("raw_result"))
+            runtime.agent.middleware.add(CrashAfterRawResult())
             session_id = await runtime.start()
             await asyncio.to_thread(Path(session_file).write_text, json.dumps({"session_id": session_id}))
             await runtime.run(DEMO_PROMPT, request_id="q3-emea-report")

@@ -26,6 +26,7 @@ from harnessx import (
     ToolCall,
     current_tool_context,
 )
+from harnessx._demo import CrashAfterRawResult
 
 __all__ = ["BackendTarget", "ChildRun", "ledger_lines", "make_agent", "sales_script", "spawn_child"]
 
@@ -183,8 +184,16 @@ async def _child_main(spec: dict[str, Any]) -> None:
     target = BackendTarget(**spec["target"])
     agent = make_agent(**spec["agent"])
     phase = spec.get("kill_at_phase")
-    if phase:
-        # SIGKILL ourselves right after the named boundary commits.
+    if phase == "raw_result":
+        # SIGKILL ourselves once a tool's raw result is committed (result middleware runs then).
+        agent.middleware.add(CrashAfterRawResult())
+    elif phase == "dispatch":
+        # SIGKILL ourselves as a tool starts: its dispatch is committed by then, so the
+        # call is `started` with no result (a phase CHECKPOINT does not name).
+        agent.hooks.on(HookEvent.TOOL_CALL_START, lambda context: os.kill(os.getpid(), signal.SIGKILL))
+    elif phase:
+        # SIGKILL ourselves right after a boundary of that CHECKPOINT phase (0.9.1's names:
+        # prepare_model, prepare_tools, tools, finish, result) commits.
         def kill(context: Any) -> None:
             if context.data["phase"] == phase:
                 os.kill(os.getpid(), signal.SIGKILL)

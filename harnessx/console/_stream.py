@@ -61,7 +61,12 @@ async def events(request: Request, who: Identity) -> Response:
 async def _stream(request: Request, run_id: str, position: int) -> AsyncIterator[str]:
     console = state(request)
     console.streams += 1
-    source = follow_events(console.store, run_id, str(position), poll_interval=console.poll_interval)
+    # No summary of a waiting run behind the cursor: the page has it; the stream stays open
+    # for the run's next execution instead (a summary would end it, and the reconnecting
+    # browser would refresh the page every time).
+    source = follow_events(
+        console.store, run_id, str(position), poll_interval=console.poll_interval, summarize=False
+    )
     pending: asyncio.Task[Any] | None = None
     loop = asyncio.get_running_loop()
     ends = loop.time() + console.stream_seconds

@@ -11,7 +11,6 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from harnessx._config import RetryPolicy
 from harnessx._errors import ConfigurationError, ProviderError
 from harnessx.providers._base import ProviderResponse, StopReason, StreamChunk, TokenUsage, ToolCall
 from harnessx.providers._http import (
@@ -106,7 +105,6 @@ class AnthropicProvider(HTTPProvider):
         api_key: str | None = None,
         base_url: str | None = None,
         anthropic_version: str = ANTHROPIC_API_VERSION,
-        retry: RetryPolicy | None = None,
         timeout: float = 120.0,
         http_client: httpx.AsyncClient | None = None,
         extra_headers: Mapping[str, str] | None = None,
@@ -117,7 +115,6 @@ class AnthropicProvider(HTTPProvider):
             model,
             api_key=api_key,
             base_url=base_url,
-            retry=retry,
             timeout=timeout,
             http_client=http_client,
             extra_headers=extra_headers,
@@ -247,15 +244,18 @@ class AnthropicProvider(HTTPProvider):
 
 
 def to_wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Neutral messages to Messages-API messages.
+    """Content-block messages (see ``harnessx.providers._base``) to Messages-API messages.
 
-    Tool results become ``tool_result`` blocks in a user message, and adjacent messages of
-    the same role are merged, because the API wants strictly alternating roles (so several
-    consecutive tool results end up in one user message, as it expects).
+    The format is the API's own, so this mostly copies: it drops what the API would refuse
+    (empty text blocks, thinking without the signature the API issued), keeps each block to
+    the fields the API knows, and merges neighbouring messages of one role, answers first.
     """
     wire: list[dict[str, Any]] = []
     for message in messages:
-        role, blocks = _to_wire_blocks(message)
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            raise ConfigurationError(f"unknown message role {role!r}; expected user or assistant")
+        blocks = [b for b in map(_to_wire_block, _content_blocks(message.get("content"))) if b is not None]
         if not blocks:  # the API rejects empty content; an empty turn says nothing anyway
             continue
         if wire and wire[-1]["role"] == role:
@@ -268,38 +268,48 @@ def to_wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return wire
 
 
-def _to_wire_blocks(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
-    role = message.get("role")
-    if role == "user":
-        return "user", _text_blocks(message.get("content"))
-    if role == "assistant":
-        blocks = _text_blocks(message.get("content"))
-        for call in message.get("tool_calls") or []:
-            blocks.append(
-                {
-                    "type": "tool_use",
-                    "id": str(call.get("id", "")),
-                    "name": str(call.get("name", "")),
-                    "input": call.get("input") or {},
-                }
-            )
-        return "assistant", blocks
-    if role == "tool":
-        block: dict[str, Any] = {
-            "type": "tool_result",
-            "tool_use_id": str(message.get("tool_call_id", "")),
-            "content": as_text(message.get("content")),
+def _content_blocks(content: object) -> list[dict[str, Any]]:
+    if isinstance(content, list):
+        return [as_dict(block) for block in content]
+    return [{"type": "text", "text": as_text(content)}]
+
+
+def _to_wire_block(block: dict[str, Any]) -> dict[str, Any] | None:
+    kind = block.get("type")
+    if kind == "text":
+        text = as_text(block.get("text"))
+        return {"type": "text", "text": text} if text else None  # empty text blocks are rejected
+    if kind == "tool_use":
+        arguments = block.get("input")
+        return {
+            "type": "tool_use",
+            "id": str(block.get("id", "")),
+            "name": str(block.get("name", "")),
+            "input": arguments if isinstance(arguments, dict) else {},
         }
-        if message.get("is_error"):
-            block["is_error"] = True
-        return "user", [block]
-    raise ConfigurationError(f"unknown message role {role!r}; expected user, assistant or tool")
-
-
-def _text_blocks(content: object) -> list[dict[str, Any]]:
-    text = as_text(content)
-    # Empty text blocks are rejected by the API.
-    return [{"type": "text", "text": text}] if text else []
+    if kind == "tool_result":
+        content = block.get("content")
+        wire: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": str(block.get("tool_use_id", "")),
+            "content": content if isinstance(content, list) else as_text(content),
+        }
+        if block.get("is_error"):
+            wire["is_error"] = True
+        return wire
+    if kind == "thinking":
+        if not block.get("signature"):
+            return None  # only thinking the API itself signed may be sent back
+        return {
+            "type": "thinking",
+            "thinking": as_text(block.get("thinking")),
+            "signature": block["signature"],
+        }
+    if kind in ("image", "document"):
+        return {"type": kind, "source": block.get("source")}
+    raise ConfigurationError(
+        f"content block type {kind!r} is not supported by AnthropicProvider; see docs/compatibility.md"
+    )
 
 
 def to_wire_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -324,10 +334,10 @@ def _stop_reason(value: object) -> StopReason:
     return _STOP_REASONS.get(str(value), StopReason.OTHER)
 
 
-def _usage(data: object) -> TokenUsage | None:
+def _usage(data: object) -> TokenUsage:
     usage = as_dict(data)
     if not usage:
-        return None
+        return TokenUsage()  # the server reported none
     cache_read = as_int(usage.get("cache_read_input_tokens"))
     cache_write = as_int(usage.get("cache_creation_input_tokens"))
     return TokenUsage(
@@ -335,8 +345,8 @@ def _usage(data: object) -> TokenUsage | None:
         # prompt token in input_tokens, as OpenAI's prompt_tokens does.
         input_tokens=as_int(usage.get("input_tokens")) + cache_read + cache_write,
         output_tokens=as_int(usage.get("output_tokens")),
-        cache_read_tokens=cache_read,
-        cache_write_tokens=cache_write,
+        cache_read_input_tokens=cache_read,
+        cache_creation_input_tokens=cache_write,
     )
 
 

@@ -1,14 +1,20 @@
 """The model-provider contract: what the engine sends a model and what it gets back.
 
-Messages handed to a provider are plain JSON-ready dicts, so that a provider written by a
+Messages handed to a provider are plain JSON-ready dicts in content-block form (the shape
+harnessx 0.9.1 passes, close to Anthropic's Messages API), so that a provider written by a
 user (or a scripted test double) can read them without importing harnessx types:
 
 - ``{"role": "user", "content": str}``
-- ``{"role": "assistant", "content": str, "tool_calls": [{"id", "name", "input"}]}``
-  (``tool_calls`` may be absent or empty)
-- ``{"role": "tool", "tool_call_id": str, "name": str, "content": str, "is_error": bool}``
+- ``{"role": "assistant", "content": [block, ...]}`` with blocks
+  ``{"type": "text", "text": str}``, ``{"type": "thinking", "thinking": str}`` and
+  ``{"type": "tool_use", "id": str, "name": str, "input": dict}``
+- ``{"role": "user", "content": [{"type": "tool_result", "tool_use_id": str,
+  "content": str, "is_error": True}, ...]}`` (``is_error`` only on an error result): the
+  answers to the previous assistant turn's calls, first in the message that follows it
 
-Tools are ``{"name": str, "description": str, "input_schema": dict}`` (JSON Schema).
+Roles alternate, and every ``tool_use`` is answered in the next message. Built-in providers
+translate this to their wire format. Tools are ``{"name": str, "description": str,
+"input_schema": dict}`` (JSON Schema).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ __all__ = [
     "StreamChunk",
     "TokenUsage",
     "ToolCall",
+    "ToolCallDelta",
     "call_create",
 ]
 
@@ -61,12 +68,18 @@ STOP_REASONS_WITHOUT_TOOLS = frozenset({StopReason.MAX_TOKENS, StopReason.SAFETY
 
 @dataclass
 class TokenUsage:
-    """Tokens a model call (or a whole run) consumed."""
+    """Tokens a model call (or a whole run) consumed.
+
+    ``input_tokens`` counts every prompt token, cached or not; the two cache counters are
+    the parts of it read from or written to the provider's prompt cache. ``thinking_tokens``
+    is the part of ``output_tokens`` spent on reasoning, where the provider reports it.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    thinking_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -76,26 +89,31 @@ class TokenUsage:
         return TokenUsage(
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
-            self.cache_read_tokens + other.cache_read_tokens,
-            self.cache_write_tokens + other.cache_write_tokens,
+            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
+            self.cache_read_input_tokens + other.cache_read_input_tokens,
+            self.thinking_tokens + other.thinking_tokens,
         )
 
     def to_dict(self) -> dict[str, int]:
         return {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
-            "cache_read_tokens": self.cache_read_tokens,
-            "cache_write_tokens": self.cache_write_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+            "thinking_tokens": self.thinking_tokens,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> TokenUsage:
+        """Also reads the names harnessx stored before 0.2 (``cache_read_tokens``,
+        ``cache_write_tokens``)."""
         data = data or {}
         return cls(
             int(data.get("input_tokens", 0)),
             int(data.get("output_tokens", 0)),
-            int(data.get("cache_read_tokens", 0)),
-            int(data.get("cache_write_tokens", 0)),
+            int(data.get("cache_creation_input_tokens", data.get("cache_write_tokens", 0))),
+            int(data.get("cache_read_input_tokens", data.get("cache_read_tokens", 0))),
+            int(data.get("thinking_tokens", 0)),
         )
 
 
@@ -111,7 +129,7 @@ class ToolCall:
     id: str
     name: str
     input: dict[str, Any] = field(default_factory=dict)
-    parse_error: str | None = None
+    parse_error: str | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "name": self.name, "input": self.input}
@@ -130,9 +148,22 @@ class ToolCall:
         )
 
 
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of a tool call as the model writes it (``RunEventType.TOOL_CALL_DELTA``).
+
+    The first delta of a call has an empty ``partial_json`` and names the tool; pieces of the
+    JSON arguments follow. Provisional, like text deltas: discard them on ``attempt_reset``.
+    """
+
+    id: str
+    name: str
+    partial_json: str = ""
+
+
 @dataclass
 class ProviderResponse:
-    """One complete model reply.
+    """One complete model reply. A provider that reports no usage leaves it all zero.
 
     ``raw`` is the reply as the provider's API returned it (for a streamed reply, assembled
     into the object a non-streamed call returns). ``content``, when the provider has one, is
@@ -143,26 +174,30 @@ class ProviderResponse:
     """
 
     text: str = ""
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
     thinking: str | None = None
     stop_reason: StopReason | str = StopReason.END_TURN
-    usage: TokenUsage | None = None
+    usage: TokenUsage = field(default_factory=TokenUsage)
     raw: Any = None
     content: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         self.stop_reason = StopReason.coerce(self.stop_reason)
+        # None is accepted for both, as it always was.
         if self.tool_calls is None:
-            self.tool_calls = []
+            self.tool_calls = []  # type: ignore[unreachable]
+        if self.usage is None:
+            self.usage = TokenUsage()  # type: ignore[unreachable]
 
 
 @dataclass
 class StreamChunk:
     """A piece of a streamed reply.
 
-    ``kind`` is ``text_delta`` / ``thinking_delta`` (``data`` is the text), ``progress``
-    (``data`` is provider-specific, e.g. a partial tool call), or ``response`` (``data`` is
-    the final ``ProviderResponse``; always the last chunk).
+    ``kind`` is ``text_delta`` / ``thinking_delta`` (``data`` is the text),
+    ``tool_call_delta`` (``data`` is a ``ToolCallDelta``), ``progress`` (the stream is alive;
+    ``data`` is provider-specific or None), or ``response`` (``data`` is the final
+    ``ProviderResponse``; always the last chunk).
     """
 
     kind: str

@@ -2,14 +2,15 @@
 
 ``HTTPProvider`` owns the parts every HTTP provider needs and none should get subtly
 different: API-key handling (the key never shows up in ``repr``, error messages or logs),
-the retry loop (429 / 5xx / timeouts / dropped connections, honouring ``Retry-After``),
-turning error responses into ``ProviderError`` with the server's own message, and a
-server-sent-events parser for streamed replies.
+turning every failure into a ``ProviderError`` with the server's own message that says
+whether another attempt may succeed (429 / 5xx / timeouts / dropped connections, with the
+server's ``Retry-After``), and a server-sent-events parser for streamed replies. Each call
+is one attempt: the runtime retries a retryable failure under the agent's ``RetryPolicy``,
+the same way for every provider (``harnessx._retry``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import json
 import logging
@@ -17,14 +18,13 @@ import math
 import os
 import time
 from abc import abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
 from datetime import UTC
 from typing import Any, ClassVar
 
 import httpx
 
-from harnessx._config import RetryPolicy
 from harnessx._errors import ConfigurationError, ProviderError
 from harnessx.providers._base import LLMProvider, StreamChunk
 
@@ -33,7 +33,6 @@ __all__ = [
     "ChunkParser",
     "HTTPProvider",
     "SSEEvent",
-    "SleepFunction",
     "as_dict",
     "as_int",
     "as_text",
@@ -51,7 +50,6 @@ logger = logging.getLogger("harnessx.providers")
 # the same situation as a client-side timeout. 529 is Anthropic's "overloaded".
 RETRYABLE_STATUS_CODES = frozenset({408, 429, 500, 502, 503, 504, 529})
 
-SleepFunction = Callable[[float], Awaitable[None]]
 SSEEvent = tuple[str, str]
 ChunkParser = Callable[[AsyncIterator[SSEEvent]], AsyncGenerator[StreamChunk, None]]
 
@@ -257,10 +255,8 @@ class HTTPProvider(LLMProvider):
 
     Subclasses set the class constants and implement ``_headers``, ``create``,
     ``count_tokens`` and (optionally) ``stream``, using ``_post_json`` and
-    ``_stream_chunks`` for the actual requests.
-
-    ``sleep`` is the coroutine used to wait between attempts; replace it (e.g. in tests) to
-    observe or skip the waits.
+    ``_stream_chunks`` for the actual requests. Each makes one attempt and raises a
+    ``ProviderError`` whose ``retryable`` and ``retry_after`` tell the runtime's retry.
     """
 
     provider_name: ClassVar[str]
@@ -274,7 +270,6 @@ class HTTPProvider(LLMProvider):
         *,
         api_key: str | None,
         base_url: str | None,
-        retry: RetryPolicy | None,
         timeout: float,
         http_client: httpx.AsyncClient | None,
         extra_headers: Mapping[str, str] | None,
@@ -284,12 +279,10 @@ class HTTPProvider(LLMProvider):
         # is only ever read by _headers().
         self._api_key = api_key or os.environ.get(self.api_key_env) or None
         self.base_url = (base_url or os.environ.get(self.base_url_env) or self.default_base_url).rstrip("/")
-        self.retry = retry or RetryPolicy()
         self.timeout = timeout
         self.extra_headers = dict(extra_headers or {})
         self._client = http_client
         self._owns_client = http_client is None
-        self.sleep: SleepFunction = asyncio.sleep
 
     def __repr__(self) -> str:
         key = _SECRET_PLACEHOLDER if self._api_key else "None"
@@ -334,56 +327,42 @@ class HTTPProvider(LLMProvider):
     # ------------------------------------------------------------------ requests
 
     async def _post_json(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """POST ``payload`` and return the decoded JSON object, retrying transient failures."""
+        """POST ``payload`` and return the decoded JSON object (one attempt)."""
         headers = self._request_headers()
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                response = await self.http_client.post(self._url(path), json=payload, headers=headers)
-                self._check_response(response)
-                return self._decode_json(response)
-            except (_Transient, ProviderError, httpx.HTTPError) as exc:
-                failure = self._retryable_or_raise(exc)
-                if attempt >= self.retry.attempts:
-                    raise self._exhausted(failure, attempt) from exc
-            await self._pause(attempt, failure)
+        try:
+            response = await self.http_client.post(self._url(path), json=payload, headers=headers)
+            self._check_response(response)
+            return self._decode_json(response)
+        except (_Transient, ProviderError, httpx.HTTPError) as exc:
+            raise self._provider_error(exc) from exc
 
     async def _stream_chunks(
         self, path: str, payload: Mapping[str, Any], parse: ChunkParser
     ) -> AsyncGenerator[StreamChunk, None]:
-        """POST ``payload`` and yield what ``parse`` makes of the server-sent events.
-
-        A failure is retried only while nothing has been yielded: once the caller has seen
-        part of a reply, a silent restart would show it the beginning twice.
-        """
+        """POST ``payload`` and yield what ``parse`` makes of the server-sent events (one
+        attempt). A stream that breaks off after part of the reply is retryable too: the
+        runtime then announces ``attempt_reset`` so that followers drop the part they saw."""
         headers = self._request_headers()
-        attempt = 0
-        while True:
-            attempt += 1
-            delivered = False
-            try:
-                async with (
-                    self._open_stream(path, payload, headers) as response,
-                    aclosing(iter_sse(response.aiter_lines())) as events,
-                    aclosing(parse(events)) as chunks,
-                ):
-                    async for chunk in chunks:
-                        delivered = True
-                        yield chunk
-                return
-            except (_Transient, ProviderError, httpx.HTTPError) as exc:
-                failure = self._retryable_or_raise(exc)
-                if delivered:
-                    raise ProviderError(
-                        f"{self.provider_name} stream broke off after part of the reply was delivered "
-                        f"(not retried): {failure.message}",
-                        status_code=failure.status_code,
-                        retryable=True,
-                    ) from exc
-                if attempt >= self.retry.attempts:
-                    raise self._exhausted(failure, attempt) from exc
-            await self._pause(attempt, failure)
+        delivered = False
+        try:
+            async with (
+                self._open_stream(path, payload, headers) as response,
+                aclosing(iter_sse(response.aiter_lines())) as events,
+                aclosing(parse(events)) as chunks,
+            ):
+                async for chunk in chunks:
+                    delivered = True
+                    yield chunk
+        except (_Transient, ProviderError, httpx.HTTPError) as exc:
+            error = self._provider_error(exc)
+            if delivered:
+                raise ProviderError(
+                    f"{self.provider_name} stream broke off after part of the reply was delivered: {error}",
+                    status_code=error.status_code,
+                    retryable=error.retryable,
+                    retry_after=error.retry_after,
+                ) from exc
+            raise error from exc
 
     @asynccontextmanager
     async def _open_stream(
@@ -452,48 +431,33 @@ class HTTPProvider(LLMProvider):
             raise ProviderError(f"{self.provider_name} returned JSON that is not an object")
         return body
 
-    def _retryable_or_raise(self, exc: Exception) -> _Transient:
-        """Classify a failed attempt: return it if worth retrying, otherwise raise it as a
-        ``ProviderError``."""
+    def _provider_error(self, exc: Exception) -> ProviderError:
+        """A failed attempt as a ``ProviderError`` that says whether to try again."""
         if isinstance(exc, _Transient):
-            return exc
+            return ProviderError(
+                exc.message, status_code=exc.status_code, retryable=True, retry_after=exc.retry_after
+            )
         if isinstance(exc, ProviderError):
             if exc.retryable:
-                return _Transient(self._redact(str(exc)), status_code=exc.status_code)
-            raise exc
+                message = self._redact(str(exc))
+                return ProviderError(
+                    message, status_code=exc.status_code, retryable=True, retry_after=exc.retry_after
+                )
+            return exc
         if isinstance(exc, httpx.TimeoutException):
-            if self.retry.retry_on_timeout:
-                return _Transient(f"{self.provider_name} request timed out ({type(exc).__name__})")
-            raise ProviderError(
+            return ProviderError(
                 f"{self.provider_name} request timed out ({type(exc).__name__})", retryable=True
-            ) from exc
+            )
         # NetworkError: could not connect / connection reset; RemoteProtocolError: the
         # server hung up mid-response. Both are typical of overloaded or restarting servers.
         if isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError):
-            return _Transient(
-                self._redact(f"{self.provider_name} connection failed: {type(exc).__name__}: {exc}")
+            return ProviderError(
+                self._redact(f"{self.provider_name} connection failed: {type(exc).__name__}: {exc}"),
+                retryable=True,
             )
-        raise ProviderError(
-            self._redact(f"{self.provider_name} request failed: {type(exc).__name__}: {exc}")
-        ) from exc
-
-    def _exhausted(self, failure: _Transient, attempts: int) -> ProviderError:
         return ProviderError(
-            f"{failure.message} (gave up after {attempts} attempt{'s' if attempts != 1 else ''})",
-            status_code=failure.status_code,
-            retryable=True,
+            self._redact(f"{self.provider_name} request failed: {type(exc).__name__}: {exc}")
         )
-
-    async def _pause(self, attempt: int, failure: _Transient) -> None:
-        delay = self.retry.backoff(attempt, failure.retry_after)
-        logger.warning(
-            "%s; retrying in %.2fs (attempt %d of %d)",
-            failure.message,
-            delay,
-            attempt + 1,
-            self.retry.attempts,
-        )
-        await self.sleep(delay)
 
     def _redact(self, text: str) -> str:
         """Servers sometimes echo the key they rejected; never pass it on."""

@@ -13,7 +13,6 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from harnessx._config import RetryPolicy
 from harnessx._errors import ConfigurationError, ProviderError
 from harnessx.providers._base import ProviderResponse, StopReason, StreamChunk, TokenUsage, ToolCall
 from harnessx.providers._http import (
@@ -76,7 +75,7 @@ class OpenAIProvider(HTTPProvider):
     local server without a key gets no ``Authorization`` header.
 
     Usage: ``input_tokens`` is OpenAI's ``prompt_tokens``, which already *includes* the
-    cached tokens also reported as ``cache_read_tokens`` (and ``cache_write_tokens``).
+    cached tokens also reported as ``cache_read_input_tokens`` (and ``cache_creation_input_tokens``).
 
     ``max_tokens_param`` names the field the token limit goes in: ``max_completion_tokens``
     (the default; OpenAI deprecates ``max_tokens`` and its reasoning models refuse it) or
@@ -99,7 +98,6 @@ class OpenAIProvider(HTTPProvider):
         api_key: str | None = None,
         base_url: str | None = None,
         organization: str | None = None,
-        retry: RetryPolicy | None = None,
         timeout: float = 120.0,
         http_client: httpx.AsyncClient | None = None,
         extra_headers: Mapping[str, str] | None = None,
@@ -116,7 +114,6 @@ class OpenAIProvider(HTTPProvider):
             model,
             api_key=api_key,
             base_url=base_url,
-            retry=retry,
             timeout=timeout,
             http_client=http_client,
             extra_headers=extra_headers,
@@ -233,42 +230,77 @@ def is_reasoning_model(model: str) -> bool:
 
 
 def to_wire_messages(messages: list[dict[str, Any]], system: str) -> list[dict[str, Any]]:
-    """Neutral messages (see ``harnessx.providers._base``) to chat-completions messages."""
+    """Content-block messages (see ``harnessx.providers._base``) to chat-completions messages.
+
+    An assistant turn's ``tool_use`` blocks become its ``tool_calls``; a user message's
+    ``tool_result`` blocks become ``role: "tool"`` messages, ahead of any text it also holds.
+    Thinking is not sent back: chat completions has no place for it.
+    """
     wire: list[dict[str, Any]] = []
     if system:
         wire.append({"role": "system", "content": system})
     for message in messages:
-        wire.append(_to_wire_message(message))
+        role = message.get("role")
+        if role == "user":
+            wire.extend(_to_wire_user(message.get("content")))
+        elif role == "assistant":
+            wire.append(_to_wire_assistant(message.get("content")))
+        else:
+            raise ConfigurationError(f"unknown message role {role!r}; expected user or assistant")
     return wire
 
 
-def _to_wire_message(message: dict[str, Any]) -> dict[str, Any]:
-    role = message.get("role")
-    if role == "user":
-        return {"role": "user", "content": as_text(message.get("content"))}
-    if role == "assistant":
-        return _to_wire_assistant(message)
-    if role == "tool":
-        content = as_text(message.get("content"))
-        # Chat completions has no error flag on tool results, so say it in the text.
-        if message.get("is_error") and not content.lower().startswith("error"):
-            content = f"Error: {content}"
-        return {"role": "tool", "tool_call_id": str(message.get("tool_call_id", "")), "content": content}
-    raise ConfigurationError(f"unknown message role {role!r}; expected user, assistant or tool")
+def _blocks(content: object) -> list[dict[str, Any]]:
+    if isinstance(content, list):
+        return [as_dict(block) for block in content]
+    return [{"type": "text", "text": as_text(content)}]
 
 
-def _to_wire_assistant(message: dict[str, Any]) -> dict[str, Any]:
-    text = as_text(message.get("content"))
+def _to_wire_user(content: object) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for block in _blocks(content):
+        kind = block.get("type")
+        if kind == "tool_result":
+            body = block.get("content")
+            text = body if isinstance(body, str) else _joined_text(body)
+            # Chat completions has no error flag on tool results, so say it in the text.
+            if block.get("is_error") and not text.lower().startswith("error"):
+                text = f"Error: {text}"
+            messages.append(
+                {"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": text}
+            )
+        elif kind == "text":
+            texts.append(as_text(block.get("text")))
+        else:
+            raise ConfigurationError(
+                f"content block type {kind!r} is not supported by OpenAIProvider; see docs/compatibility.md"
+            )
+    if texts or not messages:
+        messages.append({"role": "user", "content": "\n".join(texts)})
+    return messages
+
+
+def _joined_text(content: object) -> str:
+    if isinstance(content, list):
+        return "".join(as_text(as_dict(b).get("text")) for b in content if as_dict(b).get("type") == "text")
+    return as_text(content)
+
+
+def _to_wire_assistant(content: object) -> dict[str, Any]:
+    blocks = _blocks(content)
+    text = "".join(as_text(b.get("text")) for b in blocks if b.get("type") == "text")
     calls = [
         {
-            "id": str(call.get("id", "")),
+            "id": str(block.get("id", "")),
             "type": "function",
             "function": {
-                "name": str(call.get("name", "")),
-                "arguments": json.dumps(call.get("input") or {}, ensure_ascii=False),
+                "name": str(block.get("name", "")),
+                "arguments": json.dumps(block.get("input") or {}, ensure_ascii=False),
             },
         }
-        for call in message.get("tool_calls") or []
+        for block in blocks
+        if block.get("type") == "tool_use"
     ]
     wire: dict[str, Any] = {"role": "assistant", "content": text}
     if calls:
@@ -310,16 +342,16 @@ def _stop_reason(finish_reason: object, has_tool_calls: bool, refused: bool = Fa
     return reason
 
 
-def _usage(data: object) -> TokenUsage | None:
+def _usage(data: object) -> TokenUsage:
     usage = as_dict(data)
     if not usage:
-        return None
+        return TokenUsage()  # the server reported none
     details = as_dict(usage.get("prompt_tokens_details"))
     return TokenUsage(
         input_tokens=as_int(usage.get("prompt_tokens")),
         output_tokens=as_int(usage.get("completion_tokens")),
-        cache_read_tokens=as_int(details.get("cached_tokens")),
-        cache_write_tokens=as_int(details.get("cache_write_tokens")),
+        cache_read_input_tokens=as_int(details.get("cached_tokens")),
+        cache_creation_input_tokens=as_int(details.get("cache_write_tokens")),
     )
 
 
@@ -388,7 +420,7 @@ class _StreamState:
     thinking: list[str] = field(default_factory=list)
     calls: dict[int, _PartialToolCall] = field(default_factory=dict)
     finish_reason: str | None = None
-    usage: TokenUsage | None = None
+    usage: TokenUsage = field(default_factory=TokenUsage)
     raw_usage: dict[str, Any] | None = None
     header: dict[str, Any] = field(default_factory=dict)
     done: bool = False

@@ -33,13 +33,13 @@ class ScriptedRequest:
 
     @property
     def tool_results(self) -> list[dict[str, Any]]:
-        """The tool messages at the end of the conversation (answers to the last calls)."""
-        found: list[dict[str, Any]] = []
-        for message in reversed(self.messages):
-            if message.get("role") != "tool":
-                break
-            found.insert(0, message)
-        return found
+        """The ``tool_result`` blocks that end the conversation (answers to the last calls),
+        each with ``tool_use_id``, ``content`` and, for an error, ``is_error``."""
+        last = self.last_message
+        content = last.get("content") if last.get("role") == "user" else None
+        if not isinstance(content, list):
+            return []
+        return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
 
 
 Reply = ProviderResponse | str
@@ -86,7 +86,7 @@ class ScriptedProvider(LLMProvider):
         response = ProviderResponse(text=reply) if isinstance(reply, str) else reply
         if not isinstance(response, ProviderResponse):
             raise ProviderError(f"script returned {type(reply).__name__}; return a str or ProviderResponse")
-        if response.usage is None:
+        if response.usage == TokenUsage():
             response.usage = TokenUsage(_estimate(messages, system), max(1, len(response.text) // 4))
         return response
 

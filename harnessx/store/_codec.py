@@ -12,12 +12,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harnessx._errors import CorruptStateError
-from harnessx._events import RunEvent, RunEventType
+from harnessx._events import RunEvent, RunEventType, decode_data, encode_data
 from harnessx._journal import RECORD_VERSION
 from harnessx._results import RunStatus, ToolResult
 from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus
 from harnessx.providers._base import TokenUsage, ToolCall
 from harnessx.store._integrity import call_problem, state_problem
+from harnessx.store._legacy import NEEDS_CALL, upgrade_event
 from harnessx.store._protocol import Action, RunRecord, RunRow
 
 __all__ = [
@@ -27,12 +28,14 @@ __all__ = [
     "decode_state",
     "dumps",
     "event_data",
-    "event_from_row",
     "event_result_key",
+    "events_from_rows",
+    "fill_calls",
     "final_result",
     "has_result_refs",
     "journal_record_from_row",
     "loads",
+    "result_keys",
     "run_record",
     "run_row",
     "run_values",
@@ -53,6 +56,7 @@ LARGE_RESULT = 16_384
 # it as an empty result. In an event it is the key "content_ref".
 _COLUMN_REF = "tool_results"
 _REF = "content_ref"
+_REF_KEY = "result_of"
 
 
 # One encoder for every row: json.dumps with options builds a new encoder on each call, which
@@ -204,6 +208,10 @@ def decode_state(
             error=data["error"],
             usage_incomplete=bool(data["usage_incomplete"]),
             history_length=int(data["history_length"]),
+            # Attempts are not stored; a run that has called the model made at least one.
+            attempt=0
+            if Phase(record.phase) is Phase.PREPARE_MODEL_CALL and int(data["iteration"]) == 0
+            else 1,
         )
         problem = state_problem(state)
     except (_Undecodable, KeyError, ValueError, TypeError, AttributeError) as exc:
@@ -226,6 +234,7 @@ def _tool_entry(row: Sequence[Any], bodies: Mapping[tuple[str, str], str]) -> To
         for part in (raw, final):
             if part is not None and not isinstance(part, dict):
                 raise _Undecodable("a result is not an object")
+        settings = decoded_call.get("settings") or {}  # absent before 0.2
         return ToolEntry(
             execution_key=str(key),
             iteration=_int(iteration, "iteration"),
@@ -238,6 +247,9 @@ def _tool_entry(row: Sequence[Any], bodies: Mapping[tuple[str, str], str]) -> To
             raw_result=ToolResult.from_dict(raw) if raw else None,
             result=ToolResult.from_dict(final) if final else None,
             generation=_int_or(generation, 0),
+            concurrent=bool(settings.get("concurrent", False)),
+            timeout=settings.get("timeout"),
+            retry=settings.get("retry"),
         )
     except (_Undecodable, KeyError, ValueError, TypeError, AttributeError) as exc:
         raise _Undecodable(f"{where}: {exc}") from exc
@@ -317,26 +329,41 @@ def final_result(raw_result: Any, result: Any, key: str, bodies: Mapping[tuple[s
     return str(chosen.get("content", "")) if isinstance(chosen, dict) else None
 
 
-def event_data(event: RunEvent) -> str:
-    """An event's data as stored. A ``tool_result`` event of a large result refers to its
-    tool call instead of repeating the text (the live event keeps it)."""
+def result_keys(tools: Sequence[ToolEntry]) -> dict[str, str]:
+    """For the tool entries a write commits: the execution key of each call (by call id)
+    whose final result arrives now and is stored apart, for ``event_data``."""
+    return {
+        entry.call.id: entry.execution_key
+        for entry in tools
+        if entry.status is ToolStatus.COMPLETED and _large(entry.result)
+    }
+
+
+def event_data(event: RunEvent, keys: Mapping[str, str] | None = None) -> str:
+    """An event's payload as the ``data`` column stores it (``encode_data``). A
+    ``tool_result`` event of a large result committed in the same write (``keys``, from
+    ``result_keys``) refers to its tool call instead of repeating the text; the live event
+    keeps it."""
     data = event.data
-    if event.type is RunEventType.TOOL_RESULT and isinstance(data, dict):
-        content = data.get("content")
-        key = data.get("execution_key") or (event.step_id[5:] if event.step_id.startswith("tool:") else None)
-        if isinstance(content, str) and len(content) > LARGE_RESULT and key:
-            return dumps({**data, "content": None, "execution_key": key, _REF: "tool_call"})
-    return dumps(data)
+    if keys and event.type is RunEventType.TOOL_RESULT and isinstance(data, ToolResult):
+        key = keys.get(data.tool_call_id)
+        if key is not None and len(data.content) > LARGE_RESULT:
+            return dumps({**data.to_dict(), "content": None, _REF: "tool_call", _REF_KEY: key})
+    return dumps(encode_data(event.type, data))
+
+
+def _result_ref(value: Any) -> str | None:
+    if isinstance(value, dict) and value.get(_REF) == "tool_call":
+        # Rows written before typed payloads name the call by their own execution_key.
+        return str(value.get(_REF_KEY) or value.get("execution_key") or "")
+    return None
 
 
 def event_result_key(data: Any) -> str | None:
     """The tool call whose final result a stored event refers to, if it does."""
     if isinstance(data, str) and _REF not in data:
         return None
-    decoded = data if isinstance(data, dict) else _safe_loads(data)
-    if isinstance(decoded, dict) and decoded.get(_REF) == "tool_call":
-        return str(decoded.get("execution_key") or "")
-    return None
+    return _result_ref(data if isinstance(data, dict) else _safe_loads(data))
 
 
 def _safe_loads(text: Any) -> Any:
@@ -353,11 +380,16 @@ def tool_entry_columns(entry: ToolEntry) -> tuple[Any, ...]:
     raw, result = entry.raw_result, entry.result
     raw_ref = "raw" if _large(raw) else None
     result_ref = ("raw" if _same(result, raw) else "result") if _large(result) else None
+    # The tool's settings ride with the call: both are written once, when the call is prepared.
+    call = {
+        **entry.call.to_dict(),
+        "settings": {"concurrent": entry.concurrent, "timeout": entry.timeout, "retry": entry.retry},
+    }
     return (
         entry.execution_key,
         entry.iteration,
         entry.index,
-        dumps(entry.call.to_dict()),
+        dumps(call),
         entry.policy,
         entry.status.value,
         entry.attempt,
@@ -373,37 +405,75 @@ def tool_entry_values(entry: ToolEntry, run_id: str, generation: int, now: float
     return (key, run_id, *columns, generation, now)
 
 
-def event_from_row(
-    row: Sequence[Any], session_id: str = "", results: Mapping[str, str] | None = None
-) -> RunEvent:
-    """An events row; ``results`` gives the final result text of each tool call a stored
-    ``tool_result`` event refers to (``event_result_key``)."""
-    seq, event_id, kind, step_id, attempt_id, data, run_id = row
-    try:
-        decoded = _decoded(data, "its data")
-        if decoded is not None and not isinstance(decoded, dict):
-            raise _Undecodable("its data is not an object")
-        if decoded is not None and decoded.get(_REF) == "tool_call":
-            text = (results or {}).get(str(decoded.get("execution_key")))
-            if text is None:
-                raise _Undecodable("it refers to a tool call whose result is missing")
-            decoded = {k: v for k, v in decoded.items() if k != _REF}
-            decoded["content"] = text
-        return RunEvent(
-            type=RunEventType(kind),
-            data=decoded or {},
-            session_id=session_id,
-            run_id=run_id,
-            step_id=step_id,
-            attempt_id=attempt_id,
-            event_id=event_id,
-            cursor=str(seq),
-        )
-    except (_Undecodable, ValueError) as exc:
-        raise CorruptStateError(
-            f"corrupt event {seq} of run {run_id} in the harnessx store ({exc}); the row was written by "
-            "something other than harnessx, or damaged on disk: restore the database from a backup"
-        ) from exc
+def events_from_rows(
+    rows: Sequence[Sequence[Any]], results: Mapping[str, str] | None = None
+) -> tuple[list[RunEvent], dict[int, str]]:
+    """Events from ``read_events`` rows (seq, event_id, type, step_id, attempt_id, data,
+    run_id, session_id), and the events (by position) whose call must be filled in from the
+    run's tool calls, by execution key: ``tool_call_complete`` rows stored before 0.2.
+    ``results`` gives the final result text of each tool call a stored ``tool_result``
+    event refers to (``event_result_key``)."""
+    events: list[RunEvent] = []
+    missing: dict[int, str] = {}
+    for row in rows:
+        seq, event_id, kind, step_id, attempt_id, data, run_id, session_id = row
+        try:
+            kind = RunEventType(kind)
+            value = _dereferenced_event(loads(data, f"event {seq} of run {run_id}"), results or {})
+            upgraded = upgrade_event(kind, value, step_id, attempt_id)
+            if upgraded is None:
+                continue
+            value, step_id, attempt_id = upgraded
+            payload = decode_data(kind, value)
+            if isinstance(payload, ToolCall) and NEEDS_CALL in payload.input:
+                missing[len(events)] = str(payload.input[NEEDS_CALL])
+                payload.input = {}
+            events.append(
+                RunEvent(
+                    type=kind,
+                    data=payload,
+                    session_id=session_id or "",
+                    run_id=run_id,
+                    step_id=step_id,
+                    attempt_id=attempt_id,
+                    event_id=event_id,
+                    cursor=str(seq),
+                )
+            )
+        except (_Undecodable, ValueError, TypeError, KeyError, AttributeError) as exc:
+            if isinstance(exc, CorruptStateError):
+                raise
+            raise CorruptStateError(
+                f"corrupt event {seq} of run {run_id} in the harnessx store ({exc}); the row was written by "
+                "something other than harnessx, or damaged on disk: restore the database from a backup"
+            ) from exc
+    return events, missing
+
+
+def _dereferenced_event(value: Any, results: Mapping[str, str]) -> Any:
+    """A stored event payload with the result text it refers to put back."""
+    key = _result_ref(value)
+    if key is None:
+        return value
+    text = results.get(key)
+    if text is None:
+        raise _Undecodable("it refers to a tool call whose result is missing")
+    return {**{k: v for k, v in value.items() if k not in (_REF, _REF_KEY)}, "content": text}
+
+
+def fill_calls(events: list[RunEvent], missing: dict[int, str], tool_rows: Sequence[Sequence[Any]]) -> None:
+    """Give the events ``events_from_rows`` listed their calls back, from the run's
+    ``tool_calls`` rows (execution_key first, the call fourth)."""
+    calls: dict[str, Any] = {}
+    for row in tool_rows:
+        if row[0] in missing.values():
+            stored = loads(row[3], f"tool call {row[0]}")
+            if isinstance(stored, dict) and call_problem(stored) is None:
+                calls[row[0]] = ToolCall.from_dict(stored)
+    for position, key in missing.items():
+        call = calls.get(key)
+        if call is not None:
+            events[position].data = call
 
 
 def run_values(state: RunState, delta: Delta) -> tuple[Any, ...]:

@@ -83,7 +83,9 @@ def state_problem(state: RunState) -> str | None:
 
 
 def _entry_problem(state: RunState, entry: Any) -> str | None:
-    if entry.execution_key != execution_key(state.run_id, entry.iteration, entry.call.id):
+    # Keys written before 0.2 counted iterations from 0; both forms name the same call.
+    legacy = f"{state.run_id}:{entry.iteration}:{entry.call.id}"
+    if entry.execution_key not in (execution_key(state.run_id, entry.iteration, entry.call.id), legacy):
         return "its key does not match its run, iteration and call id"
     if not 0 <= entry.iteration <= state.iteration:
         return f"iteration {entry.iteration} is outside the run's 0..{state.iteration}"

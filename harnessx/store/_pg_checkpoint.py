@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
 from harnessx._state import ToolEntry
-from harnessx.store._codec import dumps, event_data, tool_entry_bodies, tool_entry_columns
+from harnessx.store._codec import dumps, event_data, result_keys, tool_entry_bodies, tool_entry_columns
 from harnessx.store._queries import load_queries
 from harnessx.store._scheduling import Schedule
 
@@ -182,7 +182,7 @@ def checkpoint(
             run_id,
             [dumps(message) for message in messages],
             *_tool_params(tools),
-            *_event_params(events),
+            *_event_params(events, result_keys(tools)),
             last_seq,
             *(_NO_RUN_FIELDS if run is None else run),
             new_run["request_message"] if new_run else None,
@@ -206,7 +206,7 @@ def _schedule_params(schedule: Schedule | None) -> tuple[Any, ...]:
     return (schedule.priority, schedule.concurrency_key, schedule.group, schedule.wait)
 
 
-def _event_row(event: RunEvent) -> tuple[Any, ...]:
+def _event_row(event: RunEvent, keys: Mapping[str, str]) -> tuple[Any, ...]:
     """seq, event_id, type, step_id, attempt_id, data: the events columns ($17-$22)."""
     return (
         int(event.cursor or 0),
@@ -214,7 +214,7 @@ def _event_row(event: RunEvent) -> tuple[Any, ...]:
         event.type.value,
         event.step_id,
         event.attempt_id,
-        event_data(event),
+        event_data(event, keys),
     )
 
 
@@ -233,10 +233,10 @@ def _tool_params(tools: Sequence[ToolEntry]) -> Sequence[Any]:
     return _columns([tool_entry_columns(entry) for entry in tools], len(_TOOL_PARAMS))
 
 
-def _event_params(events: Sequence[RunEvent]) -> Sequence[Any]:
+def _event_params(events: Sequence[RunEvent], keys: Mapping[str, str]) -> Sequence[Any]:
     if len(events) == 1:
-        return _event_row(events[0])
-    return _columns([_event_row(event) for event in events], len(_EVENT_PARAMS))
+        return _event_row(events[0], keys)
+    return _columns([_event_row(event, keys) for event in events], len(_EVENT_PARAMS))
 
 
 def _columns(table: list[tuple[Any, ...]], width: int) -> list[list[Any]]:

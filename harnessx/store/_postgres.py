@@ -76,8 +76,9 @@ from harnessx.store._codec import (
     decode_state,
     dumps,
     event_data,
-    event_from_row,
     event_result_key,
+    events_from_rows,
+    fill_calls,
     final_result,
     has_result_refs,
     journal_record_from_row,
@@ -1218,11 +1219,15 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
         async def read(conn: Any) -> list[RunEvent]:
             rows = [tuple(r) for r in await conn.fetch(Q["read_events"], run_id, after, limit)]
             keys = {key for row in rows if (key := event_result_key(row[5]))}
-            if not keys:
-                return [event_from_row(row) for row in rows]
-            async with conn.transaction(isolation="repeatable_read", readonly=True):
-                results = {key: await self._final_result(conn, key) or "" for key in keys}
-            return [event_from_row(row, results=results) for row in rows]
+            results: dict[str, str] = {}
+            if keys:
+                async with conn.transaction(isolation="repeatable_read", readonly=True):
+                    results = {key: await self._final_result(conn, key) or "" for key in keys}
+            events, missing = events_from_rows(rows, results)
+            if missing:  # stored before 0.2: fill the calls in from the run's tool calls
+                tools = await conn.fetch(Q["run_tool_calls"], run_id)
+                fill_calls(events, missing, [tuple(r) for r in tools])
+            return events
 
         return await self._run("reading events", read)
 

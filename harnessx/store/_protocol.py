@@ -176,7 +176,9 @@ class RunRecord(Mapping[str, Any]):
             "message": self.request_message,
             "phase": _ORIGINAL_PHASES.get(self.phase, self.phase),
             "status": self.status,
-            "iterations": int(self.result.get("iteration", 0)),
+            # Model calls made: the engine's iteration counts from 0, and at prepare_model_call
+            # the next call is not made yet.
+            "iterations": int(self.result.get("iteration", 0)) + (self.phase != "prepare_model_call"),
             "usage": dict(self.result.get("usage") or {}),
             "output": self.result.get("output", ""),
             "stop_reason": self.result.get("stop_reason", ""),

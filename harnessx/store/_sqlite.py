@@ -20,7 +20,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,12 +40,14 @@ from harnessx.store._codec import (
     decode_state,
     dumps,
     event_data,
-    event_from_row,
     event_result_key,
+    events_from_rows,
+    fill_calls,
     final_result,
     has_result_refs,
     journal_record_from_row,
     loads,
+    result_keys,
     run_record,
     run_values,
     tool_entry_bodies,
@@ -563,7 +565,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
             conn.execute(Q["upsert_tool_call"], tool_entry_values(entry, state.run_id, lease.generation, now))
             for kind, body in tool_entry_bodies(entry):
                 conn.execute(Q["upsert_tool_result"], (entry.execution_key, kind, state.run_id, body))
-        last_seq = self._insert_events(conn, lease, events, now)
+        last_seq = self._insert_events(conn, lease, events, now, result_keys(delta.tools))
         self._insert_journal(conn, lease, state.run_id, journal)
         values = run_values(state, delta)
         conn.execute(
@@ -572,7 +574,12 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
         )
 
     def _insert_events(
-        self, conn: sqlite3.Connection, lease: Lease, events: list[RunEvent], now: float
+        self,
+        conn: sqlite3.Connection,
+        lease: Lease,
+        events: list[RunEvent],
+        now: float,
+        keys: Mapping[str, str] | None = None,
     ) -> int:
         last = 0
         for event in events:
@@ -586,7 +593,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
                     event.type.value,
                     event.step_id,
                     event.attempt_id,
-                    event_data(event),
+                    event_data(event, keys),
                     lease.generation,
                     now,
                 ),
@@ -1077,10 +1084,13 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
         def body(conn: sqlite3.Connection) -> list[RunEvent]:
-            rows = conn.execute(Q["read_events"], (run_id, after, limit)).fetchall()
+            rows = conn.execute(Q["read_events"], (run_id, run_id, after, limit)).fetchall()
             keys = {key for row in rows if (key := event_result_key(row[5]))}
             results = {key: self._final_result(conn, key) or "" for key in keys}
-            return [event_from_row(row, results=results) for row in rows]
+            events, missing = events_from_rows(rows, results)
+            if missing:  # stored before 0.2: fill the calls in from the run's tool calls
+                fill_calls(events, missing, conn.execute(Q["run_tool_calls"], (run_id,)).fetchall())
+            return events
 
         return await self._call(self._reading(body))
 

@@ -24,7 +24,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from harnessx._agent import Agent
-from harnessx._driver import Driver
+from harnessx._driver import Driver, served_by
+from harnessx._engine import step_id
 from harnessx._errors import ConfigurationError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._hooks import HookEvent
@@ -174,30 +175,54 @@ class SessionActivities:
         followers to drop the text it streamed (``attempt_reset``)."""
         info = activity.info()
         agent = _definition(self._agent, str(args["agent"]))
-        if info.attempt > 1:
-            step = f"model:{state.iteration}"
-            reset = RunEvent(
+        step = step_id(state.iteration)
+
+        async def reset(attempt: int, label: str) -> None:
+            # Followers drop what the failed attempt streamed.
+            event = RunEvent(
                 RunEventType.ATTEMPT_RESET,
-                {"reason": "retried", "attempt": info.attempt},
+                {"attempt": attempt},
                 state.session_id,
                 state.run_id,
                 step,
-                step,
-                event_id=f"{state.run_id}:reset:{info.workflow_run_id}:{info.activity_id}:{info.attempt}",
+                str(attempt),
+                event_id=f"{state.run_id}:reset:{info.workflow_run_id}:{info.activity_id}:{label}",
             )
-            await self.events.publish(state.run_id, [reset])
+            await self.events.publish(state.run_id, [event])
+
+        if info.attempt > 1:  # the worker running the last attempt was lost
+            await reset(info.attempt - 1, str(info.attempt))
         driver = self._driver(agent)
+
+        async def attempting(attempt: int) -> None:
+            return None
+
+        async def retrying(attempt: int, exc: BaseException) -> None:
+            await reset(attempt, f"{info.attempt}.{attempt}")
+
         async with self._heartbeating(args):
             try:
                 request = await driver.model_request(state)
-                response = await driver.model_response(state, request)
+                # Transient failures are retried here, under the agent's RetryPolicy, as in
+                # the other bindings.
+                reply = await driver.model_reply(state, request, attempting=attempting, retrying=retrying)
+                response = await driver.processed_response(reply)
+                # Tool middleware is agent code, so it runs here too: the workflow prepares
+                # the calls as they come back.
+                response.tool_calls = await driver.prepared_calls(list(response.tool_calls))
             except Exception as exc:
-                # The provider already retried what it could (its RetryPolicy): the run fails
-                # with this error, as in the other bindings. Reported as a value, so Temporal
-                # does not call the model again.
+                # The run fails with this error, as in the other bindings. Reported as a
+                # value, so Temporal does not call the model again.
                 logger.warning("model call for run %s failed: %s", state.run_id, exc)
+                await agent.hooks.fire(HookEvent.ERROR, agent, error=str(exc))
                 return {"error": {"type": type(exc).__name__, "message": str(exc)}}
-        await agent.hooks.emit(HookEvent.MODEL_RESPONSE, agent, {"response": response})
+        await agent.hooks.fire(
+            HookEvent.LLM_RESPONSE,
+            agent,
+            response=response,
+            stop_reason=response.stop_reason,
+            provider=served_by(agent.provider),
+        )
         return {"response": response_to_dict(response)}
 
     # ---------------------------------------------------------------- tools
@@ -265,7 +290,16 @@ class SessionActivities:
         state = state_from_dict(args["state"])
         with self._tracked("result", state):
             agent = _definition(self._agent, str(args["agent"]))
-            processed: ToolResult = await self._driver(agent).processed_result(state, str(args["key"]))
+            key = str(args["key"])
+            try:
+                processed: ToolResult = await self._driver(agent).processed_result(state, key)
+            except Exception as exc:
+                # A result middleware that raises fails the run (a resume runs it again).
+                logger.warning("result middleware failed for %s: %s", key, exc)
+                return {"error": {"type": type(exc).__name__, "message": str(exc)}}
+            await agent.hooks.fire(
+                HookEvent.TOOL_CALL_END, agent, tool_call=state.tools[key].call, result=processed
+            )
             return {"result": processed.to_dict()}
 
     # --------------------------------------------------------------- events

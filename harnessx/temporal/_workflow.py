@@ -26,7 +26,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from harnessx._agent import Agent
-from harnessx._engine import AskApproval, CallModel, CompleteResult, Dispatch, Engine, Stop
+from harnessx._engine import AskApproval, CallModel, CompleteResult, Dispatch, Engine, PrepareTools, Stop
 from harnessx._policies import ToolRetry
 from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import RunStatus, ToolResult
@@ -258,6 +258,9 @@ class SessionWorkflow:
             await self.commit(step)
         elif isinstance(step, CallModel):
             await self.call_model(engine, state)
+        elif isinstance(step, PrepareTools):
+            # Tool middleware ran in the model activity, on the reply's calls.
+            await self.commit(engine.prepare_tools(state, list(step.calls)))
         elif isinstance(step, Dispatch):
             await self.dispatch(engine, state, step.keys)
         elif isinstance(step, CompleteResult):
@@ -388,6 +391,10 @@ class SessionWorkflow:
             start_to_close_timeout=timedelta(seconds=60),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
         )
+        if "error" in outcome:
+            error = outcome["error"]
+            await self.commit(engine.fail(state, _remote_error(error["type"], error["message"])))
+            return
         await self.commit(engine.completed_result(state, key, ToolResult.from_dict(outcome["result"])))
 
     # ---------------------------------------------------------------- requests

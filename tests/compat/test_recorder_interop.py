@@ -90,11 +90,6 @@ def test_bundles_of_each_package_verify_in_the_other(original_python: str, tmp_p
     assert both["others"] == {str(tmp_path / "ours/metadata.hx"): ours["own"]["metadata.hx"]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="event payloads are dicts here until they are typed like 0.9.1's (issue 12, item 1); "
-    "0.9.1 decodes each recorded event",
-)
 def test_a_bundle_with_payloads_from_here_verifies_in_0_9_1(original_python: str, tmp_path: Path) -> None:
     ours = probe(sys.executable, tmp_path / "ours")
     theirs = probe(original_python, tmp_path / "original", tmp_path / "ours/payloads.hx")

@@ -26,6 +26,7 @@ from harnessx import (
     ToolCall,
 )
 from harnessx._errors import ConfigurationError
+from harnessx._operator import Operator
 from harnessx.console import Tokens, create_app
 
 
@@ -338,6 +339,32 @@ async def test_a_run_page_follows_events_that_commit_while_it_is_read(pool: Any,
 async def _has_events(store: Any, run_id: str) -> bool:
     record = await store.get_run(run_id)
     return record is not None and record.status == "running" and record.event_count > 0
+
+
+async def test_a_waiting_runs_stream_stays_open_for_its_next_execution(pool: Any) -> None:
+    """Behind a waiting run's last event there is nothing yet: the stream waits (it does not
+    end with a summary, which would make the page reload on every reconnect)."""
+    store, release = pool
+    release.set()
+    session_id, run_id = await submit(store, "asks")
+    await until(lambda: _is(store, run_id, "awaiting_input"), "the run to wait")
+
+    async def let_go() -> bool:
+        session = await store.get_session(session_id)
+        return session is not None and session.lease_owner is None
+
+    await until(let_go, "the worker to let the session go")  # the execution is over
+    record = await store.get_run(run_id)
+    headers = {"Authorization": f"Bearer {OPERATOR}", "Last-Event-ID": str(record.event_count)}
+    async with serve_console(store) as served, httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+        reading = asyncio.create_task(read_stream(client, f"/api/runs/{run_id}/events", headers, None))
+        [entry] = [e for e in await store.tool_calls(run_id) if e.pending()]
+        await Operator(store, "alice", "console").approve(entry.execution_key)
+        received = await reading
+    assert all(e["id"] for e in received)  # stored events only, no summary
+    assert received[0]["id"] == str(record.event_count + 1)
+    assert received[-1]["data"]["type"] == "run_result"
+    assert received[-1]["data"]["data"]["status"] == "completed"
 
 
 async def test_without_auth_only_localhost_is_answered(target: BackendTarget) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from durable_support import BackendTarget, ledger_lines, make_agent
 
-from harnessx import AgentRuntime, CorruptStateError
+from harnessx import AgentRuntime, CorruptStateError, RunStatus
 
 
 async def raw(target: BackendTarget, sql: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -164,7 +164,7 @@ async def test_a_run_whose_state_cannot_be_read_can_still_be_cancelled(target: B
         assert record is not None and record.status == "cancelled"
         events = await backend.read_events(waiting.run_id, 0)
         assert [int(e.cursor or 0) for e in events] == list(range(1, len(events) + 1))
-        assert events[-1].type.value == "run_result" and events[-1].data["status"] == "cancelled"
+        assert events[-1].type.value == "run_result" and events[-1].data.status is RunStatus.CANCELLED
         assert await runtime.resume(waiting.session_id) is None
         # The session moves on: a new run starts.
         fresh = await runtime.run("Write the report again.")

@@ -52,7 +52,13 @@ class InvoiceModel(LLMProvider):
 
     async def create(self, **kwargs: Any) -> ProviderResponse:
         self.calls += 1
-        results = [m for m in kwargs["messages"] if m.get("role") == "tool"]
+        results = [
+            block
+            for m in kwargs["messages"]
+            if isinstance(m.get("content"), list)
+            for block in m["content"]
+            if block.get("type") == "tool_result"
+        ]
         if not results:
             return ProviderResponse(tool_calls=[ToolCall("inv", "overdue_balance", {"account": "demo"})])
         return ProviderResponse(text=f"Overdue balance: {json.loads(results[0]['content'])['balance']}.")

@@ -48,9 +48,25 @@ def asks_registry(release: threading.Event) -> AgentRegistry:
 
         return agent
 
+    def build_manual() -> Agent:
+        agent = Agent(provider=ScriptedProvider(script))
+
+        @agent.tools.register(replay_policy="manual", timeout_seconds=0.05)
+        def step(n: int) -> str:
+            """One step that outlives its timeout, so its outcome is uncertain.
+
+            Args:
+                n: Step number.
+            """
+            release.wait(30)
+            return f"step {n} done"
+
+        return agent
+
     registry = AgentRegistry()
     registry.register("asks", lambda: build("ask"))
     registry.register("plain", lambda: build(None))
+    registry.register("manual", build_manual)
     return registry
 
 
@@ -123,6 +139,20 @@ async def test_declining_a_pool_run(pool: Fixture) -> None:
     state = await store.load_state(run_id)
     assert state.output == "finished: Permission denied"
     assert [a.action for a in await store.run_actions(run_id)] == ["decline"]
+
+
+async def test_recording_the_result_of_an_uncertain_call_of_a_pool_run(pool: Fixture) -> None:
+    store, release, _ = pool
+    _, run_id = await submit(store, "manual")
+    await wait_status(store, run_id, "awaiting_input")
+    release.set()
+    done = await Operator(store, "alice", "console").resolve(
+        await pending_key(store, run_id), result="stepped by hand"
+    )
+    assert done.requeued
+    await wait_status(store, run_id, "completed")
+    # The model was given the recorded result as the call's answer.
+    assert (await store.load_state(run_id)).output == "finished: stepped by hand"
 
 
 async def test_pause_resume_and_cancel_a_running_pool_run(pool: Fixture) -> None:

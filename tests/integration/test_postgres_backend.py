@@ -24,7 +24,7 @@ import pytest
 
 from harnessx import ConfigurationError, LeaseLostError, SchemaError, SessionBusyError, StorageError
 from harnessx._events import RunEvent, RunEventType
-from harnessx._results import RunStatus
+from harnessx._results import RunResult, RunStatus
 from harnessx._state import Delta, Phase, ToolEntry, ToolStatus
 from harnessx.providers._base import ToolCall
 from harnessx.store import PostgresBackend
@@ -89,7 +89,7 @@ def dsn_as(dsn: str, user: str, password: str | None = None) -> str:
 
 
 def event(run_id: str, seq: int, kind: RunEventType = RunEventType.TEXT_DELTA, text: str = "") -> RunEvent:
-    return RunEvent(kind, {"text": text or f"e{seq}"}, run_id=run_id, cursor=str(seq))
+    return RunEvent(kind, text or f"e{seq}", run_id=run_id, cursor=str(seq))
 
 
 def tool_entry(run_id: str, status: ToolStatus = ToolStatus.PREPARED, *, iteration: int = 0) -> ToolEntry:
@@ -520,7 +520,12 @@ async def test_events_are_dense_ordered_and_content_round_trips_verbatim(pg_data
     async with PostgresBackend(pg_database) as backend:
         lease = await start_run(backend, "s", "r1", events=2)
         state = await backend.load_state("r1")
-        odd = {"role": "assistant", "z": 1e100, "content": "nul \u0000 and ünïcode", "a": [1.0, 2]}
+        odd = {
+            "role": "assistant",
+            "z": 1e100,
+            "content": [{"type": "text", "text": "nul \u0000 and ünïcode"}],
+            "a": [1.0, 2],
+        }
         step = Delta(Phase.MODEL_CALL, messages=[odd], events=[event("r1", 5, RunEventType.TEXT_COMPLETE)])
         await backend.commit(lease, state, step, [event("r1", 3), event("r1", 4)])
         await backend.append_events(lease, "r1", [event("r1", n) for n in (6, 7, 8)])
@@ -529,7 +534,7 @@ async def test_events_are_dense_ordered_and_content_round_trips_verbatim(pg_data
 
         events = await backend.read_events("r1", 0)
         assert [e.cursor for e in events] == [str(n) for n in range(1, 9)]
-        assert events[4].type is RunEventType.TEXT_COMPLETE and events[4].data == {"text": "e5"}
+        assert events[4].type is RunEventType.TEXT_COMPLETE and events[4].data == "e5"
         assert [e.cursor for e in await backend.read_events("r1", 3, limit=2)] == ["4", "5"]
         run = await backend.get_run("r1")
         assert run is not None and run.event_count == 8 and run.phase == "prepare_tools"
@@ -899,7 +904,8 @@ async def test_ending_a_run_whose_reply_was_lost_appends_its_events_once(
         lease = await start_run(backend, "s", "r1")
         lossy = _LossyPool(backend._pool, "last_checkpoint")
         monkeypatch.setattr(backend, "_pool", lossy)
-        closing = [event("r1", 0, RunEventType.ERROR), event("r1", 0, RunEventType.RUN_RESULT)]
+        failed = RunResult("s", "r1", status=RunStatus.FAILED)
+        closing = [event("r1", 0, RunEventType.ERROR), RunEvent(RunEventType.RUN_RESULT, failed, run_id="r1")]
         await backend.end_run(lease, "r1", status="failed", stop_reason="error", error=None, events=closing)
         monkeypatch.undo()
         assert lossy.calls == 2

@@ -17,15 +17,20 @@ from harnessx import (
     HookEvent,
     LeaseLostError,
     ProviderResponse,
+    ResolutionError,
     RunEvent,
     RunEventType,
+    RunResult,
     RunStatus,
+    RuntimeState,
     ScriptedProvider,
     ScriptedRequest,
     SessionBusyError,
+    StorageError,
     ToolCall,
     UnknownExecutionKey,
 )
+from harnessx._messages import request_messages
 from harnessx._state import Delta, Phase
 
 
@@ -40,12 +45,14 @@ async def test_run_completes_with_checkpoint_hook_on_every_boundary(
         assert result.ok and result.output == "Done: report for R0 written"
         assert result.session_id == runtime.session_id
         status = await runtime.status()
-        assert status["state"] == "completed" and status["run"] == result
+        assert status == {"session_id": runtime.session_id, "state": "running", "run": result}
+        assert runtime.state is RuntimeState.RUNNING
+    assert runtime.state is RuntimeState.STOPPED
     assert all(set(c) == {"session_id", "run_id", "status", "phase"} for c in checkpoints)
+    # Phases are named as in harnessx 0.9.1: what comes next, or the result.
     phases = [c["phase"] for c in checkpoints]
-    assert phases[:2] == ["prepare_model_call", "model_call"]
-    assert {"prepare_tools", "dispatch", "raw_result", "completed_result"} <= set(phases)
-    assert checkpoints[-1] == {**checkpoints[-1], "phase": "finish", "status": "completed"}
+    assert phases == ["prepare_model", "prepare_tools", *["tools"] * 4, "prepare_model", "finish", "result"]
+    assert checkpoints[-1]["status"] == "completed"
     assert len(ledger_lines(tmp_path / "ledger")) == 1
 
 
@@ -100,9 +107,36 @@ async def test_approve_with_resume_continues_in_the_same_call(target: BackendTar
         AgentRuntime(make_agent(permission="ask"), backend=backend) as runtime,
     ):
         result = await runtime.run("Write it.")
-        handle = await runtime.approve(result.pending[0], resume=True)
-        assert handle is not None
-        assert (await handle.result()).ok
+        # As in harnessx 0.9.1: the finished run's result, not a handle.
+        final = await runtime.approve(result.pending[0], resume=True)
+        assert isinstance(final, RunResult) and final.ok and final.run_id == result.run_id
+
+
+async def test_decline_with_resume_returns_the_finished_result(target: BackendTarget) -> None:
+    async with (
+        target.open() as backend,
+        AgentRuntime(make_agent(permission="ask"), backend=backend) as runtime,
+    ):
+        result = await runtime.run("Write it.")
+        final = await runtime.decline(result.pending[0], resume=True)
+        assert isinstance(final, RunResult) and final.ok
+        assert final.output == "Done: Permission denied"
+
+
+async def test_a_decision_that_does_not_fit_the_call_is_a_resolution_error(target: BackendTarget) -> None:
+    async with (
+        target.open() as backend,
+        AgentRuntime(make_agent(permission="ask"), backend=backend) as runtime,
+    ):
+        result = await runtime.run("Write it.")
+        (pending,) = result.pending
+        with pytest.raises(ResolutionError):
+            await runtime.resolve_tool(pending, retry=True)  # it awaits approval, not reconciliation
+        with pytest.raises(ResolutionError):
+            await runtime.resolve_tool(pending)  # no choice at all
+        with pytest.raises(UnknownExecutionKey) as caught:
+            await runtime.approve(f"{result.run_id}:1:nope")
+        assert caught.value.execution_key == f"{result.run_id}:1:nope"
 
 
 async def test_pause_during_a_tool_stops_before_the_next_model_call(target: BackendTarget) -> None:
@@ -150,9 +184,34 @@ async def test_cancel_then_resume_returns_none_and_status_keeps_the_result(targe
         await started.wait()
         await runtime.cancel()
         cancelled = await handle.result()
-        assert cancelled.status is RunStatus.CANCELLED and cancelled.stop_reason == "cancelled"
+        assert cancelled.status is RunStatus.CANCELLED and cancelled.stop_reason == ""
+        # The call may have had its effect: it is uncertain, and its answer says so, so that
+        # the session's next request holds no call without a result.
+        (pending,) = cancelled.pending
+        assert pending.status == "uncertain" and pending.call.name == "hang" and pending.attempt == 1
+        state = await backend.load_state(cancelled.run_id)
+        assert state.messages[-1] == {
+            "role": "tool",
+            "tool_call_id": "c",
+            "name": "hang",
+            "content": "Run cancelled; execution outcome may be unknown.",
+            "is_error": True,
+        }
+        # ... which is the tool_result block the next request carries.
+        assert request_messages(state.messages)[-1]["content"] == [
+            {
+                "type": "tool_result",
+                "tool_use_id": "c",
+                "content": "Run cancelled; execution outcome may be unknown.",
+                "is_error": True,
+            }
+        ]
         assert await runtime.resume(cancelled.session_id) is None
         assert (await runtime.status())["run"].status is RunStatus.CANCELLED
+        with pytest.raises(ResolutionError, match="cancelled"):
+            await runtime.resolve_tool(pending, retry=True)
+        with pytest.raises(ResolutionError, match="uncertain"):
+            await runtime.approve(pending)
 
 
 async def test_cancel_a_waiting_run_from_another_runtime(target: BackendTarget) -> None:
@@ -163,8 +222,10 @@ async def test_cancel_a_waiting_run_from_another_runtime(target: BackendTarget) 
         assert await second.resume(waiting.session_id) is not None  # waits again at once
         await second.cancel()
         status = await second.status()
-        assert status["state"] == "cancelled"
-        await second.stop()
+        assert status["state"] == "running" and status["run"].status is RunStatus.CANCELLED
+        stopped = await second.stop()
+        assert stopped == {**status, "state": "stopped"}
+        assert await second.stop() == stopped
 
 
 async def test_resume_returns_none_for_completed_or_empty_sessions(target: BackendTarget) -> None:
@@ -172,12 +233,12 @@ async def test_resume_returns_none_for_completed_or_empty_sessions(target: Backe
         async with AgentRuntime(make_agent(), backend=backend) as runtime:
             empty = await runtime.start()
             assert await runtime.resume(empty) is None
-            assert (await runtime.status()) == {"session_id": empty, "state": "idle", "run": None}
+            assert (await runtime.status()) == {"session_id": empty, "state": "running", "run": None}
             done = await runtime.run("go")
         fresh = AgentRuntime(make_agent(), backend=backend)
         assert await fresh.resume(done.session_id) is None
         assert (await fresh.status())["run"].output == done.output
-        with pytest.raises(ConfigurationError, match="no session"):
+        with pytest.raises(StorageError, match="no session"):
             await fresh.resume("does-not-exist")
         await fresh.stop()
 
@@ -218,6 +279,28 @@ async def test_events_reconnect_with_cursor_gets_exactly_the_rest(target: Backen
     assert everything[-1].type is RunEventType.RUN_RESULT
 
 
+async def test_events_after_the_last_cursor_end_with_a_summary(target: BackendTarget) -> None:
+    """The reconnect helper of the durable-runs page: a second call must end, not hang."""
+    async with (
+        target.open() as backend,
+        AgentRuntime(make_agent(permission="ask"), backend=backend) as runtime,
+    ):
+        handle = await runtime.submit("go")
+        first = [event async for event in handle.events()]
+        waiting = await handle.result()
+        again = [event async for event in handle.events(after=first[-1].cursor)]
+        (summary,) = again
+        assert summary.type is RunEventType.RUN_RESULT and summary.cursor == ""
+        assert summary.data == waiting and summary.session_id == waiting.session_id
+        # Its id is stable, so a consumer that deduplicates by id drops a repeat.
+        (repeat,) = [event async for event in handle.events(after=first[-1].cursor)]
+        assert repeat.event_id == summary.event_id
+        done = await runtime.approve(waiting.pending[0], resume=True)
+        everything = [event async for event in handle.events()]
+        assert everything[-1].type is RunEventType.RUN_RESULT and everything[-1].data == done
+        assert everything[-1].cursor == str(len(everything))  # read from the store, not made up
+
+
 async def test_thousands_of_events_replay_across_pages(target: BackendTarget) -> None:
     text = "x" * 3000
     agent = Agent(provider=ScriptedProvider([text], chunk_size=1))
@@ -230,7 +313,7 @@ async def test_thousands_of_events_replay_across_pages(target: BackendTarget) ->
         replayed = [event async for event in fresh._follow(handle.run_id, "0")]
         await fresh.stop()
     deltas = [e for e in replayed if e.type is RunEventType.TEXT_DELTA]
-    assert "".join(e.data["text"] for e in deltas) == text
+    assert "".join(e.data for e in deltas) == text
     assert [e.cursor for e in replayed] == [str(i) for i in range(1, len(replayed) + 1)]
     assert [e.event_id for e in replayed] == [e.event_id for e in live]
 
@@ -270,7 +353,7 @@ async def test_stale_writer_gets_lease_lost_and_writes_nothing(target: BackendTa
         with pytest.raises(LeaseLostError):
             await holder.commit(stale, state, delta, [])
         zombie_event = RunEvent(
-            RunEventType.TEXT_DELTA, {"text": "z"}, session_id, result.run_id, cursor=str(len(before) + 1)
+            RunEventType.TEXT_DELTA, "z", session_id, result.run_id, cursor=str(len(before) + 1)
         )
         with pytest.raises(LeaseLostError):
             await holder.append_events(stale, result.run_id, [zombie_event])
@@ -335,7 +418,7 @@ async def test_queueing_a_run_gives_the_lease_up_in_the_same_commit(target: Back
         assert run_id == "r1" and taken.generation == lease.generation + 1
         with pytest.raises(LeaseLostError):
             await app.append_events(
-                lease, "r1", [RunEvent(RunEventType.TEXT_DELTA, {"text": "late"}, "s", "r1", cursor="2")]
+                lease, "r1", [RunEvent(RunEventType.TEXT_DELTA, "late", "s", "r1", cursor="2")]
             )
         # A run created without queueing keeps its lease.
         await app.create_session("t", "sales:v1", {})

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from harnessx._config import RetryPolicy
-from harnessx.providers import AnthropicProvider, OpenAIProvider
+from harnessx import Agent, AgentConfig, HookEvent, RetryPolicy, RunEvent, RunResult
+from harnessx.providers import AnthropicProvider, LLMProvider, OpenAIProvider
 
-FAST_RETRY = RetryPolicy(attempts=3, backoff_seconds=0.01, max_backoff_seconds=5.0)
+FAST_RETRY = RetryPolicy(attempts=3, backoff_seconds=0.01, max_backoff_seconds=5.0, jitter=0.0)
 
 
 @dataclass
@@ -182,38 +182,56 @@ async def server() -> AsyncIterator[ScriptedServer]:
     await scripted.stop()
 
 
-class SleepRecorder:
-    """Stands in for ``asyncio.sleep`` between retries: records the waits, skips them."""
+@dataclass
+class Driven:
+    """A run of an agent that uses the provider: how it ended, its events, its retries."""
 
-    def __init__(self) -> None:
-        self.waits: list[float] = []
+    result: RunResult
+    events: list[RunEvent]
+    retries: list[dict[str, Any]]
 
-    async def __call__(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        await asyncio.sleep(0)
+    @property
+    def waits(self) -> list[float]:
+        return [retry["wait_seconds"] for retry in self.retries]
+
+
+async def _drive(provider: LLMProvider, *, retry: RetryPolicy = FAST_RETRY, stream: bool = False) -> Driven:
+    """Run one agent turn through ``provider``: the runtime's retry path, as every provider
+    gets it (the providers themselves make one attempt per call). ``stream`` calls the
+    provider's ``stream`` (server-sent events) instead of ``create`` (JSON)."""
+    agent = Agent(config=AgentConfig(model="m", retry=retry), provider=provider)
+    retries: list[dict[str, Any]] = []
+    agent.hooks.on(HookEvent.RETRY, lambda context: retries.append(dict(context.data)))
+    if stream:
+        async with agent.run_stream("hi") as run:
+            events = [event async for event in run]
+            result = await run.result()
+    else:
+        events, result = [], await agent.run("hi")
+    return Driven(result, events, retries)
+
+
+Drive = Callable[..., Any]
 
 
 @pytest.fixture
-def sleeps() -> SleepRecorder:
-    return SleepRecorder()
+def drive() -> Drive:
+    """``await drive(provider, retry=..., stream=...)`` -> ``Driven``."""
+    return _drive
 
 
 TEST_KEY = "sk-test-SECRET-0123456789"
 
 
 @pytest.fixture
-async def openai(
-    server: ScriptedServer, sleeps: SleepRecorder
-) -> AsyncIterator[Callable[..., OpenAIProvider]]:
+async def openai(server: ScriptedServer) -> AsyncIterator[Callable[..., OpenAIProvider]]:
     """Build OpenAI providers aimed at the scripted server; closed when the test ends."""
     made: list[OpenAIProvider] = []
 
     def make(**kwargs: Any) -> OpenAIProvider:
         kwargs.setdefault("base_url", f"{server.url}/v1")
         kwargs.setdefault("api_key", TEST_KEY)
-        kwargs.setdefault("retry", FAST_RETRY)
         provider = OpenAIProvider(kwargs.pop("model", "gpt-test"), **kwargs)
-        provider.sleep = sleeps
         made.append(provider)
         return provider
 
@@ -223,18 +241,14 @@ async def openai(
 
 
 @pytest.fixture
-async def anthropic(
-    server: ScriptedServer, sleeps: SleepRecorder
-) -> AsyncIterator[Callable[..., AnthropicProvider]]:
+async def anthropic(server: ScriptedServer) -> AsyncIterator[Callable[..., AnthropicProvider]]:
     """Build Anthropic providers aimed at the scripted server; closed when the test ends."""
     made: list[AnthropicProvider] = []
 
     def make(**kwargs: Any) -> AnthropicProvider:
         kwargs.setdefault("base_url", server.url)
         kwargs.setdefault("api_key", TEST_KEY)
-        kwargs.setdefault("retry", FAST_RETRY)
         provider = AnthropicProvider(kwargs.pop("model", "claude-test"), **kwargs)
-        provider.sleep = sleeps
         made.append(provider)
         return provider
 

@@ -289,7 +289,7 @@ def expected_from_openai(completion: Any) -> dict[str, Any]:
         "usage": TokenUsage(
             input_tokens=usage.prompt_tokens,
             output_tokens=usage.completion_tokens,
-            cache_read_tokens=(details.cached_tokens or 0) if details else 0,
+            cache_read_input_tokens=(details.cached_tokens or 0) if details else 0,
         ),
     }
 
@@ -444,8 +444,8 @@ def expected_from_anthropic(message: at.Message) -> dict[str, Any]:
         "usage": TokenUsage(
             input_tokens=usage.input_tokens + cache_read + cache_write,
             output_tokens=usage.output_tokens,
-            cache_read_tokens=cache_read,
-            cache_write_tokens=cache_write,
+            cache_read_input_tokens=cache_read,
+            cache_creation_input_tokens=cache_write,
         ),
         # The blocks the API wants back unchanged, exactly as the SDK holds them.
         "content": [block.to_dict() for block in message.content],

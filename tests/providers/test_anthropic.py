@@ -11,7 +11,7 @@ from harnessx._errors import ConfigurationError, ProviderError
 from harnessx.providers import AnthropicProvider, StopReason, StreamChunk, TokenUsage
 
 if TYPE_CHECKING:
-    from conftest import ScriptedServer, SleepRecorder
+    from conftest import Drive, ScriptedServer
 
 MakeAnthropic = Callable[..., AnthropicProvider]
 KEY = "sk-test-SECRET-0123456789"
@@ -157,25 +157,20 @@ async def test_tool_use_reply_and_tool_results_on_the_wire(
         {"role": "user", "content": "Paris and Rome?"},
         {
             "role": "assistant",
-            "content": "Checking both.",
-            "tool_calls": [
-                {"id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
-                {"id": "toolu_2", "name": "get_weather", "input": {"city": "Rome"}},
+            "content": [
+                # Thinking without the API's signature cannot be sent back.
+                {"type": "thinking", "thinking": "Two lookups."},
+                text("Checking both."),
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {"city": "Rome"}},
             ],
         },
         {
-            "role": "tool",
-            "tool_call_id": "toolu_1",
-            "name": "get_weather",
-            "content": "sunny",
-            "is_error": False,
-        },
-        {
-            "role": "tool",
-            "tool_call_id": "toolu_2",
-            "name": "get_weather",
-            "content": "failed",
-            "is_error": True,
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"},
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": "failed", "is_error": True},
+            ],
         },
         {"role": "user", "content": "And Oslo?"},
     ]
@@ -228,8 +223,14 @@ async def test_assistant_turn_of_only_tool_calls_has_no_empty_text_block(
     server.reply_json(message(text("ok")))
     history: list[dict[str, Any]] = [
         {"role": "user", "content": "go"},
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "t1", "name": "noop", "input": {}}]},
-        {"role": "tool", "tool_call_id": "t1", "name": "noop", "content": "done", "is_error": False},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": ""},
+                {"type": "tool_use", "id": "t1", "name": "noop", "input": {}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "done"}]},
     ]
     await anthropic().create(model="claude-test", messages=history, system="", tools=[], max_tokens=None)
     assistant = server.requests[0].json["messages"][1]
@@ -281,7 +282,7 @@ async def test_usage_includes_cache_tokens(server: ScriptedServer, anthropic: Ma
     response = await anthropic().create(**ASK, tools=[], max_tokens=None)
     # input_tokens counts every prompt token, cached ones included (as OpenAI's prompt_tokens)
     assert response.usage == TokenUsage(
-        input_tokens=1203, output_tokens=50, cache_read_tokens=1000, cache_write_tokens=200
+        input_tokens=1203, output_tokens=50, cache_read_input_tokens=1000, cache_creation_input_tokens=200
     )
 
 
@@ -373,16 +374,22 @@ async def test_400_carries_the_server_message(server: ScriptedServer, anthropic:
 
 
 async def test_529_overloaded_is_retried(
-    server: ScriptedServer, sleeps: SleepRecorder, anthropic: MakeAnthropic
+    drive: Drive, server: ScriptedServer, anthropic: MakeAnthropic
 ) -> None:
     server.reply_json(
         {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, status=529
     )
+    with pytest.raises(ProviderError) as caught:
+        await anthropic().create(**ASK, tools=[], max_tokens=None)
+    assert caught.value.retryable is True and caught.value.status_code == 529
+    server.reply_json(
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, status=529
+    )
     server.reply_json(message(text("recovered")))
-    response = await anthropic().create(**ASK, tools=[], max_tokens=None)
-    assert response.text == "recovered"
-    assert len(server.requests) == 2
-    assert sleeps.waits == [0.01]
+    run = await drive(anthropic())
+    assert run.result.output == "recovered"
+    assert len(server.requests) == 3
+    assert run.waits == [0.01]
 
 
 # --------------------------------------------------------------------------- streaming
@@ -400,7 +407,7 @@ async def test_streaming_text(server: ScriptedServer, anthropic: MakeAnthropic) 
     assert final.data.text == "Hello"
     assert final.data.stop_reason == StopReason.END_TURN
     # input from message_start, output from message_delta
-    assert final.data.usage == TokenUsage(input_tokens=25, output_tokens=9, cache_read_tokens=5)
+    assert final.data.usage == TokenUsage(input_tokens=25, output_tokens=9, cache_read_input_tokens=5)
     assert server.requests[0].json["stream"] is True
 
 
@@ -456,7 +463,7 @@ async def test_streamed_invalid_tool_json_becomes_a_parse_error(
 
 
 async def test_overloaded_error_event_before_output_is_retried(
-    server: ScriptedServer, sleeps: SleepRecorder, anthropic: MakeAnthropic
+    drive: Drive, server: ScriptedServer, anthropic: MakeAnthropic
 ) -> None:
     server.reply_sse(
         events(
@@ -467,14 +474,14 @@ async def test_overloaded_error_event_before_output_is_retried(
         )
     )
     server.reply_sse(text_reply(server, "second try"))
-    chunks = await collect(anthropic().stream(**ASK, tools=[], max_tokens=None))
-    assert chunks[-1].data.text == "second try"
+    run = await drive(anthropic(), stream=True)
+    assert run.result.output == "second try"
     assert len(server.requests) == 2
-    assert len(sleeps.waits) == 1
+    assert len(run.waits) == 1
 
 
-async def test_error_event_after_output_is_raised(
-    server: ScriptedServer, sleeps: SleepRecorder, anthropic: MakeAnthropic
+async def test_error_event_after_output_is_raised_as_retryable(
+    server: ScriptedServer, anthropic: MakeAnthropic
 ) -> None:
     server.reply_sse(
         events(
@@ -486,16 +493,17 @@ async def test_error_event_after_output_is_raised(
         )
     )
     received: list[StreamChunk] = []
-    with pytest.raises(ProviderError, match="Overloaded"):
+    with pytest.raises(ProviderError, match="Overloaded") as caught:
         async for chunk in anthropic().stream(**ASK, tools=[], max_tokens=None):
             received.append(chunk)
     assert received == [StreamChunk("text_delta", "Half a")]
     assert len(server.requests) == 1
-    assert sleeps.waits == []
+    # Retried by the runtime, which tells followers to drop "Half a" (attempt_reset).
+    assert caught.value.retryable is True
 
 
 async def test_non_transient_error_event_is_not_retried(
-    server: ScriptedServer, sleeps: SleepRecorder, anthropic: MakeAnthropic
+    server: ScriptedServer, anthropic: MakeAnthropic
 ) -> None:
     server.reply_sse(
         events(
@@ -511,24 +519,24 @@ async def test_non_transient_error_event_is_not_retried(
 
 
 async def test_stream_http_error_before_output_is_retried(
-    server: ScriptedServer, sleeps: SleepRecorder, anthropic: MakeAnthropic
+    drive: Drive, server: ScriptedServer, anthropic: MakeAnthropic
 ) -> None:
     server.reply_json(
         {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
         status=529,
-        headers={"retry-after": "1"},
+        headers={"retry-after-ms": "20"},
     )
     server.reply_sse(text_reply(server, "fine"))
-    chunks = await collect(anthropic().stream(**ASK, tools=[], max_tokens=None))
-    assert chunks[-1].data.text == "fine"
-    assert sleeps.waits == [1.0]
+    run = await drive(anthropic(), stream=True)
+    assert run.result.output == "fine"
+    assert run.waits == [0.02]
 
 
 async def test_stream_cut_before_message_stop_is_retried_when_nothing_was_delivered(
-    server: ScriptedServer, anthropic: MakeAnthropic
+    drive: Drive, server: ScriptedServer, anthropic: MakeAnthropic
 ) -> None:
     server.reply_sse(events(server, message_start(), block_start(0, {"type": "text", "text": ""})))
     server.reply_sse(text_reply(server, "complete"))
-    chunks = await collect(anthropic().stream(**ASK, tools=[], max_tokens=None))
-    assert chunks[-1].data.text == "complete"
+    run = await drive(anthropic(), stream=True)
+    assert run.result.output == "complete"
     assert len(server.requests) == 2

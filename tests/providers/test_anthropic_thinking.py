@@ -121,7 +121,7 @@ async def test_a_streamed_reply_keeps_signed_and_redacted_thinking(
     assert final.text == "Let me check."
     assert final.tool_calls == [ToolCall("toolu_01", "get_weather", {"city": "Oslo"})]
     assert final.stop_reason == StopReason.TOOL_USE
-    assert final.usage == TokenUsage(input_tokens=40, output_tokens=80, cache_read_tokens=10)
+    assert final.usage == TokenUsage(input_tokens=40, output_tokens=80, cache_read_input_tokens=10)
 
 
 async def test_a_streamed_reply_has_the_message_as_raw(

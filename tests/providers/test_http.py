@@ -1,7 +1,7 @@
-"""The shared HTTP machinery: SSE parsing, Retry-After, retries, errors, secrets, clients.
+"""The shared HTTP machinery: SSE parsing, Retry-After, failures, secrets, clients.
 
-Retry behaviour is exercised through ``OpenAIProvider`` (it is the same loop for both
-providers); Anthropic-specific failure modes live in ``test_anthropic.py``.
+Failure classification is exercised through ``OpenAIProvider`` (it is the same code for
+both providers); Anthropic-specific failure modes live in ``test_anthropic.py``.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from harnessx import RunEventType
 from harnessx._config import RetryPolicy
 from harnessx._errors import ConfigurationError, ProviderError
 from harnessx.providers import AnthropicProvider, OpenAIProvider, StreamChunk
 from harnessx.providers._http import iter_sse, parse_retry_after, parse_tool_arguments
 
 if TYPE_CHECKING:
-    from conftest import ScriptedServer, SleepRecorder
+    from conftest import Drive, ScriptedServer
 
 MakeOpenAI = Callable[..., OpenAIProvider]
 KEY = "sk-test-SECRET-0123456789"  # the key the provider fixtures use
@@ -132,66 +133,69 @@ def test_parse_tool_arguments(raw: object, expected: dict[str, Any], error_fragm
         assert error is not None and error_fragment in error
 
 
-# --------------------------------------------------------------------------- retries
+# --------------------------------------------------------------------------- failures
+#
+# A provider call is one attempt; its ProviderError says whether another may succeed. The
+# retrying is the runtime's, the same for every provider (tests/unit/test_retry.py has it
+# with a provider written by hand), and is checked here end to end through an Agent.
 
 
-async def test_429_waits_as_long_as_retry_after_says(
-    server: ScriptedServer, sleeps: SleepRecorder, openai: MakeOpenAI
-) -> None:
+async def test_a_429_is_retryable_and_carries_retry_after(server: ScriptedServer, openai: MakeOpenAI) -> None:
     server.reply_json({"error": {"message": "slow down"}}, status=429, headers={"retry-after": "1"})
+    with pytest.raises(ProviderError, match="slow down") as caught:
+        await create(openai())
+    assert caught.value.retryable is True and caught.value.status_code == 429
+    assert caught.value.retry_after == 1.0
+    assert len(server.requests) == 1
+
+
+async def test_a_429_is_retried_after_the_wait_the_server_asked_for(
+    drive: Drive, server: ScriptedServer, openai: MakeOpenAI
+) -> None:
+    server.reply_json({"error": {"message": "slow down"}}, status=429, headers={"retry-after-ms": "30"})
     server.reply_json(completion("after the wait"))
-    response = await create(openai())
-    assert response.text == "after the wait"
+    run = await drive(openai())
+    assert run.result.ok and run.result.output == "after the wait"
     assert len(server.requests) == 2
-    assert sleeps.waits == [1.0]
+    assert run.waits == [0.03]
+    assert run.result.usage_incomplete  # the refused attempt may have been billed
 
 
 async def test_retry_after_is_capped_by_max_backoff(
-    server: ScriptedServer, sleeps: SleepRecorder, openai: MakeOpenAI
+    drive: Drive, server: ScriptedServer, openai: MakeOpenAI
 ) -> None:
     server.reply_json({}, status=429, headers={"retry-after": "3600"})
     server.reply_json(completion())
-    await create(openai(retry=RetryPolicy(attempts=2, backoff_seconds=0.01, max_backoff_seconds=0.5)))
-    assert sleeps.waits == [0.5]
-
-
-async def test_retry_after_ms_header(
-    server: ScriptedServer, sleeps: SleepRecorder, openai: MakeOpenAI
-) -> None:
-    server.reply_json({}, status=503, headers={"retry-after-ms": "20"})
-    server.reply_json(completion())
-    await create(openai())
-    assert sleeps.waits == [0.02]
+    run = await drive(openai(), retry=RetryPolicy(attempts=2, backoff_seconds=0.01, max_backoff_seconds=0.05))
+    assert run.result.ok and run.waits == [0.05]
 
 
 async def test_5xx_is_retried_with_exponential_backoff(
-    server: ScriptedServer, sleeps: SleepRecorder, openai: MakeOpenAI
+    drive: Drive, server: ScriptedServer, openai: MakeOpenAI
 ) -> None:
     server.reply_json({"error": {"message": "boom"}}, status=500)
     server.reply_json({}, status=502)
     server.reply_json(completion("third time lucky"))
-    response = await create(openai())
-    assert response.text == "third time lucky"
+    run = await drive(openai())
+    assert run.result.output == "third time lucky"
     assert len(server.requests) == 3
-    assert sleeps.waits == [0.01, 0.02]
+    assert run.waits == [0.01, 0.02]
+    assert [(r["attempt"], r["next_attempt"]) for r in run.retries] == [(1, 2), (2, 3)]
 
 
-async def test_exhausted_retries_raise_a_retryable_provider_error(
-    server: ScriptedServer, sleeps: SleepRecorder, openai: MakeOpenAI
+async def test_exhausted_retries_fail_the_run_with_the_last_error(
+    drive: Drive, server: ScriptedServer, openai: MakeOpenAI
 ) -> None:
     for _ in range(3):
         server.reply_json({"error": {"type": "server_error", "message": "still down"}}, status=503)
-    with pytest.raises(ProviderError) as caught:
-        await create(openai())
-    assert caught.value.retryable is True
-    assert caught.value.status_code == 503
-    assert "still down" in str(caught.value) and "3 attempts" in str(caught.value)
-    assert len(server.requests) == 3
-    assert len(sleeps.waits) == 2
+    run = await drive(openai())
+    assert run.result.failed and run.result.error is not None
+    assert run.result.error["type"] == "ProviderError" and "still down" in run.result.error["message"]
+    assert len(server.requests) == 3 and len(run.waits) == 2
 
 
 async def test_400_is_not_retried_and_carries_the_server_message(
-    server: ScriptedServer, sleeps: SleepRecorder, openai: MakeOpenAI
+    drive: Drive, server: ScriptedServer, openai: MakeOpenAI
 ) -> None:
     server.reply_json(
         {"error": {"type": "invalid_request_error", "message": "messages must not be empty"}}, status=400
@@ -201,8 +205,10 @@ async def test_400_is_not_retried_and_carries_the_server_message(
     assert caught.value.status_code == 400
     assert caught.value.retryable is False
     assert "messages must not be empty" in str(caught.value)
-    assert len(server.requests) == 1
-    assert sleeps.waits == []
+    server.reply_json({"error": {"message": "messages must not be empty"}}, status=400)
+    run = await drive(openai())
+    assert run.result.failed and run.retries == []
+    assert len(server.requests) == 2
 
 
 async def test_error_body_that_is_not_json_is_quoted(server: ScriptedServer, openai: MakeOpenAI) -> None:
@@ -237,44 +243,43 @@ async def test_401_names_the_env_var_and_never_shows_the_key(
 
 
 async def test_key_is_kept_out_of_retry_log_lines(
-    server: ScriptedServer, openai: MakeOpenAI, caplog: pytest.LogCaptureFixture
+    drive: Drive, server: ScriptedServer, openai: MakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     server.reply_json({"error": {"message": f"backend rejected {KEY}"}}, status=500)
     server.reply_json(completion())
     with caplog.at_level(logging.DEBUG, logger="harnessx"):
-        await create(openai())
-    assert "retrying" in caplog.text
-    assert KEY not in caplog.text
+        run = await drive(openai())
+    assert run.result.ok and "retrying" in caplog.text
+    assert KEY not in caplog.text and all(KEY not in retry["error"] for retry in run.retries)
 
 
-async def test_timeouts_are_retried(
-    server: ScriptedServer, sleeps: SleepRecorder, openai: MakeOpenAI
-) -> None:
+async def test_timeouts_are_retried(drive: Drive, server: ScriptedServer, openai: MakeOpenAI) -> None:
     server.reply_slowly(2.0, completion("too late"))
     server.reply_json(completion("in time"))
-    response = await create(openai(timeout=0.2))
-    assert response.text == "in time"
-    assert len(sleeps.waits) == 1
+    run = await drive(openai(timeout=0.2))
+    assert run.result.output == "in time"
+    assert len(run.waits) == 1
 
 
 async def test_timeouts_are_not_retried_when_the_policy_says_so(
-    server: ScriptedServer, sleeps: SleepRecorder, openai: MakeOpenAI
+    drive: Drive, server: ScriptedServer, openai: MakeOpenAI
 ) -> None:
     server.reply_slowly(2.0, completion())
     policy = RetryPolicy(attempts=3, backoff_seconds=0.01, retry_on_timeout=False)
-    with pytest.raises(ProviderError, match="timed out"):
-        await create(openai(timeout=0.2, retry=policy))
-    assert sleeps.waits == []
+    run = await drive(openai(timeout=0.2), retry=policy)
+    assert run.result.failed and run.result.error is not None and "timed out" in run.result.error["message"]
+    assert run.retries == []
 
 
 async def test_connection_refused_is_retried_then_reported(
-    sleeps: SleepRecorder, openai: MakeOpenAI, unused_port: int
+    drive: Drive, openai: MakeOpenAI, unused_port: int
 ) -> None:
     provider = openai(base_url=f"http://127.0.0.1:{unused_port}/v1")
     with pytest.raises(ProviderError, match="connection failed") as caught:
         await create(provider)
     assert caught.value.retryable is True
-    assert len(sleeps.waits) == 2
+    run = await drive(provider)
+    assert run.result.failed and len(run.waits) == 2
 
 
 async def test_non_json_success_body_is_a_provider_error(server: ScriptedServer, openai: MakeOpenAI) -> None:
@@ -283,52 +288,63 @@ async def test_non_json_success_body_is_a_provider_error(server: ScriptedServer,
         await create(openai())
 
 
-# --------------------------------------------------------------------------- streaming retries
+# --------------------------------------------------------------------------- streaming failures
 
 
 async def test_stream_retries_an_error_status_before_any_output(
-    server: ScriptedServer, sleeps: SleepRecorder, openai: MakeOpenAI
+    drive: Drive, server: ScriptedServer, openai: MakeOpenAI
 ) -> None:
     server.reply_json({"error": {"message": "busy"}}, status=429, headers={"retry-after": "0"})
     server.reply_sse(text_stream(server, "hel", "lo"))
-    chunks = await collect(openai().stream(**ARGS, tools=[], max_tokens=None))
-    assert [c.data for c in chunks if c.kind == "text_delta"] == ["hel", "lo"]
-    assert sleeps.waits == [0.0]
+    run = await drive(openai(), stream=True)
+    assert [e.data for e in run.events if e.type is RunEventType.TEXT_DELTA] == ["hel", "lo"]
+    assert run.waits == [0.01]  # Retry-After: 0 does not cut the policy's own back-off
     assert len(server.requests) == 2
 
 
 async def test_stream_retries_a_connection_dropped_before_any_output(
-    server: ScriptedServer, sleeps: SleepRecorder, openai: MakeOpenAI
+    drive: Drive, server: ScriptedServer, openai: MakeOpenAI
 ) -> None:
     server.reply_sse(text_stream(server, "lost"), drop_after=0)
     server.reply_sse(text_stream(server, "kept"))
-    chunks = await collect(openai().stream(**ARGS, tools=[], max_tokens=None))
-    assert [c.data for c in chunks if c.kind == "text_delta"] == ["kept"]
+    run = await drive(openai(), stream=True)
+    assert [e.data for e in run.events if e.type is RunEventType.TEXT_DELTA] == ["kept"]
     assert len(server.requests) == 2
 
 
-async def test_stream_is_not_retried_once_output_was_delivered(
-    server: ScriptedServer, sleeps: SleepRecorder, openai: MakeOpenAI
+async def test_a_stream_that_broke_off_after_output_is_retried_with_an_attempt_reset(
+    drive: Drive, server: ScriptedServer, openai: MakeOpenAI
 ) -> None:
     server.reply_sse(text_stream(server, "partial", "never sent"), drop_after=1)
-    server.reply_sse(text_stream(server, "must not be requested"))
-    received: list[StreamChunk] = []
-    with pytest.raises(ProviderError, match="not retried"):
-        async for chunk in openai().stream(**ARGS, tools=[], max_tokens=None):
-            received.append(chunk)
-    assert [c.data for c in received] == ["partial"]
-    assert len(server.requests) == 1
-    assert sleeps.waits == []
+    with pytest.raises(ProviderError, match="broke off") as caught:
+        await collect(openai().stream(**ARGS, tools=[], max_tokens=None))
+    assert caught.value.retryable is True and len(server.requests) == 1
+    server.reply_sse(text_stream(server, "partial", "never sent"), drop_after=1)
+    server.reply_sse(text_stream(server, "whole ", "answer"))
+    run = await drive(openai(), stream=True)
+    kinds = [
+        (e.type, e.data)
+        for e in run.events
+        if e.type in (RunEventType.TEXT_DELTA, RunEventType.ATTEMPT_RESET)
+    ]
+    # Followers are told to drop what they saw before the reset.
+    assert kinds == [
+        (RunEventType.TEXT_DELTA, "partial"),
+        (RunEventType.ATTEMPT_RESET, {"attempt": 1}),
+        (RunEventType.TEXT_DELTA, "whole "),
+        (RunEventType.TEXT_DELTA, "answer"),
+    ]
+    assert run.result.output == "whole answer"
 
 
 async def test_stream_that_ends_early_is_retried(
-    server: ScriptedServer, sleeps: SleepRecorder, openai: MakeOpenAI
+    drive: Drive, server: ScriptedServer, openai: MakeOpenAI
 ) -> None:
     # A cleanly finished body without [DONE] or a finish reason: the reply is incomplete.
     server.reply_sse([server.event({"choices": []})])
     server.reply_sse(text_stream(server, "whole"))
-    chunks = await collect(openai().stream(**ARGS, tools=[], max_tokens=None))
-    assert chunks[-1].kind == "response" and chunks[-1].data.text == "whole"
+    run = await drive(openai(), stream=True)
+    assert run.result.output == "whole"
     assert len(server.requests) == 2
 
 

@@ -112,25 +112,19 @@ async def test_tool_call_reply_and_tool_results_on_the_wire(
         {"role": "user", "content": "Weather in Paris and Rome?"},
         {
             "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {"id": "call_1", "name": "get_weather", "input": {"city": "Paris"}},
-                {"id": "call_2", "name": "get_weather", "input": {"city": "Rome"}},
+            "content": [
+                {"type": "thinking", "thinking": "Two cities."},  # not sent: nowhere to put it
+                {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}},
+                {"type": "tool_use", "id": "call_2", "name": "get_weather", "input": {"city": "Rome"}},
             ],
         },
         {
-            "role": "tool",
-            "tool_call_id": "call_1",
-            "name": "get_weather",
-            "content": "sunny",
-            "is_error": False,
-        },
-        {
-            "role": "tool",
-            "tool_call_id": "call_2",
-            "name": "get_weather",
-            "content": "no data",
-            "is_error": True,
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "call_1", "content": "sunny"},
+                {"type": "tool_result", "tool_use_id": "call_2", "content": "no data", "is_error": True},
+                {"type": "text", "text": "And now?"},
+            ],
         },
     ]
     response = await openai().create(
@@ -166,6 +160,8 @@ async def test_tool_call_reply_and_tool_results_on_the_wire(
     assert sent["messages"][4]["tool_call_id"] == "call_2"
     assert "no data" in sent["messages"][4]["content"]
     assert sent["messages"][4]["content"].startswith("Error")  # the API has no is_error flag
+    # The user's words after the answers to the calls, as the API wants them.
+    assert sent["messages"][5] == {"role": "user", "content": "And now?"}
     assert sent["tools"] == [
         {
             "type": "function",
@@ -247,7 +243,7 @@ async def test_usage_and_reasoning(server: ScriptedServer, openai: MakeOpenAI) -
     response = await openai().create(
         model="gpt-test", messages=[{"role": "user", "content": "?"}], system="", tools=[], max_tokens=None
     )
-    assert response.usage == TokenUsage(input_tokens=120, output_tokens=30, cache_read_tokens=100)
+    assert response.usage == TokenUsage(input_tokens=120, output_tokens=30, cache_read_input_tokens=100)
     assert response.thinking == "6 times 7"
     assert response.raw["id"] == "chatcmpl-1"
 
@@ -473,7 +469,7 @@ async def test_streamed_reasoning_is_thinking(server: ScriptedServer, openai: Ma
     final = chunks[-1].data
     assert final.thinking == "Let me think."
     assert final.stop_reason == StopReason.MAX_TOKENS
-    assert final.usage is None  # this server sent no usage chunk
+    assert final.usage == TokenUsage()  # this server sent no usage chunk: none is known
 
 
 async def test_stream_without_done_but_with_finish_reason_is_complete(

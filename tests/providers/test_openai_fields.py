@@ -83,14 +83,16 @@ async def test_a_streamed_refusal_is_shown_and_stops_as_refusal(
 
 
 async def test_a_refused_run_says_refused(server: ScriptedServer) -> None:
-    # A run streams its model calls; before, this run ended "end_turn" with empty output.
+    # A streamed run; before, this run ended "end_turn" with empty output.
     server.reply_sse(
         [server.event(chunk({"refusal": REFUSAL})), server.event(chunk({}, "stop")), server.event("[DONE]")]
     )
     provider = OpenAIProvider("gpt-test", base_url=f"{server.url}/v1", api_key="sk-test")
     try:
-        async with Agent(AgentConfig(model="gpt-test"), provider=provider) as agent:
-            result = await agent.run("Help me with something bad")
+        agent = Agent(AgentConfig(model="gpt-test"), provider=provider)
+        async with agent, agent.run_stream("Help me with something bad") as stream:
+            [event async for event in stream]
+            result = await stream.result()
     finally:
         await provider.aclose()
     assert result.refused and not result.ok

@@ -89,42 +89,42 @@ RECORDED = [
         CUT_OFF,
         [],
         StopReason.MAX_TOKENS,
-        TokenUsage(input_tokens=41, output_tokens=96, cache_read_tokens=6),
+        TokenUsage(input_tokens=41, output_tokens=96, cache_read_input_tokens=6),
     ),
     Recorded(
         "llamacpp_openai_stream_tool_call",
         BEFORE_TOOL,
         [OSLO_OPENAI],
         StopReason.TOOL_USE,
-        TokenUsage(input_tokens=228, output_tokens=56, cache_read_tokens=227),
+        TokenUsage(input_tokens=228, output_tokens=56, cache_read_input_tokens=227),
     ),
     Recorded(
         "llamacpp_openai_stream_after_tool_result",
         AFTER_TOOL,
         [],
         StopReason.END_TURN,
-        TokenUsage(input_tokens=318, output_tokens=24, cache_read_tokens=252),
+        TokenUsage(input_tokens=318, output_tokens=24, cache_read_input_tokens=252),
     ),
     Recorded(
         "llamacpp_anthropic_stream_text",
         "Hello, I'm here to help with any creative endeavors.",
         [],
         StopReason.END_TURN,
-        TokenUsage(input_tokens=23, output_tokens=13, cache_read_tokens=3),
+        TokenUsage(input_tokens=23, output_tokens=13, cache_read_input_tokens=3),
     ),
     Recorded(
         "llamacpp_anthropic_stream_tool_use",
         BEFORE_TOOL,
         [OSLO_ANTHROPIC],
         StopReason.TOOL_USE,
-        TokenUsage(input_tokens=228, output_tokens=56, cache_read_tokens=227),
+        TokenUsage(input_tokens=228, output_tokens=56, cache_read_input_tokens=227),
     ),
     Recorded(
         "llamacpp_anthropic_stream_after_tool_result",
         AFTER_TOOL,
         [],
         StopReason.END_TURN,
-        TokenUsage(input_tokens=318, output_tokens=24, cache_read_tokens=252),
+        TokenUsage(input_tokens=318, output_tokens=24, cache_read_input_tokens=252),
     ),
 ]
 
@@ -206,7 +206,9 @@ async def test_an_agent_sends_the_recorded_requests(server: ScriptedServer, wire
         async with Agent(config, provider=provider) as agent:
             agent.tools.unregister("read_tool_result")
             agent.tools.register_with_schema(TOOL["name"], TOOL["description"], WEATHER_SCHEMA, get_weather)
-            result = await agent.run(QUESTION)
+            async with agent.run_stream(QUESTION) as run:  # the recordings are streams
+                [event async for event in run]
+                result = await run.result()
     finally:
         await provider.aclose()
 

@@ -302,7 +302,10 @@ async def run_weather_agent(provider: LLMProvider) -> None:
 
     async with Agent(config, provider=provider) as agent:
         agent.tools.register_with_schema("get_weather", "Current weather", WEATHER, get_weather)
-        result = await agent.run("Weather in Oslo and Bergen?")
+        # A streamed run: a provider whose stream is the base one's makes create() calls.
+        async with agent.run_stream("Weather in Oslo and Bergen?") as run:
+            [event async for event in run]
+            result = await run.result()
     assert result.ok, result
 
 

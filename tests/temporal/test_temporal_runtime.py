@@ -154,17 +154,13 @@ async def test_approve_and_decline(backend: TemporalBackend, setup: TemporalSetu
     assert pending.status == "approval"
     with pytest.raises(UnknownExecutionKey):
         await runtime.resolve_tool(pending, retry=True)
-    handle = await runtime.approve(pending, resume=True)
-    assert handle is not None
-    done = await handle.result()
+    done = await runtime.approve(pending, resume=True)
     assert done.status is RunStatus.COMPLETED and done.output == "Done: safe_tool did ask first"
 
     # A second session; the decision comes from a runtime bound to none (it finds the session).
     declined = await AgentRuntime(AgentRef("approval", "v1"), backend=backend).run("no")
     other = AgentRuntime(AgentRef("approval", "v1"), backend=backend)
-    handle = await other.decline(declined.pending[0], resume=True)
-    assert handle is not None
-    assert (await handle.result()).output == "Done: Permission denied"
+    assert (await other.decline(declined.pending[0], resume=True)).output == "Done: Permission denied"
 
 
 async def test_busy_session_and_resume(backend: TemporalBackend) -> None:
@@ -290,9 +286,7 @@ async def test_bad_bindings_are_clear_errors(backend: TemporalBackend) -> None:
 async def test_history_replays_deterministically(backend: TemporalBackend) -> None:
     runtime = AgentRuntime(AgentRef("approval", "v1"), backend=backend)
     waiting = await runtime.run("replay me")
-    handle = await runtime.approve(waiting.pending[0], resume=True)
-    assert handle is not None
-    await handle.result()
+    await runtime.approve(waiting.pending[0], resume=True)
     await runtime.run("and again")
     history = await backend.handle(waiting.session_id).fetch_history()
     checker = replayer(registry, backend.client.data_converter)

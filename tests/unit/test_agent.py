@@ -19,6 +19,8 @@ from harnessx import (
     ProviderResponse,
     RetryPolicy,
     RunEventType,
+    RunFailed,
+    RunResult,
     RuntimeStateError,
     ScriptedProvider,
     ScriptedRequest,
@@ -74,14 +76,39 @@ async def test_multi_turn_conversation_with_two_tools() -> None:
     assert isinstance(provider, ScriptedProvider)
     tool_messages = provider.requests[1].tool_results
     assert [m["content"] for m in tool_messages] == ["sunny in Oslo", '{"fahrenheit": 68.0}']
-    assert all(not m["is_error"] for m in tool_messages)
+    # Content blocks, as harnessx 0.9.1 hands them to a provider (is_error only on errors).
+    assert all(m["type"] == "tool_result" and "is_error" not in m for m in tool_messages)
 
     second = await agent.run("What did I ask?")
     assert second.output == "You asked about Oslo."
     assert second.session_id == first.session_id and second.run_id != first.run_id
     # The second request carries the whole conversation so far.
-    roles = [m["role"] for m in provider.requests[2].messages]
-    assert roles == ["user", "assistant", "tool", "tool", "assistant", "user"]
+    messages = provider.requests[2].messages
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert [b["type"] for b in messages[1]["content"]] == ["text", "tool_use", "tool_use"]
+    assert [b["tool_use_id"] for b in messages[2]["content"]] == [b["id"] for b in messages[1]["content"][1:]]
+
+
+async def test_run_stream_payloads_are_typed_as_in_harnessx_0_9_1() -> None:
+    agent = weather_agent(TWO_TOOL_SCRIPT)
+    async with agent.run_stream("Weather?") as stream:
+        events = [event async for event in stream]
+    payloads = {event.type: type(event.data) for event in events}
+    assert payloads == {
+        RunEventType.TEXT_DELTA: str,
+        RunEventType.TEXT_COMPLETE: str,
+        RunEventType.TOOL_CALL_START: ToolCall,
+        RunEventType.TOOL_CALL_COMPLETE: ToolCall,
+        RunEventType.TOOL_RESULT: ToolResult,
+        RunEventType.TURN_COMPLETE: str,
+        RunEventType.RUN_RESULT: RunResult,
+    }
+    assert events[-2].data == "end_turn" and events[-1].data.output == "It is sunny in Oslo, 68F."
+    # Steps are iterations (from 1); the attempt is the model call's.
+    assert [(e.step_id, e.attempt_id) for e in events if e.type is RunEventType.TEXT_COMPLETE] == [
+        ("1", "1"),
+        ("2", "1"),
+    ]
 
 
 async def test_run_stream_event_order_and_cursors() -> None:
@@ -189,9 +216,9 @@ async def test_tool_exception_timeout_and_transient_retry() -> None:
     provider = agent.provider
     assert isinstance(provider, ScriptedProvider)
     boom_r, slow_r, flaky_r = provider.requests[1].tool_results
-    assert boom_r["is_error"] and "disk on fire" in boom_r["content"]
+    assert boom_r["is_error"] and boom_r["content"] == "Tool execution error: RuntimeError: disk on fire"
     assert slow_r["is_error"] and "timed out" in slow_r["content"]
-    assert flaky_r == {**flaky_r, "content": "ok", "is_error": False}
+    assert flaky_r["content"] == "ok" and "is_error" not in flaky_r
     assert len(attempts) == 3
 
 
@@ -248,7 +275,8 @@ async def test_tool_context_inside_sync_and_async_handlers() -> None:
         return "fine"
 
     result = await agent.run("go")
-    assert seen == [(f"{result.run_id}:0:x", 1, None)]
+    # Iterations count from 1 in execution keys, as in harnessx 0.9.1.
+    assert seen == [(f"{result.run_id}:1:x", 1, None)]
     with pytest.raises(RuntimeStateError):
         current_tool_context()
 
@@ -312,7 +340,9 @@ async def test_limits_truncation_refusal_and_tool_calls_ignored_on_those_stops()
     # Three model calls, then one last call with no tools offered, for the model's account.
     assert len(provider.requests) == 4
     assert provider.requests[-1].tools == [] and all(r.tools for r in provider.requests[:3])
-    assert "step limit" in provider.requests[-1].messages[-1]["content"]
+    # The notice follows the last tool results in the same user turn, as a text block.
+    *_, notice = provider.requests[-1].messages[-1]["content"]
+    assert notice["type"] == "text" and "step limit" in notice["text"]
 
     truncated = await weather_agent(
         [
@@ -375,44 +405,76 @@ async def test_agent_without_provider_constructs_then_fails_clearly(monkeypatch:
     # The original's defaults: an Anthropic model, whose missing key fails the run clearly.
     agent = Agent()
     assert (agent.config.provider, agent.config.model) == ("anthropic", "claude-sonnet-4-6")
+    # As in harnessx 0.9.1, run() reports the failure in the result instead of raising it.
     failed = await agent.run("hi")
-    assert failed.failed and failed.error is not None and "ANTHROPIC_API_KEY" in failed.error["message"]
+    assert failed.failed and failed.error is not None
+    assert failed.error["type"] == "ConfigurationError" and "ANTHROPIC_API_KEY" in failed.error["message"]
+    with pytest.raises(RunFailed, match="ANTHROPIC_API_KEY"):
+        failed.raise_for_status()
     # provider=None picks one from the environment, and says what to set when there is none.
-    auto = Agent(config=AgentConfig(provider=None))
-    with pytest.raises(ConfigurationError, match="ANTHROPIC_API_KEY"):
-        await auto.run("hi")
+    unconfigured = await Agent(config=AgentConfig(provider=None)).run("hi")
+    assert unconfigured.failed and unconfigured.error is not None
+    assert unconfigured.error["type"] == "ConfigurationError"
+    assert "ANTHROPIC_API_KEY" in unconfigured.error["message"]
     # The failed attempt does not leave the agent stuck.
     agent._provider = ScriptedProvider(["now it works"])
     assert (await agent.run("hi")).output == "now it works"
 
 
-async def test_hooks_fire_and_a_failing_hook_is_not_fatal(caplog: pytest.LogCaptureFixture) -> None:
+async def test_hooks_fire_with_their_payloads_and_a_failing_hook_is_not_fatal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     agent = weather_agent(TWO_TOOL_SCRIPT)
-    checkpoints: list[dict[str, object]] = []
-    agent.hooks.on(HookEvent.CHECKPOINT, lambda ctx: checkpoints.append(ctx.data))
+    heard: list[tuple[str, set[str]]] = []
+    for event in HookEvent:
+        agent.hooks.on(event, lambda ctx: heard.append((ctx.event.value, set(ctx.data))))
 
     def broken(ctx: object) -> None:
         raise ValueError("hook bug")
 
-    agent.hooks.on(HookEvent.TOOL_START, broken)
+    registration = agent.hooks.on(HookEvent.TOOL_CALL_START, broken)
     result = await agent.run("go")
-    assert result.ok
-    assert checkpoints and all(set(c) == {"session_id", "run_id", "status", "phase"} for c in checkpoints)
-    phases = [c["phase"] for c in checkpoints]
-    for phase in (
-        "prepare_model_call",
-        "model_call",
-        "prepare_tools",
-        "dispatch",
-        "raw_result",
-        "completed_result",
-    ):
-        assert phase in phases
-    assert phases[-1] == "finish" and checkpoints[-1]["status"] == "completed"
-    assert "hook bug" in caplog.text
+    assert result.ok and "hook bug" in caplog.text
+    tool_call, llm_request = {"tool_call"}, set(LLM_REQUEST_KEYS)
+    assert heard == [
+        ("agent_start", {"message"}),
+        ("loop_iteration_start", {"iteration"}),
+        ("llm_request", llm_request),
+        ("llm_response", {"response", "stop_reason", "provider"}),
+        ("tool_call_start", tool_call),
+        ("tool_call_start", tool_call),
+        ("tool_call_end", {"tool_call", "result"}),
+        ("tool_call_end", {"tool_call", "result"}),
+        ("loop_iteration_end", {"iteration"}),
+        ("loop_iteration_start", {"iteration"}),
+        ("llm_request", llm_request),
+        ("llm_response", {"response", "stop_reason", "provider"}),
+        ("loop_iteration_end", {"iteration"}),
+        ("agent_end", {"result"}),
+    ]
+    # A run in memory has no checkpoints; durable runs announce them (tests/integration).
+    assert not any(name == "checkpoint" for name, _ in heard)
+    registration.close()
+    registration.close()  # idempotent
+    caplog.clear()
+    await agent.run("again")
+    assert "hook bug" not in caplog.text
+
+
+LLM_REQUEST_KEYS = (
+    "system",
+    "model",
+    "max_tokens",
+    "temperature",
+    "stream",
+    "message_count",
+    "tool_count",
+    "prefix_key",
+)
 
 
 async def test_middleware_transforms_requests_and_results() -> None:
+    """The shorthand functions of this project, beside 0.9.1's class API."""
     agent = weather_agent(TWO_TOOL_SCRIPT)
 
     @agent.middleware.add_request

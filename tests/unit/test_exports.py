@@ -74,8 +74,15 @@ def test_private_modules_declare_all() -> None:
 
 
 def test_error_hierarchy() -> None:
+    # The second bases of harnessx 0.9.1, so that its programs' except clauses still catch.
     assert issubclass(harnessx.ConfigurationError, ValueError)
     assert issubclass(harnessx.UnknownExecutionKey, KeyError)
+    assert issubclass(harnessx.RuntimeStateError, RuntimeError)
+    assert issubclass(harnessx.ResolutionError, ValueError)
+    assert issubclass(harnessx.StorageError, RuntimeError)
+    assert issubclass(harnessx.ToolApprovalRequired, RuntimeError)
+    assert issubclass(harnessx.ToolNotFoundError, LookupError)
+    assert harnessx.UnknownExecutionKey("k").execution_key == "k"
     for name in ("SessionBusyError", "LeaseLostError", "SchemaError"):
         assert issubclass(getattr(harnessx, name), harnessx.StorageError)
     for name in (
@@ -126,5 +133,7 @@ def test_enum_values() -> None:
         "todos_updated",
         "waiting",
         "run_result",
+        "tool_call_delta",
+        "gap",
     }
     assert harnessx.HookEvent.CHECKPOINT.value == "checkpoint"

@@ -4,7 +4,6 @@ guard, repeated calls, and slow-model notices (the original harnessx 0.9.1's beh
 from __future__ import annotations
 
 import asyncio
-import json
 
 from harnessx import (
     Agent,
@@ -54,7 +53,7 @@ async def test_the_limit_asks_once_more_without_tools_or_fails_when_told_to() ->
     result = await agent.run("go")
     assert result.limited and result.output == "I ticked twice; nothing else is left."
     last = script_of(agent).requests[-1]
-    assert last.tools == [] and "step limit" in last.messages[-1]["content"]
+    assert last.tools == [] and "step limit" in last.messages[-1]["content"][-1]["text"]
     # The call the last reply made anyway is answered, not run: the conversation stays valid.
     assert agent.memory.get_messages()[-1]["content"][0]["content"].startswith("Not executed")
 
@@ -109,7 +108,7 @@ async def test_a_large_result_reaches_the_model_as_a_preview_and_reads_back() ->
     )
     # The stream still carries the whole result.
     results = [e for e in events if e.type is RunEventType.TOOL_RESULT]
-    assert len(json.dumps(results[0].data)) > len(big)
+    assert len(results[0].data.content) >= len(big)
     # The limit is Limits.max_result_chars.
     small = Agent(
         provider=ScriptedProvider([*replies[:1], "ok"]),
@@ -155,7 +154,8 @@ async def test_the_task_list_tools_and_their_events() -> None:
     # read_todos after write_todos in the same reply sees the new list.
     assert "[~] Look it up" in requests[1].tool_results[1]["content"]
     # The open list is shown at the end of the next request, not in the system prompt.
-    assert "[Task list, 0/2 complete]" in requests[1].messages[-1]["content"]
+    *_, reminder = requests[1].messages[-1]["content"]
+    assert reminder["type"] == "text" and reminder["text"].startswith("[Task list, 0/2 complete]")
     assert agent.todos == done
     # A later run of the session carries the list on.
     await agent.run("and now?")
@@ -207,7 +207,7 @@ async def test_dedupe_calls_runs_an_identical_call_once_per_run() -> None:
     assert (await agent.run("one")).output == "first" and ran == ["milk"]
     assert script_of(agent).requests[2].tool_results[0] == {
         **script_of(agent).requests[2].tool_results[0],
-        "tool_call_id": "b",
+        "tool_use_id": "b",
         "content": "1 hit",
     }
     assert (await agent.run("two")).output == "second" and ran == ["milk", "milk"]  # per run

@@ -444,12 +444,15 @@ WHERE tc.execution_key = $1;
 SELECT tc.execution_key
 FROM tool_calls tc JOIN runs r ON r.id = tc.run_id
 WHERE r.session_id = $1 AND tc.status = 'completed'
-  AND tc.execution_key = tc.run_id || ':' || tc.iteration || ':' || $2
+  -- The key counts the iteration from 1 (from 0 in keys written before 0.2).
+  AND tc.execution_key IN (tc.run_id || ':' || (tc.iteration + 1) || ':' || $2,
+                           tc.run_id || ':' || tc.iteration || ':' || $2)
 ORDER BY r.created_at DESC, tc.iteration DESC LIMIT 1;
 
 -- name: read_events
--- A page of a run's events behind a cursor.
-SELECT seq, event_id, type, step_id, attempt_id, data::text, run_id
+-- A page of a run's events behind a cursor, with the run's session.
+SELECT seq, event_id, type, step_id, attempt_id, data::text, run_id,
+       (SELECT session_id FROM runs WHERE id = $1)
 FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3;
 
 -- name: requeue_run

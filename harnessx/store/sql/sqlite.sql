@@ -159,13 +159,16 @@ WHERE tc.execution_key = ?;
 -- The latest answered call of a session with this tool call id (for read_tool_result).
 SELECT tc.execution_key
 FROM tool_calls tc JOIN runs r ON r.id = tc.run_id
-WHERE r.session_id = ? AND tc.status = 'completed'
-  AND tc.execution_key = tc.run_id || ':' || tc.iteration || ':' || ?
+WHERE r.session_id = ?1 AND tc.status = 'completed'
+  -- The key counts the iteration from 1 (from 0 in keys written before 0.2).
+  AND tc.execution_key IN (tc.run_id || ':' || (tc.iteration + 1) || ':' || ?2,
+                           tc.run_id || ':' || tc.iteration || ':' || ?2)
 ORDER BY r.created_at DESC, tc.iteration DESC LIMIT 1;
 
 -- name: read_events
--- A page of a run's events behind a cursor.
-SELECT seq, event_id, type, step_id, attempt_id, data, run_id
+-- A page of a run's events behind a cursor, with the run's session.
+SELECT seq, event_id, type, step_id, attempt_id, data, run_id,
+       (SELECT session_id FROM runs WHERE id = ?)
 FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?;
 
 -- name: requeue_run

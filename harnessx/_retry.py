@@ -1,0 +1,112 @@
+"""Which model-call failures are worth another attempt, and how long to wait first.
+
+One retry path for every provider: the driver retries a failed model call under the
+agent's ``RetryPolicy`` when ``is_transient`` says another attempt may succeed, whatever
+the provider (the built-in HTTP ones make a single attempt each time they are called).
+A provider can decide for itself by defining ``is_transient(exc) -> bool`` and
+``retry_after(exc) -> float | None``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from harnessx._errors import ContextOverflowError, ProviderError
+from harnessx.providers._http import RETRYABLE_STATUS_CODES, parse_retry_after
+
+__all__ = ["is_rate_limited", "is_transient", "retry_after"]
+
+# Messages that say "try again later" when an exception carries nothing better.
+_TRANSIENT_WORDS = (
+    "rate limit",
+    "rate_limit",
+    "too many requests",
+    "overloaded",
+    "temporarily unavailable",
+    "service unavailable",
+    "bad gateway",
+    "gateway timeout",
+    "timed out",
+    "connection reset",
+)
+# ... and ones that say no number of attempts will help, whatever the status says.
+_PERMANENT_WORDS = (
+    "quota",
+    "billing",
+    "credit balance",
+    "payment required",
+    "context length",
+    "prompt is too long",
+)
+
+
+def is_transient(exc: BaseException, provider: Any = None) -> bool:
+    """True when one more attempt at the same call could plausibly succeed."""
+    classify = getattr(provider, "is_transient", None)
+    if callable(classify):
+        try:
+            return bool(classify(exc))
+        except Exception:  # a broken classifier must not turn a failure into a crash
+            pass
+    if isinstance(exc, ProviderError):
+        return exc.retryable
+    if isinstance(exc, ContextOverflowError):
+        return False
+    text = str(exc).lower()
+    if any(word in text for word in _PERMANENT_WORDS):
+        return False
+    status = _status_of(exc)
+    if status is not None:
+        return status in RETRYABLE_STATUS_CODES or status >= 500
+    if isinstance(exc, TimeoutError | ConnectionError | asyncio.TimeoutError | httpx.TransportError):
+        return True
+    return any(word in text for word in _TRANSIENT_WORDS)
+
+
+_RATE_LIMIT_WORDS = ("rate limit", "rate_limit", "too many requests", "overloaded")
+
+
+def is_rate_limited(exc: BaseException, provider: Any = None) -> bool:
+    """True for a throttle (429) or an overload (529): the same call is welcome a little
+    later, so it earns the deeper ``RetryPolicy.rate_limit_attempts``."""
+    classify = getattr(provider, "is_rate_limited", None)
+    if callable(classify):
+        try:
+            return bool(classify(exc))
+        except Exception:
+            pass
+    status = _status_of(exc)
+    if status is not None:
+        return status in (429, 529)
+    text = str(exc).lower()
+    return any(word in text for word in _RATE_LIMIT_WORDS) and not any(w in text for w in _PERMANENT_WORDS)
+
+
+def retry_after(exc: BaseException, provider: Any = None) -> float | None:
+    """The wait the server asked for before the next attempt, in seconds, if it said."""
+    reader = getattr(provider, "retry_after", None)
+    if callable(reader):
+        try:
+            value = reader(exc)
+            return None if value is None else max(0.0, float(value))
+        except Exception:
+            pass
+    if isinstance(exc, ProviderError):
+        return exc.retry_after
+    for holder in (getattr(exc, "response", None), exc):
+        headers = getattr(holder, "headers", None)
+        if isinstance(headers, Mapping | httpx.Headers):
+            return parse_retry_after({str(k).lower(): str(v) for k, v in headers.items()})
+    return None
+
+
+def _status_of(exc: BaseException) -> int | None:
+    for name in ("status_code", "status", "http_status", "code"):
+        value = getattr(exc, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value < 600:
+            return value
+    return None
