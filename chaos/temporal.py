@@ -201,7 +201,9 @@ class Fleet:
                 continue
             stream = await _all_events(events, key.split(":", 1)[0])
             if not any(
-                e.type.value == "tool_call_complete" and e.data.get("execution_key") == key for e in stream
+                # The event carries the call; its key is run:step:call (the step is the iteration).
+                e.type.value == "tool_call_complete" and f"{e.run_id}:{e.step_id}:{e.data.id}" == key
+                for e in stream
             ):
                 hit.add(key)
         return hit

@@ -306,7 +306,7 @@ class Worker:
         self.metrics.start_failures.labels(cause="corrupt_state", outcome="failed").inc()
         logger.error("run %s failed: %s", record.id, exc)
         error = {"type": type(exc).__name__, "message": str(exc)}
-        await self.executor.end_run(lease, record, RunStatus.FAILED, "error", error)
+        await self.executor.end_run(lease, record, RunStatus.FAILED, "", error)
         await self.store.release(lease)
 
     async def _start_failed(
@@ -323,7 +323,7 @@ class Worker:
             )
             logger.error("run %s failed: %s", record.id, message, exc_info=exc)
             error = {"type": type(exc).__name__, "message": message}
-            await self.executor.end_run(lease, record, RunStatus.FAILED, "error", error, state)
+            await self.executor.end_run(lease, record, RunStatus.FAILED, "", error, state)
         else:
             self.metrics.start_failures.labels(cause="agent", outcome="retried").inc()
             retry_in = policy.retry_in(attempt)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from harnessx._agent import Agent
 from harnessx._committer import RunFeed, StoreCommitter
 from harnessx._driver import Driver, RunControl
+from harnessx._engine import step_id
 from harnessx._errors import LeaseLostError, StorageError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._journal import RunJournal, step_of
@@ -159,7 +160,9 @@ class RunExecutor:
 
     @staticmethod
     def _run_event(record: RunRecord, kind: RunEventType, data: object) -> RunEvent:
-        return RunEvent(kind, data, record.session_id, record.id, str(record.result.get("iteration", "")), "")
+        iteration = record.result.get("iteration")
+        step = step_id(iteration) if isinstance(iteration, int) else ""
+        return RunEvent(kind, data, record.session_id, record.id, step, "")
 
     async def _journal(self, state: RunState, last_seq: int, resumed: bool) -> RunJournal:
         """The journal of this execution of a recorded run, numbering model attempts on from

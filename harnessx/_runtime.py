@@ -748,7 +748,7 @@ class AgentRuntime:
                     raise
                 # Its state cannot be read, and cancelling must still work: end it from its
                 # row alone (nothing was decided on what the state says).
-                await self._executor.end_run(lease, record, RunStatus.CANCELLED, "cancelled")
+                await self._executor.end_run(lease, record, RunStatus.CANCELLED, "")
                 return
             engine = self.agent.engine(durable=True)
             delta = engine.pause(state) if request == "pause" else engine.cancel(state)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from durable_support import BackendTarget
 
 from harnessx._events import RunEvent, RunEventType
+from harnessx._results import RunResult, RunStatus
 from harnessx._state import Delta, Phase
 
 
@@ -64,8 +65,10 @@ async def test_ending_a_run_without_its_state(target: BackendTarget) -> None:
         ((lease, run_id),) = await store.claim_queued("w", ["safe@v1"], 5)
         await store.defer_start(lease, run_id, attempts=4, retry_in=0, events=[notice("a")])
         closing = [
-            RunEvent(RunEventType.ERROR, {"type": "X", "message": "m"}, "s", run_id, "run", "run"),
-            RunEvent(RunEventType.RUN_RESULT, {"status": "failed"}, "s", run_id, "run", "run"),
+            RunEvent(RunEventType.ERROR, "m", "s", run_id, "1", ""),
+            RunEvent(
+                RunEventType.RUN_RESULT, RunResult("s", run_id, status=RunStatus.FAILED), "s", run_id, "1", ""
+            ),
         ]
         error = {"type": "X", "message": "m"}
         await store.end_run(lease, run_id, status="failed", stop_reason="error", error=error, events=closing)

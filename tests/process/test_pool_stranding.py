@@ -148,7 +148,7 @@ async def test_a_run_whose_rows_are_corrupt_fails_at_once_and_is_never_claimed_a
     assert record is not None and (record.status, record.queued) == ("failed", False)
     failed = [line for line in log_lines(worker) if "role 'wizard'" in line["message"]]
     assert len(failed) == 1 and failed[0]["level"] == "ERROR"
-    assert [line["key"] for line in ledger(pool.ledger_path)] == [f"{healthy.run_id}:0:call_0"]
+    assert [line["key"] for line in ledger(pool.ledger_path)] == [f"{healthy.run_id}:1:call_0"]
 
 
 async def test_deleting_a_runs_session_under_its_worker_ends_the_follower(pool: Pool) -> None:

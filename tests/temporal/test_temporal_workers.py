@@ -113,12 +113,10 @@ async def test_approval_survives_a_worker_restart_and_events_follow_across_it(
     first.kill()
     # The decision is made while no worker runs: the update waits for one.
     second = setup.worker("second")
-    resumed = await asyncio.wait_for(runtime.approve(pending, resume=True), 60)
-    assert resumed is not None
-    done = await asyncio.wait_for(resumed.result(), 60)
+    done = await asyncio.wait_for(runtime.approve(pending, resume=True), 60)
     assert done.status is RunStatus.COMPLETED, second.text()[-3000:]
     assert done.output == "Done: safe_tool did deploy"
-    later = [e async for e in resumed.events(after=cursor)]
+    later = [e async for e in follower.events(after=cursor)]
     assert [int(e.cursor or 0) for e in later] == list(range(int(cursor) + 1, int(cursor) + 1 + len(later)))
     kinds = [e.type for e in later]
     assert kinds[0] is RunEventType.TOOL_CALL_START and kinds[-1] is RunEventType.RUN_RESULT
