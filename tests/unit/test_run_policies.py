@@ -257,7 +257,13 @@ async def test_old_tool_results_are_cleared_from_a_request_over_max_context_toke
     result = await agent.run("read every page")
     assert result.ok
     last = script_of(agent).requests[-1].messages
-    answers = [m["content"] for m in last if m.get("role") == "tool"]
+    answers = [
+        block["content"]
+        for m in last
+        if isinstance(m["content"], list)
+        for block in m["content"]
+        if block.get("type") == "tool_result"
+    ]
     cleared = [i for i, text in enumerate(answers) if text == CLEARED_TOOL_RESULT]
     # The oldest answers were cleared from the request; the newest ones are whole.
     assert cleared and answers[-1].startswith("page 5:")
@@ -300,7 +306,7 @@ async def test_a_silence_inside_a_stream_is_noticed_in_order_with_its_deltas() -
     async with agent.run_stream("hi") as stream:
         async for event in stream:
             if event.type is RunEventType.TEXT_DELTA:
-                seen.append(("text", event.data["text"]))
+                seen.append(("text", event.data))
             elif event.type is RunEventType.WAITING:
                 seen.append(("waiting", event.data["seconds"]))
                 if sum(kind == "waiting" for kind, _ in seen) == 2:
