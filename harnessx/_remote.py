@@ -8,7 +8,6 @@ such a backend is a ``RemoteRuntime``; everything a program calls is the same.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -146,23 +145,21 @@ class RemoteRuntime(AgentRuntime):
         self._state = RuntimeState.RUNNING
 
     async def stop(self) -> dict[str, Any]:
-        """Stop this client and return its last ``status()`` (``state`` ``"stopped"``). The
-        session's run pauses at its next boundary (active tools settle on the workers), as a
-        local runtime's does; ``resume()`` continues it. Returns once the request is
-        recorded, without waiting for the pause."""
+        """Stop this client and return its status (``state`` ``"stopped"``). The session's
+        run pauses at its next boundary (active tools settle on the workers), as a local
+        runtime's does; ``resume()`` continues it. Returns once the request is recorded,
+        without waiting for the pause, nor for a worker: so ``"run"`` is ``None`` here
+        (reading a run asks a worker; ``status()`` before ``stop()`` has it)."""
         if self._state is RuntimeState.STOPPED:
             assert self._last_status is not None
             return self._last_status
-        last: dict[str, Any] = {"session_id": self._session_id or "", "run": None}
+        sid = self._session_id
         try:
-            sid = self._session_id
             if sid is not None and self._ready_done:
-                with contextlib.suppress(Exception):  # stopping must not fail on a status read
-                    last = await self.status()
                 await self._remote.request_pause(sid, self._last_run(sid))
         finally:
             self._state = RuntimeState.STOPPED
-            self._last_status = {**last, "state": RuntimeState.STOPPED.value}
+            self._last_status = {"session_id": sid or "", "run": None, "state": RuntimeState.STOPPED.value}
             if self._agent is not None:
                 await self._agent.aclose()
         return self._last_status
