@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from harnessx import Limits, PermissionManager, ProviderResponse, ToolCall, ToolRegistry, ToolResult
-from harnessx._engine import CallModel, CompleteResult, Dispatch, Engine, Step, Stop
+from harnessx._engine import CallModel, CompleteResult, Dispatch, Engine, PrepareTools, Step, Stop
 from harnessx._events import RunEventType
 from harnessx._results import RunStatus
 from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus
@@ -57,8 +57,12 @@ class Committed:
         self.state.apply(delta)
 
     def step(self) -> Step:
-        """The engine's next step; a pure transition is committed on the spot."""
+        """The engine's next step; a pure transition is committed on the spot, and so are
+        the calls to prepare (no tool middleware here: they are prepared as the model made
+        them)."""
         step = self.engine.next_step(self.state)
+        if isinstance(step, PrepareTools):
+            step = self.engine.prepare_tools(self.state, list(step.calls))
         if isinstance(step, Delta):
             self.commit(step)
         return step
@@ -159,14 +163,15 @@ def test_a_dispatched_manual_call_waits_for_reconciliation_after_a_crash() -> No
     assert recovered is not None
     (moved,) = recovered.tools
     assert moved.status is ToolStatus.UNCERTAIN and moved.attempt == 1
-    assert kinds(recovered) == [RunEventType.RECOVERY_REQUIRED]
-    assert recovered.events[0].data["execution_key"] == key(run)
-    assert recovered.events[0].data["policy"] == "manual"
+    assert kinds(recovered) == []  # announced when the run stops to wait, as 0.9.1 does
 
     after = run.crash()
     stopped = after.step()
     # Never dispatched again on its own: the run waits for a person.
     assert isinstance(stopped, Delta) and stopped.run["status"] is RunStatus.AWAITING_INPUT
+    assert kinds(stopped) == [RunEventType.RECOVERY_REQUIRED, RunEventType.RUN_RESULT]
+    assert stopped.events[0].data["execution_key"] == key(run)
+    assert stopped.events[0].data["policy"] == "manual"
     (pending,) = after.state.result().pending
     assert pending.execution_key == key(run) and pending.status == "uncertain" and pending.attempt == 1
     assert isinstance(after.step(), Stop)
@@ -210,8 +215,10 @@ def test_an_uncertain_call_resolved_with_abort_ends_the_run_cancelled() -> None:
     run = calling("manual")
     dispatch(run)
     after = reconcile(run, result=None, retry=False, abort=True)
-    assert after.state.status is RunStatus.CANCELLED and after.state.stop_reason == "aborted"
-    assert after.state.tools[key(run)].status is ToolStatus.COMPLETED
+    # A run's stop reason is empty unless it completed (0.9.1's shape).
+    assert after.state.status is RunStatus.CANCELLED and after.state.stop_reason == ""
+    # Nothing is undone: the call stays uncertain (the next run's request answers it).
+    assert after.state.tools[key(run)].status is ToolStatus.UNCERTAIN
     assert isinstance(after.engine.next_step(after.state), Stop)
     assert after.engine.recover(after.reload()) is None and after.engine.reopen(after.state) is None
 
