@@ -25,16 +25,27 @@ from harnessx.providers import OpenAIProvider
 async def vendor() -> AsyncIterator[FakeVendor]:
     served = FakeVendor()
     await served.start()
+    providers.clear()
     yield served
+    for provider in providers:  # injected into their agents: the test's to close
+        await provider.aclose()
     await served.stop()
 
 
+providers: list[OpenAIProvider] = []
+
+
 def vendor_agent(vendor: FakeVendor, model: str) -> Agent:
-    provider = OpenAIProvider(
-        model, api_key="sk-test-not-a-secret", base_url=vendor.base_url, retry=RetryPolicy(attempts=3)
-    )
+    provider = OpenAIProvider(model, api_key="sk-test-not-a-secret", base_url=vendor.base_url)
+    providers.append(provider)
     return Agent(
-        config=AgentConfig(model=model, system_prompt="Be brief.", max_tokens=50, planning=False),
+        config=AgentConfig(
+            model=model,
+            system_prompt="Be brief.",
+            max_tokens=50,
+            planning=False,
+            retry=RetryPolicy(attempts=3),  # the one retry path: the driver's, for every provider
+        ),
         provider=provider,
     )
 
