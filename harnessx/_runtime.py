@@ -157,6 +157,9 @@ class AgentRuntime:
         self._unwritten: NewSession | None = None
         self._state = RuntimeState.INITIALIZING
         self._last_status: dict[str, Any] | None = None
+        # The latest status this runtime knows without reading the store (what status()
+        # last read, or the result of the run it drove last), for stop() to return.
+        self._known: dict[str, Any] | None = None
         self._active: Execution | None = None
         self._keeper: LeaseKeeper | None = None
         self._executor: RunExecutor | None = None
@@ -280,8 +283,10 @@ class AgentRuntime:
 
     async def stop(self) -> dict[str, Any]:
         """Pause local work at its next boundary, release leases, close the agent and any
-        backend this runtime created. Returns the last ``status()``, with ``state``
-        ``"stopped"``. Safe to call more than once."""
+        backend this runtime created. Returns the status this runtime last knew (what
+        ``status()`` last read, or the result of the run it drove last; ``"run"`` ``None``
+        when it knows neither), with ``state`` ``"stopped"``, without reading the store.
+        Safe to call more than once."""
         if self._state is RuntimeState.STOPPED:
             assert self._last_status is not None
             return self._last_status
@@ -293,9 +298,8 @@ class AgentRuntime:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await active.task
             await self._write_session()  # a session started without a run still exists after
-            if self._session_id is not None and self._ready_done:
-                with contextlib.suppress(StorageError):
-                    last = await self.status()
+            if self._known is not None and self._known["session_id"] == self._session_id:
+                last = dict(self._known)  # no store read: stopping costs no round trip
         finally:
             if self._keeper is not None:
                 await self._keeper.aclose()
@@ -562,6 +566,7 @@ class AgentRuntime:
             stream=stream,
         )
         self._active = execution
+        execution.task.add_done_callback(self._remember_result)
         limit = self.config.max_session_duration_seconds
         if limit is not None and self._bound_at is not None:
             left = max(0.0, limit - (time.monotonic() - self._bound_at))
@@ -813,7 +818,13 @@ class AgentRuntime:
         status: dict[str, Any] = {"session_id": sid, "state": self._state.value, "run": run}
         if self.pooled and record is not None:
             status["schedule"] = await self._schedule_of(store, record.id)
+        self._known = {k: v for k, v in status.items() if k != "state"}
         return status
+
+    def _remember_result(self, task: asyncio.Task[RunResult]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            result = task.result()
+            self._known = {"session_id": result.session_id, "run": result}
 
     async def checkpoint(self) -> RunRecord | None:
         """The latest run of the bound session as stored. Every boundary is already

@@ -126,7 +126,7 @@ async def workload(store: Any, other: Any) -> None:
         waiting = await runtime.run("Write the report.")
         (pending,) = waiting.pending
         resumed = await runtime.approve(pending, resume=True)
-        assert resumed is not None and (await resumed.result()).ok
+        assert resumed is not None and resumed.ok  # approve(resume=True) returns the RunResult
     lease = await store.claim(waiting.session_id, "holder")
     await store.renew([lease])
     await store.pending_controls()

@@ -74,7 +74,7 @@ async def test_a_session_started_without_a_run_is_written_when_the_runtime_stops
         runtime = AgentRuntime(make_agent(), backend=store)
         session_id = await runtime.start()
         assert await store.get_session(session_id) is None  # written with its first run
-        assert (await runtime.status())["state"] == "idle"
+        assert (await runtime.status())["run"] is None  # no run yet
         await runtime.stop()
         assert await store.get_session(session_id) is not None
         async with AgentRuntime(make_agent(), backend=store) as later:
