@@ -5,7 +5,8 @@ then an answer; tools write ``$HX_LEDGER`` and sleep ``$HX_SLOW_TOOL``), ``appro
 tool needs a person's approval first (set on the agent, not at registration), and ``flaky`` /
 ``flaky_manual``, whose tool (``safe`` with ``ToolRetry(attempts=3)``, or ``manual``) raises
 ``TransientToolError`` on its first ``$HX_FLAKY_FAILURES`` tries of a call (each try writes a
-ledger line first; ``$HX_LEDGER`` must be set).
+ledger line first; ``$HX_LEDGER`` must be set); ``hooked``, the ``safe`` agent noting every
+hook it fires in ``$HX_HOOKS``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from harnessx import (
     Agent,
     AgentConfig,
     AgentRegistry,
+    HookContext,
+    HookEvent,
     PermissionLevel,
     ToolRetry,
     TransientToolError,
@@ -56,9 +59,30 @@ def _flaky(policy: str) -> Agent:
     return agent
 
 
+def _hooked() -> Agent:
+    """``safe``, with a callback on every hook event appending it to ``$HX_HOOKS``."""
+    agent = ledger_agent("safe")
+
+    def note(context: HookContext) -> None:
+        path = os.environ.get("HX_HOOKS")
+        if path:
+            data = {k: v for k, v in context.data.items() if isinstance(v, str | int)}
+            if context.event is HookEvent.AGENT_END:
+                data["result"] = context.data["result"].status.value
+            if "tool_call" in context.data:
+                data["tool"] = context.data["tool_call"].name
+            with open(path, "a", encoding="utf-8") as lines:
+                lines.write(json.dumps({"event": context.event.value, **data}) + "\n")
+
+    for event in HookEvent:
+        agent.hooks.on(event, note)
+    return agent
+
+
 registry = AgentRegistry()
 for _policy in LEDGER_POLICIES:
     registry.register(_policy, lambda policy=_policy: ledger_agent(policy), version="v1")
 registry.register("approval", _approval, version="v1")
 registry.register("flaky", lambda: _flaky("safe"), version="v1")
 registry.register("flaky_manual", lambda: _flaky("manual"), version="v1")
+registry.register("hooked", _hooked, version="v1")

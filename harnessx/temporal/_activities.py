@@ -31,7 +31,7 @@ from harnessx._events import RunEvent, RunEventType
 from harnessx._hooks import HookEvent
 from harnessx._logging import log_context
 from harnessx._registry import AgentRef, AgentRegistry
-from harnessx._results import ToolResult
+from harnessx._results import RunResult, ToolResult
 from harnessx._state import Delta, RunState
 from harnessx._tools import RetryWanted
 from harnessx.temporal._codec import response_to_dict, state_from_dict
@@ -306,8 +306,19 @@ class SessionActivities:
 
     @activity.defn(name=ACTIVITY_PUBLISH)
     async def publish(self, args: dict[str, Any]) -> int:
+        """Publish a boundary's events, then fire the agent's hooks the workflow names."""
         events = [RunEvent.from_dict(e) for e in args["events"]]
-        return await self.events.publish(str(args["run_id"]), events)
+        last = await self.events.publish(str(args["run_id"]), events) if events else 0
+        hooks = args.get("hooks") or []
+        if hooks:
+            agent = _definition(self._agent, str(args["agent"]))
+            for hook in hooks:
+                event = HookEvent(hook["event"])
+                data = dict(hook["data"])
+                if event is HookEvent.AGENT_END:
+                    data["result"] = RunResult.from_dict(data["result"])
+                await agent.hooks.fire(event, agent, **data)
+        return last
 
 
 def _definition(build: Callable[[str], Agent], ref: str) -> Agent:

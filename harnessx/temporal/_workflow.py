@@ -18,6 +18,7 @@ diverge: give changed tools or permissions a new version (see docs/temporal.md).
 from __future__ import annotations
 
 import asyncio
+import copy
 from datetime import timedelta
 from typing import Any
 
@@ -26,7 +27,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from harnessx._agent import Agent
+from harnessx._driver import _fresh, checkpoint_phase
 from harnessx._engine import AskApproval, CallModel, CompleteResult, Dispatch, Engine, PrepareTools, Stop
+from harnessx._events import RunEventType
+from harnessx._hooks import HookEvent
 from harnessx._policies import ToolRetry
 from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import RunStatus, ToolResult
@@ -51,6 +55,9 @@ ACTIVITY_TOOL = "harnessx.tool.v1"
 ACTIVITY_RESULT = "harnessx.result.v1"
 ACTIVITY_PUBLISH = "harnessx.publish.v1"
 
+# The patch marker of firing the agent's workflow-side hooks (CHECKPOINT and the run's
+# lifecycle) from the publish activity; histories recorded before it replay without them.
+_HOOKS_PATCH = "harnessx-hooks-1"
 _UNFINISHED = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.AWAITING_INPUT})
 # Everything the engine reads fits in memory; a finished run keeps only its summary.
 _SUMMARY_FIELDS = ("request_id", "message")
@@ -164,17 +171,63 @@ class SessionWorkflow:
                 event.session_id = event.session_id or self.session_id
                 events.append(event.to_dict())
             self.data["runs"].setdefault(state.run_id, {})["status"] = state.status.value
+            # As the driver announces every commit of a durable run: after it is recorded.
+            hooks = [
+                self._hook(
+                    HookEvent.CHECKPOINT,
+                    session_id=state.session_id,
+                    run_id=state.run_id,
+                    status=state.status.value,
+                    phase=checkpoint_phase(state),
+                ),
+                *(
+                    self._hook(HookEvent.TODOS_UPDATED, **copy.deepcopy(event.data))
+                    for event in delta.events
+                    if event.type is RunEventType.TODOS_UPDATED
+                ),
+            ]
+            last = await self._publish(state.run_id, events, hooks)
             if events:
-                # A local activity, retried until the event sink takes them: a follower never
-                # misses a committed event, and a sink outage holds the run at this boundary.
-                last = await workflow.execute_local_activity(
-                    ACTIVITY_PUBLISH,
-                    {"run_id": state.run_id, "events": events},
-                    start_to_close_timeout=timedelta(seconds=10),
-                    retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5)),
-                )
                 # The sink's cursor (it also numbers streamed text): where a follower is done.
                 self.data["cursors"][state.run_id] = int(last)
+
+    def _hook(self, event: HookEvent, **data: Any) -> dict[str, Any] | None:
+        """A hook to fire on the worker, if the agent listens to ``event`` (its definition is
+        the registry's, so this is the same on every replay)."""
+        definition = self._definition
+        if definition is None or not definition.hooks.has(event):
+            return None
+        return {"event": event.value, "data": data}
+
+    async def fire(self, *hooks: dict[str, Any] | None) -> None:
+        """Fire hooks that belong to no commit (a run starting, an iteration or a run ending)."""
+        state = self.state
+        assert state is not None
+        await self._publish(state.run_id, [], list(hooks))
+
+    async def _publish(self, run_id: str, events: list[dict[str, Any]], hooks: list[Any]) -> int:
+        """Publish ``events`` and then fire ``hooks``, in one local activity, retried until
+        the event sink takes them: a follower never misses a committed event, and a sink
+        outage holds the run at this boundary. Hooks run on the worker, as every agent
+        callback does (at least once: a worker lost before Temporal recorded the activity's
+        end fires them again on the next)."""
+        wanted = [hook for hook in hooks if hook is not None]
+        # Histories recorded before hooks were fired here have no activity for them.
+        if wanted and not workflow.patched(_HOOKS_PATCH):
+            wanted = []
+        if not events and not wanted:
+            return 0
+        request: dict[str, Any] = {"run_id": run_id, "events": events}
+        if wanted:
+            request.update(agent=self.data["agent"], hooks=wanted)
+        return int(
+            await workflow.execute_local_activity(
+                ACTIVITY_PUBLISH,
+                request,
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5)),
+            )
+        )
 
     def _agent_args(self, state: RunState, **extra: Any) -> dict[str, Any]:
         return {
@@ -230,20 +283,11 @@ class SessionWorkflow:
                 Agent().engine(durable=True).fail(state, _remote_error(exc.type or "", exc.message))
             )
             return
+        if _fresh(state):
+            message = state.messages[state.history_length].get("content")
+            await self.fire(self._hook(HookEvent.AGENT_START, message=message))
         try:
-            while state.status is RunStatus.RUNNING:
-                if self.control == "cancel":
-                    await self.commit(engine.cancel(state))
-                    return
-                if self.control == "pause":
-                    await self.commit(engine.pause(state))
-                    return
-                step = engine.next_step(state)
-                try:
-                    await self.perform(engine, state, step)
-                except _Cancelled:
-                    await self.commit(engine.cancel(state))
-                    return
+            await self._loop(engine, state)
         except (asyncio.CancelledError, workflow.ContinueAsNewError):
             raise
         except Exception as exc:
@@ -251,11 +295,38 @@ class SessionWorkflow:
             # and the session's workflow stays usable (a failed run can be resumed).
             workflow.logger.exception("run %s failed in the workflow", state.run_id)
             if not state.status.finished:
+                await self.fire(self._hook(HookEvent.ERROR, error=str(exc)))
                 await self.commit(engine.fail(state, exc))
+        if state.status.finished:
+            result = state.result()
+            await self.fire(
+                self._hook(HookEvent.LOOP_ITERATION_END, iteration=state.iteration + 1)
+                if result.status is RunStatus.COMPLETED
+                else None,
+                self._hook(HookEvent.AGENT_END, result=result.to_dict()),
+            )
+
+    async def _loop(self, engine: Engine, state: RunState) -> None:
+        while state.status is RunStatus.RUNNING:
+            if self.control == "cancel":
+                await self.commit(engine.cancel(state))
+                return
+            if self.control == "pause":
+                await self.commit(engine.pause(state))
+                return
+            step = engine.next_step(state)
+            try:
+                await self.perform(engine, state, step)
+            except _Cancelled:
+                await self.commit(engine.cancel(state))
+                return
 
     async def perform(self, engine: Engine, state: RunState, step: Any) -> None:
         if isinstance(step, Delta):
+            iteration = state.iteration
             await self.commit(step)
+            if state.iteration != iteration:  # the iteration's tool results are in
+                await self.fire(self._hook(HookEvent.LOOP_ITERATION_END, iteration=iteration + 1))
         elif isinstance(step, CallModel):
             await self.call_model(engine, state)
         elif isinstance(step, PrepareTools):

@@ -7,6 +7,7 @@ an answer) and ``approval`` (its tool needs approval).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -110,6 +111,45 @@ async def test_events_are_those_of_a_sqlite_run(backend: TemporalBackend, tmp_pa
     assert on_temporal == in_sqlite
     assert on_temporal[0] == "text_delta" and on_temporal[-1] == "run_result"
     assert "tool_call_start" in on_temporal and "tool_result" in on_temporal
+
+
+def _hooks_noted(path: Path) -> list[dict[str, Any]]:
+    noted = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    path.unlink(missing_ok=True)
+    # Ids differ between the two runs, and a Temporal worker always streams the model's
+    # reply (run() on SQLite does not); what fired, in which order and with what, must not.
+    ignored = ("session_id", "run_id", "stream")
+    return [{k: v for k, v in n.items() if k not in ignored} for n in noted]
+
+
+async def test_hooks_are_those_of_a_sqlite_run(
+    backend: TemporalBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The workflow's own boundaries fire CHECKPOINT and the run's lifecycle hooks on the
+    # worker, as the driver does; the model and tool hooks fire inside the activities.
+    noted = tmp_path / "hooks.jsonl"
+    monkeypatch.setenv("HX_HOOKS", str(noted))
+    remote = await AgentRuntime(AgentRef("hooked", "v1"), backend=backend).run("x")
+    on_temporal = _hooks_noted(noted)
+    local = AgentRuntime(registry.create(AgentRef("hooked", "v1")), backend=SQLiteBackend(tmp_path / "db"))
+    try:
+        await local.run("x")
+    finally:
+        await local.stop()
+    in_sqlite = _hooks_noted(noted)
+    assert remote.ok
+    assert on_temporal == in_sqlite
+    kinds = [n["event"] for n in on_temporal]
+    assert kinds[:2] == ["checkpoint", "agent_start"] and kinds[-1] == "agent_end"
+    assert {"tool_call_start", "tool_call_end", "loop_iteration_end", "llm_response"} <= set(kinds)
+    checkpoints = [n for n in on_temporal if n["event"] == "checkpoint"]
+    assert checkpoints[-1]["status"] == "completed" and checkpoints[-1]["phase"] == "result"
+    # Firing them is part of the workflow's history, and replays the same way.
+    history = await backend.handle(remote.session_id).fetch_history()
+    replay = await replayer(registry, backend.client.data_converter).replay_workflow(
+        history, raise_on_replay_failure=True
+    )
+    assert replay.replay_failure is None
 
 
 async def test_events_after_a_cursor(backend: TemporalBackend) -> None:
