@@ -19,7 +19,7 @@ from harnessx._errors import CostLimitError, MaxIterationsError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._large_results import preview_result
 from harnessx._loopguard import call_signature, repetition_notice, trip_at
-from harnessx._messages import close_open_calls
+from harnessx._messages import THINKING_BLOCKS, close_open_calls, thinking_blocks
 from harnessx._policies import ToolRetry
 from harnessx._results import RunStatus, ToolResult
 from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus, execution_key
@@ -267,6 +267,11 @@ class Engine:
         message: dict[str, Any] = {"role": "assistant", "content": response.text}
         if calls:
             message["tool_calls"] = [c.to_dict() for c in calls]
+        thinking = thinking_blocks(response.content)
+        if thinking:
+            # Kept as received (signature, redacted data): with extended thinking and tools
+            # the API wants them back unchanged in the turn they came with.
+            message[THINKING_BLOCKS] = thinking
         events = []
         if response.text:
             events.append(self._event(state, RunEventType.TEXT_COMPLETE, response.text))

@@ -98,11 +98,11 @@ class ConversationMemory:
         for block in [{"type": "text", "text": content}] if isinstance(content, str) else content:
             if isinstance(block, dict):
                 blocks.append(dict(block))
-            elif getattr(block, "type", None) in ("text", "tool_use", "thinking"):
+            elif getattr(block, "type", None) in ("text", "tool_use", "thinking", "redacted_thinking"):
                 blocks.append(
                     {
                         k: getattr(block, k)
-                        for k in ("type", "text", "id", "name", "input", "thinking")
+                        for k in ("type", "text", "id", "name", "input", "thinking", "signature", "data")
                         if hasattr(block, k)
                     }
                 )

@@ -20,11 +20,13 @@ from harnessx._errors import ConfigurationError
 
 __all__ = [
     "MEDIA_UNSUPPORTED",
+    "THINKING_BLOCKS",
     "Message",
     "close_open_calls",
     "from_blocks",
     "is_block_form",
     "request_messages",
+    "thinking_blocks",
     "to_blocks",
 ]
 
@@ -33,6 +35,22 @@ MEDIA_UNSUPPORTED = (
     "see docs/compatibility.md"
 )
 _MEDIA = ("image", "document", "audio")
+
+# An assistant message the engine keeps (text in ``content``, calls in ``tool_calls``) holds
+# the reply's thinking blocks under this key, each as the provider returned it: ``thinking``
+# with its ``signature``, ``redacted_thinking`` with its ``data``. In the content-block form
+# they come first in the message's content, where Anthropic's API returns and wants them.
+THINKING_BLOCKS = "thinking_blocks"
+_THINKING_KINDS = ("thinking", "redacted_thinking")
+
+
+def thinking_blocks(content: Iterable[Any] | None) -> list[dict[str, Any]]:
+    """Copies of the thinking blocks among ``content`` (a reply's or a message's blocks)."""
+    return [
+        copy.deepcopy(block)
+        for block in content or []
+        if isinstance(block, dict) and block.get("type") in _THINKING_KINDS
+    ]
 
 
 @dataclass(frozen=True)
@@ -92,6 +110,11 @@ def _check_block(role: str, block: Any) -> None:
     if kind in ("text", "thinking"):
         if not isinstance(block.get(kind), str):
             raise ConfigurationError(f"a {kind} block needs a string {kind!r}")
+    elif kind == "redacted_thinking":
+        if role != "assistant" or not isinstance(block.get("data"), str):
+            raise ConfigurationError(
+                "a redacted_thinking block belongs to an assistant message and needs data"
+            )
     elif kind == "tool_use":
         if (
             role != "assistant"
@@ -120,7 +143,7 @@ def _check_block(role: str, block: Any) -> None:
 
 def is_block_form(message: Mapping[str, Any]) -> bool:
     """True for a message already in the content-block form."""
-    return message.get("role") != "tool" and "tool_calls" not in message
+    return message.get("role") != "tool" and "tool_calls" not in message and THINKING_BLOCKS not in message
 
 
 def to_blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -151,8 +174,8 @@ def to_blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 previous["content"].append(block)
             else:
                 out.append({"role": "user", "content": [block]})
-        elif role == "assistant" and "tool_calls" in message:
-            blocks: list[dict[str, Any]] = []
+        elif role == "assistant" and not is_block_form(message):
+            blocks = thinking_blocks(message.get(THINKING_BLOCKS))
             text = message.get("content") or ""
             if isinstance(text, list):
                 blocks.extend(copy.deepcopy(text))
@@ -209,6 +232,9 @@ def from_blocks(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if calls:
                 converted["tool_calls"] = calls
                 names.update((c["id"], c["name"]) for c in calls)
+            thinking = thinking_blocks(content)
+            if thinking:
+                converted[THINKING_BLOCKS] = thinking
             out.append(converted)
             continue
         results = [b for b in content if b.get("type") == "tool_result"]

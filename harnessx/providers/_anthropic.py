@@ -297,6 +297,8 @@ def _to_wire_block(block: dict[str, Any]) -> dict[str, Any] | None:
         if block.get("is_error"):
             wire["is_error"] = True
         return wire
+    # Thinking goes back exactly as the API returned it: with extended thinking and tools it
+    # checks the signature (and decrypts the redacted data) of the turn that called the tools.
     if kind == "thinking":
         if not block.get("signature"):
             return None  # only thinking the API itself signed may be sent back
@@ -305,6 +307,8 @@ def _to_wire_block(block: dict[str, Any]) -> dict[str, Any] | None:
             "thinking": as_text(block.get("thinking")),
             "signature": block["signature"],
         }
+    if kind == "redacted_thinking":
+        return {"type": "redacted_thinking", "data": as_text(block.get("data"))}
     if kind in ("image", "document"):
         return {"type": kind, "source": block.get("source")}
     raise ConfigurationError(

@@ -1,13 +1,18 @@
-"""AnthropicProvider: thinking blocks (signed and redacted) kept whole, the streamed reply's
-``raw``, and ``extra_body``."""
+"""AnthropicProvider: thinking blocks (signed and redacted) kept whole and sent back as they
+came (in memory and through both stores), the streamed reply's ``raw``, and ``extra_body``."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from anthropic.types.message_create_params import MessageCreateParamsStreaming
+from durable_support import BackendTarget
+from sdk_wire import request_is_valid
 
+from harnessx import Agent, AgentConfig, AgentRuntime
 from harnessx._errors import ConfigurationError
 from harnessx.providers import AnthropicProvider, StopReason, StreamChunk, TokenUsage, ToolCall
 
@@ -231,3 +236,113 @@ async def test_tool_choice_is_left_out_of_a_request_without_tools(
 def test_extra_body_may_not_replace_what_the_agent_sets(field: str, hint: str) -> None:
     with pytest.raises(ConfigurationError, match=hint):
         AnthropicProvider("claude-test", extra_body={field: 1})
+
+
+# --------------------------------------------------------------------------- sent back
+
+
+def answer_stream(server: ScriptedServer, text: str) -> list[str]:
+    start = {
+        "id": "msg_2",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 50, "output_tokens": 1},
+    }
+    return sse(
+        server,
+        ("message_start", {"message": start}),
+        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}}),
+        ("content_block_stop", {"index": 0}),
+        ("message_delta", {"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}}),
+        ("message_stop", {}),
+    )
+
+
+def weather_agent(provider: AnthropicProvider) -> Agent:
+    agent = Agent(AgentConfig(model="claude-test", max_tokens=200, planning=False), provider=provider)
+    agent.tools.register_with_schema(
+        "get_weather", "Weather", TOOL["input_schema"], lambda city: f"Sunny in {city}", replay_policy="safe"
+    )
+    return agent
+
+
+async def streamed(runner: Agent | AgentRuntime, message: str) -> Any:
+    stream = runner.run_stream(message)
+    async for _ in stream:
+        pass
+    return await stream.result()
+
+
+def the_tool_turn(request_body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The content of the assistant turn that called get_weather, as the request sent it."""
+    turns = [m for m in request_body["messages"] if m["role"] == "assistant"]
+    calling = [t for t in turns if any(b.get("type") == "tool_use" for b in t["content"])]
+    assert len(calling) == 1, request_body["messages"]
+    return list(calling[0]["content"])
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite", "postgres"])
+async def test_thinking_goes_back_to_the_api_as_it_came(
+    server: ScriptedServer,
+    anthropic: MakeAnthropic,
+    store: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """The reply that called the tool streamed signed and redacted thinking: the request
+    after the tool result, and a later run's request (durable: from the conversation the
+    store kept, read by a fresh runtime), carry those blocks unchanged, first in that turn."""
+    server.reply_sse(thinking_stream(server))
+    server.reply_sse(answer_stream(server, "Sunny in Oslo."))
+    server.reply_sse(answer_stream(server, "Still sunny."))
+    if store == "memory":
+        async with weather_agent(anthropic()) as agent:
+            assert (await streamed(agent, "Weather in Oslo?")).output == "Sunny in Oslo."
+            assert (await streamed(agent, "And now?")).output == "Still sunny."
+    else:
+        location = (
+            str(tmp_path / "runs.sqlite3") if store == "sqlite" else request.getfixturevalue("pg_database")
+        )
+        target = BackendTarget(store, location)
+        async with (
+            target.open() as backend,
+            AgentRuntime(weather_agent(anthropic()), backend=backend) as runtime,
+        ):
+            session_id = await runtime.start()
+            assert (await streamed(runtime, "Weather in Oslo?")).output == "Sunny in Oslo."
+        async with (
+            target.open() as backend,
+            AgentRuntime(weather_agent(anthropic()), backend=backend) as runtime,
+        ):
+            await runtime.start(session_id)
+            assert (await streamed(runtime, "And now?")).output == "Still sunny."
+    after_tool, later_run = (server.requests[1].json, server.requests[2].json)
+    sent_back = [b for b in BLOCKS if b["type"] in ("thinking", "redacted_thinking")]
+    for body in (after_tool, later_run):
+        content = the_tool_turn(body)
+        assert content[:2] == sent_back  # verbatim: the signature and the redacted data whole
+        assert [b["type"] for b in content[2:]] == ["text", "tool_use"]
+        assert request_is_valid(MessageCreateParamsStreaming, body) == []
+
+
+async def test_unsigned_thinking_is_not_sent_back(server: ScriptedServer, anthropic: MakeAnthropic) -> None:
+    """Thinking without the API's signature (a conversation written by a program, another
+    provider's reasoning) would be refused by the API: it stays out of the request."""
+    server.reply_sse(answer_stream(server, "ok"))
+    messages = [
+        {"role": "user", "content": "?"},
+        {
+            "role": "assistant",
+            "content": [{"type": "thinking", "thinking": "unsigned"}, {"type": "text", "text": "Hi."}],
+        },
+        {"role": "user", "content": "again"},
+    ]
+    await collect(
+        anthropic().stream(model="claude-test", messages=messages, system="", tools=[], max_tokens=None)
+    )
+    assert server.requests[0].json["messages"][1]["content"] == [{"type": "text", "text": "Hi."}]
