@@ -78,9 +78,16 @@ class LoggedOpenAI(OpenAIProvider):
 
     calls_log = ""
 
-    def stream(self, **kwargs: Any) -> Any:
+    def _log(self, kwargs: dict[str, Any]) -> None:
         with open(self.calls_log, "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"pid": os.getpid(), "messages": len(kwargs["messages"])}) + "\n")
+
+    async def create(self, **kwargs: Any) -> Any:
+        self._log(kwargs)
+        return await super().create(**kwargs)
+
+    def stream(self, **kwargs: Any) -> Any:
+        self._log(kwargs)
         return super().stream(**kwargs)
 
 
