@@ -118,7 +118,7 @@ def checkpoint_maker(
         entry = entry.moved(status=ToolStatus.RAW_COMPLETED, raw_result=ToolResult("bench", "ok " * 20))
         event = RunEvent(
             RunEventType.TOOL_CALL_COMPLETE,
-            {"execution_key": entry.execution_key},
+            entry.call,  # the payload the engine gives this event
             state.session_id,
             state.run_id,
         )
@@ -155,7 +155,7 @@ async def floor_and_checkpoints(
 
 def bench_agent() -> Agent:
     def script(request: Any) -> ProviderResponse | str:
-        if request.last_message.get("role") == "user":
+        if not request.tool_results:  # the request before the tool's answer
             return ProviderResponse(
                 text="Writing.", tool_calls=[ToolCall("c", "write_report", {"region": "EMEA"})]
             )

@@ -892,6 +892,7 @@ class _SilenceWatch:
         self._queue = queue
         self._last = loop.time()
         self._noticed_at: float | None = None
+        self._silent = 0.0
         self._timer: asyncio.TimerHandle | None = loop.call_at(self._last + self._first, self._fire)
 
     def active(self) -> None:
@@ -902,7 +903,11 @@ class _SilenceWatch:
         now = self._loop.time()
         due = self._last + self._first if self._noticed_at is None else self._noticed_at + self._repeat
         if now >= due:
-            self._queue.put_nowait(("tick", now - self._last))
+            # The silence as scheduled (first_after_seconds, then one repeat more each time),
+            # as harnessx 0.9.1 reports it: a timer that fires late on a busy loop does not
+            # add its lateness.
+            self._silent = self._first if self._noticed_at is None else self._silent + self._repeat
+            self._queue.put_nowait(("tick", self._silent))
             self._noticed_at = now
             due = now + self._repeat
         self._timer = self._loop.call_at(due, self._fire)

@@ -129,6 +129,26 @@ class ToolEntry:
             setattr(clone, name, value)
         return clone
 
+    def original_form(self) -> dict[str, Any]:
+        """The entry as harnessx 0.9.1's run state holds it (its ``state["tools"]`` items):
+        ``PendingTool.to_dict()``'s keys with whichever results are known."""
+        data: dict[str, Any] = {
+            "call": {"id": self.call.id, "name": self.call.name, "input": self.call.input},
+            "status": self.status.value,
+            "attempt": self.attempt,
+            "execution_key": self.execution_key,
+            "policy": self.policy,
+            "concurrent": self.concurrent,
+            "timeout": self.timeout if self.timeout is not None else DEFAULT_TIMEOUT_SECONDS,
+        }
+        if self.retry:
+            data["retry"] = dict(self.retry)
+        if self.raw_result is not None:
+            data["raw_result"] = self.raw_result.to_dict()
+        if self.result is not None:
+            data["result"] = self.result.to_dict()
+        return data
+
     def pending(self) -> PendingTool | None:
         if self.status is ToolStatus.APPROVAL:
             status: Literal["approval", "uncertain"] = "approval"

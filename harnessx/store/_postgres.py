@@ -1128,7 +1128,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         row = await self._run("reading a run", lambda conn: conn.fetchrow(Q["get_run"], run_id))
-        return run_record(tuple(row)) if row else None
+        return await self._with_step_tools(run_record(tuple(row))) if row else None
 
     async def find_run(self, session_id: str, request_id: str) -> RunRecord | None:
         row = await self._run(
@@ -1140,7 +1140,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
         row = await self._run(
             "reading the latest run", lambda conn: conn.fetchrow(Q["latest_run"], session_id)
         )
-        return run_record(tuple(row)) if row else None
+        return await self._with_step_tools(run_record(tuple(row))) if row else None
 
     async def load_state(self, run_id: str) -> RunState:
         loaded = await self.load_run(run_id)

@@ -60,6 +60,7 @@ __all__ = [
     "StuckRun",
     "WorkerInfo",
     "leadership_lost",
+    "with_step_tools",
 ]
 
 
@@ -136,6 +137,7 @@ _ORIGINAL_PHASES = {
     "completed_result": "tools",
     "finish": "result",
 }
+_TOOL_PHASES = frozenset({"prepare_tools", "dispatch", "raw_result", "completed_result"})
 
 
 @dataclass
@@ -150,9 +152,11 @@ class RunRecord(Mapping[str, Any]):
     It is also a read-only mapping with the keys of the original harnessx's run state that a
     row holds (``record["status"]``, ``["run_id"]``, ``["phase"]`` by the original's phase
     names, ``["iterations"]``, ``["output"]``, ...): ``backend.latest_run()`` and
-    ``get_run()`` return one, as the original returns its state dict. The conversation and
-    the tool entries are not in it (every poll would read the whole conversation): use
-    ``await backend.load_state(run_id)``.
+    ``get_run()`` return one, as the original returns its state dict. ``["tools"]`` is the
+    current step's tool calls in the original's entry form while the run is between a
+    model's tool calls and its next model call (``tools``; empty otherwise, as in the
+    original), read only then. The conversation is not in it (every poll would read all of
+    it): use ``await backend.load_state(run_id)``.
     """
 
     id: str
@@ -166,9 +170,15 @@ class RunRecord(Mapping[str, Any]):
     queued: bool = False
     start_attempts: int = 0
     problem: str | None = None
+    tools: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def in_tools_step(self) -> bool:
+        """Whether the run stands between a model's tool calls and its next model call."""
+        return self.phase in _TOOL_PHASES
 
     def _state(self) -> dict[str, Any]:
-        return {
+        state = {
             "version": 1,
             "session_id": self.session_id,
             "run_id": self.id,
@@ -184,12 +194,18 @@ class RunRecord(Mapping[str, Any]):
             "stop_reason": self.result.get("stop_reason", ""),
             "error": self.result.get("error"),
             "usage_incomplete": bool(self.result.get("usage_incomplete", False)),
+            "tools": [dict(entry) for entry in self.tools],
         }
+        if self.status in ("running", "awaiting_input"):
+            # The original's state has no outcome yet: state.get("output") is None.
+            for key in ("output", "stop_reason", "error"):
+                del state[key]
+        return state
 
     def __getitem__(self, key: str) -> Any:
-        if key in ("messages", "tools"):
+        if key == "messages":
             raise KeyError(
-                f"a run record has no {key!r}: read the run's conversation and tool calls with "
+                f"a run record has no {key!r}: read the run's conversation with "
                 f"'await backend.load_state({self.id!r})'"
             )
         return self._state()[key]
@@ -199,6 +215,14 @@ class RunRecord(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._state())
+
+
+def with_step_tools(record: RunRecord, entries: Sequence[ToolEntry]) -> RunRecord:
+    """``record`` with ``tools``: those of ``entries`` (the run's tool calls) of its current
+    step, in the original's entry form."""
+    iteration = record.result.get("iteration", 0)
+    record.tools = tuple(entry.original_form() for entry in entries if entry.iteration == iteration)
+    return record
 
 
 @dataclass

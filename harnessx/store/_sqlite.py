@@ -769,7 +769,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         row = await self._call(lambda conn: conn.execute(Q["get_run"], (run_id,)).fetchone())
-        return run_record(row) if row else None
+        return await self._with_step_tools(run_record(row)) if row else None
 
     async def find_run(self, session_id: str, request_id: str) -> RunRecord | None:
         row = await self._call(lambda conn: conn.execute(Q["find_run"], (session_id, request_id)).fetchone())
@@ -777,7 +777,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
 
     async def latest_run(self, session_id: str) -> RunRecord | None:
         row = await self._call(lambda conn: conn.execute(Q["latest_run"], (session_id,)).fetchone())
-        return run_record(row) if row else None
+        return await self._with_step_tools(run_record(row)) if row else None
 
     async def load_state(self, run_id: str) -> RunState:
         return await self._call(self._reading(lambda conn: self._load(conn, run_id)))

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from harnessx._errors import CorruptStateError
 from harnessx._state import ToolEntry
 from harnessx.store._codec import action_from_row, dumps, has_result_refs, loads, run_row, tool_entries
 from harnessx.store._listing import list_query
@@ -18,8 +19,10 @@ from harnessx.store._protocol import (
     RunFilter,
     RunKey,
     RunPage,
+    RunRecord,
     WorkerInfo,
     leadership_lost,
+    with_step_tools,
 )
 from harnessx.store._queries import load_queries
 
@@ -49,6 +52,17 @@ class SQLiteConsole:
     async def count_runs(self) -> dict[str, int]:
         rows = await self._call(lambda conn: conn.execute(Q["count_runs"]).fetchall())
         return {str(status): int(count) for status, count in rows}
+
+    async def _with_step_tools(self, record: RunRecord) -> RunRecord:
+        """``record`` with its current step's tool calls, when it stands in one. A call that
+        does not decode leaves them out: a record is still read (``load_state`` refuses the run)."""
+        if not record.in_tools_step:
+            return record
+        try:
+            entries = await self.tool_calls(record.id)
+        except CorruptStateError:
+            return record
+        return with_step_tools(record, entries)
 
     async def tool_calls(self, run_id: str) -> list[ToolEntry]:
         def read(conn: sqlite3.Connection) -> tuple[list[Any], dict[tuple[str, str], str]]:

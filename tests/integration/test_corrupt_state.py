@@ -170,3 +170,19 @@ async def test_a_run_whose_state_cannot_be_read_can_still_be_cancelled(target: B
         fresh = await runtime.run("Write the report again.")
         assert fresh.run_id != waiting.run_id and not fresh.failed
         await runtime.stop()
+
+
+async def test_a_run_whose_tool_call_cannot_be_read_still_has_a_record(target: BackendTarget) -> None:
+    # latest_run()/get_run() show a run in a tool step with its calls (state["tools"]); a
+    # call that does not decode leaves them out instead of making the run unreadable to
+    # listing, following and cancelling.
+    waiting = await waiting_run(target)
+    await raw(target, "UPDATE tool_calls SET status = 'exploded' WHERE run_id = ?", waiting.run_id)
+    async with target.open() as backend:
+        latest = await backend.latest_run(waiting.session_id)
+        by_id = await backend.get_run(waiting.run_id)
+        with pytest.raises(CorruptStateError):
+            await backend.load_state(waiting.run_id)
+    assert latest is not None and by_id is not None
+    assert latest.status == by_id.status == "awaiting_input"
+    assert latest["tools"] == by_id["tools"] == []

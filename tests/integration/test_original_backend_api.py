@@ -15,6 +15,7 @@ from harnessx import (
     Agent,
     AgentRuntime,
     ConfigurationError,
+    PermissionLevel,
     ProviderResponse,
     SchemaError,
     ScriptedProvider,
@@ -41,9 +42,50 @@ async def test_latest_run_and_get_run_read_like_the_originals_state(target: Back
         assert state["message"] == "Note it." and state["request_id"] == "r-1"
         assert state["phase"] == "result" and state["iterations"] >= 1
         assert state.get("status") == "completed" and "status" in dict(state)
+        assert state["tools"] == []  # the original's too, once the run is over
         with pytest.raises(KeyError, match="load_state"):
             state["messages"]
     assert result_from_state(latest) == result.__class__.from_dict({**result.to_dict(), "pending": []})
+
+
+async def test_a_run_stopped_in_a_tool_step_shows_its_tool_calls_and_no_outcome(
+    target: BackendTarget,
+) -> None:
+    # The original's example durable_crash_recovery.py prints each of state["tools"]'s
+    # call name and status after a crash, and state.get("output") only once there is one.
+    agent = Agent(
+        provider=ScriptedProvider([ProviderResponse(tool_calls=[ToolCall("c", "send", {"to": "x"})])])
+    )
+    agent.tools.register(name="send", permission=PermissionLevel.ASK, replay_policy="manual")(
+        lambda to: "sent"
+    )
+    async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
+        result = await runtime.run("Send it.")
+        state = await backend.latest_run(runtime.session_id or "")
+        again = await backend.get_run(result.run_id)
+    assert state is not None and again is not None and result.status.value == "awaiting_input"
+    assert (
+        state["tools"]
+        == again["tools"]
+        == [
+            {
+                "call": {"id": "c", "name": "send", "input": {"to": "x"}},
+                "status": "approval",
+                "attempt": 0,
+                "execution_key": f"{result.run_id}:1:c",
+                "policy": "manual",
+                "concurrent": True,
+                "timeout": 25.0,
+                "retry": {
+                    "attempts": 3,
+                    "backoff_seconds": 0.5,
+                    "max_backoff_seconds": 30.0,
+                    "retry_error_results": False,
+                },
+            }
+        ]
+    )
+    assert state.get("output") is None and state.get("error") is None and "stop_reason" not in state
 
 
 async def test_migrate_validate_only_changes_nothing(target: BackendTarget, tmp_path: Path) -> None:

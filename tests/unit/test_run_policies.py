@@ -4,6 +4,7 @@ guard, repeated calls, and slow-model notices (the original harnessx 0.9.1's beh
 from __future__ import annotations
 
 import asyncio
+import time
 
 from harnessx import (
     Agent,
@@ -333,3 +334,30 @@ async def test_a_stream_that_fails_after_a_silence_fails_the_call_and_is_closed(
         result = await stream.result()
     assert not result.ok and "the connection dropped" in str(result.error)
     assert provider.closed
+
+
+class BlockingStream(LLMProvider):
+    """Holds the event loop itself (a blocking call) before a slow reply: the silence
+    watch's timer can only fire late."""
+
+    async def create(self, **kwargs: object) -> ProviderResponse:
+        raise AssertionError("streamed only")
+
+    async def stream(self, **kwargs: object):  # type: ignore[no-untyped-def]
+        time.sleep(0.35)  # noqa: ASYNC251 - blocking the loop is the point: the timer fires late
+        await asyncio.sleep(0.25)
+        yield StreamChunk("response", ProviderResponse(text="late"))
+
+    async def count_tokens(self, **kwargs: object) -> int:
+        return 0
+
+
+async def test_waiting_notices_report_the_silence_as_scheduled_not_the_timer_lateness() -> None:
+    # harnessx 0.9.1 reports first_after_seconds, then one repeat more each notice (its
+    # example progress_and_waiting.py prints "0.5s so far", "1.0s so far", ...).
+    policy = ProgressPolicy(first_after_seconds=0.1, repeat_every_seconds=0.1)
+    agent = Agent(provider=BlockingStream(), config=AgentConfig(progress=policy, planning=False))
+    async with agent.run_stream("hi") as stream:
+        seconds = [e.data["seconds"] async for e in stream if e.type is RunEventType.WAITING]
+        assert (await stream.result()).output == "late"
+    assert seconds and seconds == [round(0.1 * n, 1) for n in range(1, len(seconds) + 1)]
