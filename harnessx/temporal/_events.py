@@ -10,6 +10,7 @@ appends), so an activity retried after a lost reply cannot publish an event twic
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -87,6 +88,7 @@ class RedisEvents:
         self.prefix = prefix
         self._owns_client = client is None
         self._script: Any = None
+        self._waits: asyncio.Semaphore | None = None
 
     def __repr__(self) -> str:
         where = redact(self.url) if self.url else "client"
@@ -134,12 +136,22 @@ class RedisEvents:
     async def wait(self, run_id: str, after: int, seconds: float) -> bool:
         await self.initialize()
         assert self.client is not None
+        # A blocking read holds a pooled connection while it waits: at most half the pool
+        # waits at once, so reads and publishes always find one (redis-py refuses past its
+        # max_connections). A wait that finds no slot sleeps briefly; callers look again.
+        if self._waits is None:
+            limit = getattr(self.client.connection_pool, "max_connections", 100) or 100
+            self._waits = asyncio.Semaphore(max(1, min(int(limit), 2**16) // 2))
+        if self._waits.locked():
+            await asyncio.sleep(min(seconds, 0.2))
+            return False
         # Below the socket timeout, so a quiet stream is not mistaken for a dead connection.
         block = max(1, min(int(seconds * 1000), 5000))
-        try:
-            found = await self.client.xread({self._key(run_id): f"0-{after}"}, count=1, block=block)
-        except Exception as exc:
-            raise StorageError(f"waiting for events of run {run_id} failed: {redact(str(exc))}") from exc
+        async with self._waits:
+            try:
+                found = await self.client.xread({self._key(run_id): f"0-{after}"}, count=1, block=block)
+            except Exception as exc:
+                raise StorageError(f"waiting for events of run {run_id} failed: {redact(str(exc))}") from exc
         return bool(found)
 
     async def aclose(self) -> None:
