@@ -57,10 +57,11 @@ async def submit(pool: Pool, agent: str) -> tuple[str, str]:
 
 
 async def request_taken(pool: Pool, session_id: str, within: float = 60) -> None:
-    """Wait until a worker has taken the session's pause or cancel request (it clears it)."""
+    """Wait until a worker has taken the session's pause or cancel request (it clears it).
+    Read from the session row: ``pending_controls`` lists only the reading process's leases."""
     async with pool.target.open(auto_migrate=False) as store:
         deadline = asyncio.get_running_loop().time() + within
-        while session_id in await store.pending_controls():
+        while (session := await store.get_session(session_id)) is not None and session.control:
             assert asyncio.get_running_loop().time() < deadline, "no worker took the request"
             await asyncio.sleep(0.02)
 
