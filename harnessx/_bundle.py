@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 
 from harnessx._errors import HarnessError
 from harnessx._journal import RECORD_KINDS, RECORD_VERSION
+from harnessx._results import FINISHED_STATUSES, RunStatus
 
 __all__ = [
     "FORMAT",
@@ -46,8 +47,7 @@ __all__ = [
 
 FORMAT = "harness-x.incident"
 VERSION = 1
-STATUSES = ("running", "paused", "awaiting_input", "completed", "failed", "cancelled")
-_TERMINAL = ("completed", "failed", "cancelled")
+STATUSES = tuple(status.value for status in RunStatus)
 _CAPTURES = ("present", "redacted", "omitted")
 _ARTIFACT_REF = re.compile(r"artifact://([a-f0-9]{64})(?![a-f0-9])")
 _ARTIFACT_MEMBER = re.compile(r"artifacts/[a-f0-9]{64}")
@@ -368,7 +368,7 @@ def _issues(manifest: dict[str, Any], records: tuple[dict[str, Any], ...]) -> li
         issues.append("payloads_omitted_or_redacted")
     if any(entry.get("status") != "included" for entry in manifest["artifacts"].values()):
         issues.append("artifacts_unavailable")
-    if manifest["status"] not in _TERMINAL:
+    if manifest["status"] not in FINISHED_STATUSES:
         issues.append("run_not_terminal_at_export")
     if manifest["unresolved_operations"]:
         issues.append("unresolved_tool_outcome")
@@ -501,4 +501,4 @@ def _diverging(manifest: dict[str, Any], records: Iterable[dict[str, Any]]) -> b
                 cursor = int(number)
             if payload.get("type") == "run_result" and isinstance(payload.get("data"), dict):
                 final = payload["data"].get("status")
-    return manifest["status"] in _TERMINAL and final is not None and final != manifest["status"]
+    return manifest["status"] in FINISHED_STATUSES and final is not None and final != manifest["status"]

@@ -17,6 +17,7 @@ from harnessx._erasure import erase_session
 from harnessx._errors import ConfigurationError
 from harnessx._operator import default_actor
 from harnessx._processes import store_options
+from harnessx._results import FINISHED_STATUSES
 from harnessx._retention import (
     RetentionPolicy,
     default_batch,
@@ -25,7 +26,6 @@ from harnessx._retention import (
     statuses_of,
 )
 from harnessx.store._archive import parse_record
-from harnessx.store._lifecycle import FINISHED
 from harnessx.store._protocol import Store
 
 __all__ = ["COMMANDS", "duration_option"]
@@ -53,7 +53,7 @@ _statuses = click.option(
     "--status",
     "statuses",
     multiple=True,
-    type=click.Choice(FINISHED),
+    type=click.Choice([status.value for status in FINISHED_STATUSES]),
     help="Only sessions whose latest run ended so (repeat for several) [default: any finished].",
 )
 

@@ -17,6 +17,7 @@ from harnessx._cli_common import format_time, open_backend, run_command
 from harnessx._errors import ConfigurationError
 from harnessx._operator import Done, Operator, default_actor
 from harnessx._processes import store_options
+from harnessx._results import UNFINISHED_STATUSES, RunStatus
 from harnessx._run_detail import RunDetail, read_run
 from harnessx.store._listing import STATUSES, decode_key, encode_key
 from harnessx.store._protocol import RunFilter, RunRow, Store
@@ -302,10 +303,10 @@ def _control(verb: str) -> click.Command:
                 if await store.get_session(session_id) is None:
                     raise click.ClickException(f"no session {session_id!r}")
                 record = await store.latest_run(session_id)
-                if record is None or record.status not in ("running", "paused", "awaiting_input"):
+                if record is None or record.status not in UNFINISHED_STATUSES:
                     return f"nothing to {verb}: the session has no unfinished run"
-                if verb == "pause" and record.status != "running":
-                    return f"nothing to pause: run {record.id} is {record.status}"
+                if verb == "pause" and record.status is not RunStatus.RUNNING:
+                    return f"nothing to pause: run {record.id} is {record.status.value}"
                 done = await operate(store, actor, lambda op: getattr(op, verb)(session_id))
                 return done.message
 

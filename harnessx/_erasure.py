@@ -16,7 +16,7 @@ import logging
 import time
 
 from harnessx._errors import ConfigurationError, SessionBusyError
-from harnessx.store._lifecycle import UNFINISHED
+from harnessx._results import UNFINISHED_STATUSES
 from harnessx.store._protocol import Store
 
 __all__ = ["erase_session"]
@@ -34,10 +34,10 @@ async def erase_session(
     if await store.get_session(session_id) is None:
         raise ConfigurationError(f"no session {session_id!r} in this store: check the id")
     record = await store.latest_run(session_id)
-    if record is not None and record.status in UNFINISHED:
+    if record is not None and record.status in UNFINISHED_STATUSES:
         if not force:
             raise SessionBusyError(
-                f"session {session_id} has an unfinished run {record.id} ({record.status}): cancel it "
+                f"session {session_id} has an unfinished run {record.id} ({record.status.value}): cancel it "
                 "first, or delete with force=True (harnessx delete --force), which cancels it"
             )
         from harnessx._operator import Operator  # the operator's path imports the runtime
@@ -63,7 +63,7 @@ async def _settled(store: Store, session_id: str, wait: float) -> None:
     while True:
         record = await store.latest_run(session_id)
         session = await store.get_session(session_id)
-        finished = record is None or record.status not in UNFINISHED
+        finished = record is None or record.status not in UNFINISHED_STATUSES
         if session is None or (finished and session.lease_owner is None):
             return
         if (
@@ -73,7 +73,8 @@ async def _settled(store: Store, session_id: str, wait: float) -> None:
         ):
             return  # its holder died after the run ended: the lease does not hold anything back
         if time.monotonic() > deadline:
-            state = f"run {record.id} is still {record.status}" if not finished and record else "it is held"
+            held = "it is held"
+            state = f"run {record.id} is still {record.status.value}" if not finished and record else held
             raise SessionBusyError(
                 f"asked the process driving session {session_id} to cancel its run, but after {wait:.0f} s "
                 f"{state}: try again when it has stopped"

@@ -20,7 +20,7 @@ from typing import Any
 from harnessx._config import AgentConfig
 from harnessx._events import RunEvent, RunEventType
 from harnessx._messages import from_blocks
-from harnessx._results import RunStatus, ToolResult
+from harnessx._results import FINISHED_STATUSES, RunStatus, ToolResult
 from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus
 from harnessx.providers._base import TokenUsage, ToolCall
 from harnessx.store._original import OriginalRun, OriginalSession
@@ -29,7 +29,6 @@ from harnessx.store._protocol import Store
 __all__ = ["ImportReport", "import_sessions", "migrate_from_original"]
 
 _HOLDER = "harnessx-import"
-_FINISHED = {"completed", "cancelled", "failed"}
 
 
 @dataclass
@@ -43,7 +42,8 @@ class ImportReport:
     @property
     def unfinished(self) -> dict[str, tuple[str, str]]:
         """Sessions whose latest run can be resumed: session id -> (run id, status)."""
-        return {sid: runs[-1] for sid, runs in self.imported.items() if runs and runs[-1][1] not in _FINISHED}
+        latest = {sid: runs[-1] for sid, runs in self.imported.items() if runs}
+        return {sid: run for sid, run in latest.items() if run[1] not in FINISHED_STATUSES}
 
     def describe(self) -> str:
         runs = sum(len(r) for r in self.imported.values())

@@ -75,7 +75,7 @@ async def follow_events(
                 if result_at == position:
                     return  # ended with its run_result, and deleted since
                 raise _gone(run_id)
-            settled = record.status != RunStatus.RUNNING and not record.queued
+            settled = record.status is not RunStatus.RUNNING and not record.queued
             if settled and record.event_count <= position:
                 # The execution ends when its process lets the session go: until then it
                 # may still be finishing, or (a worker that has just taken the run off the
@@ -95,7 +95,7 @@ async def follow_events(
                     state.result(),
                     record.session_id,
                     run_id,
-                    event_id=f"{run_id}:result:{record.status}",
+                    event_id=f"{run_id}:result:{record.status.value}",
                 )
                 return
         if events:

@@ -22,7 +22,7 @@ from typing import Any
 
 from harnessx._errors import ConfigurationError, HarnessError, UnknownExecutionKey
 from harnessx._registry import AgentRef
-from harnessx._results import ToolResult
+from harnessx._results import UNFINISHED_STATUSES, RunStatus, ToolResult
 from harnessx._runtime import AgentRuntime
 from harnessx._state import ToolStatus
 from harnessx.store._protocol import Action, RunRecord, SessionRecord, Store
@@ -39,7 +39,6 @@ ACTIONS = (
     "pause",
     "resume",
 )
-_UNFINISHED = ("running", "paused", "awaiting_input")
 _MAX_ACTOR = 200
 
 
@@ -136,7 +135,7 @@ class Operator:
     async def _continue(self, session: SessionRecord, run_id: str) -> bool:
         """Requeue a pool run that waits for nothing any more (as ``approve(..., resume=True)``)."""
         after = await self.store.get_run(run_id)
-        if session.agent_ref is None or after is None or after.status != "awaiting_input":
+        if session.agent_ref is None or after is None or after.status is not RunStatus.AWAITING_INPUT:
             return False
         if any(entry.pending() for entry in await self.store.tool_calls(run_id)):
             return False  # one decision per call, then one resume
@@ -162,28 +161,28 @@ class Operator:
         async with self._recorded(action):
             await self._control(session, "cancel")
             after = await self.store.latest_run(session_id)
-        if after is not None and after.status == "cancelled":
+        if after is not None and after.status is RunStatus.CANCELLED:
             return Done(action, f"cancelled run {record.id}")
         return Done(action, f"asked the process driving run {record.id} to cancel it at its next boundary")
 
     async def pause(self, session_id: str) -> Done:
         """Pause the session's running run at its next boundary."""
         session, record = await self._unfinished(session_id, "pause")
-        if record.status != "running":
+        if record.status is not RunStatus.RUNNING:
             raise ConfigurationError(
-                f"run {record.id} is {record.status}, not running: there is nothing to pause"
+                f"run {record.id} is {record.status.value}, not running: there is nothing to pause"
             )
         action = self._action("pause", record)
         async with self._recorded(action):
             await self._control(session, "pause")
             after = await self.store.latest_run(session_id)
-        if after is not None and after.status == "paused":
+        if after is not None and after.status is RunStatus.PAUSED:
             return Done(action, f"paused run {record.id}")
         return Done(action, f"asked the process driving run {record.id} to pause it at its next boundary")
 
     async def resume(self, session_id: str) -> Done:
         """Continue a pool session's paused, failed or waiting run: requeue it for any worker."""
-        session, record = await self._unfinished(session_id, "resume", also=("failed",))
+        session, record = await self._unfinished(session_id, "resume", also=(RunStatus.FAILED,))
         if session.agent_ref is None:
             raise ConfigurationError(
                 f"session {session_id} was started with an Agent instance, not an agent reference: "
@@ -226,14 +225,14 @@ class Operator:
         return record, session
 
     async def _unfinished(
-        self, session_id: str, verb: str, also: tuple[str, ...] = ()
+        self, session_id: str, verb: str, also: tuple[RunStatus, ...] = ()
     ) -> tuple[SessionRecord, RunRecord]:
         session = await self.store.get_session(session_id)
         if session is None:
             raise ConfigurationError(f"no session {session_id!r} in this store: check the id")
         record = await self.store.latest_run(session_id)
-        if record is None or record.status not in (*_UNFINISHED, *also):
-            shown = "no run" if record is None else f"its latest run is {record.status}"
+        if record is None or record.status not in (*UNFINISHED_STATUSES, *also):
+            shown = "no run" if record is None else f"its latest run is {record.status.value}"
             raise ConfigurationError(f"nothing to {verb}: session {session_id} has {shown}")
         return session, record
 

@@ -19,7 +19,15 @@ from harnessx._errors import (
 from harnessx._policies import DEFAULT_TIMEOUT_SECONDS, ToolRetry
 from harnessx.providers._base import TokenUsage, ToolCall
 
-__all__ = ["PendingTool", "RunResult", "RunStatus", "ToolResult"]
+__all__ = [
+    "CLOSED_STATUSES",
+    "FINISHED_STATUSES",
+    "UNFINISHED_STATUSES",
+    "PendingTool",
+    "RunResult",
+    "RunStatus",
+    "ToolResult",
+]
 
 
 class RunStatus(str, Enum):  # noqa: UP042 - str() gives the member name, as in 0.9.1
@@ -39,10 +47,18 @@ class RunStatus(str, Enum):  # noqa: UP042 - str() gives the member name, as in 
     @property
     def finished(self) -> bool:
         """True for states no resume can change (completed, cancelled, failed)."""
-        return self in _FINISHED
+        return self in FINISHED_STATUSES
 
 
-_FINISHED = frozenset({RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.FAILED})
+# The groups of statuses the code decides by, declared once, in a fixed order (they are also
+# shown, e.g. as a CLI's choices). A ``str`` enum's members compare equal to their values, so
+# ``"running" in UNFINISHED_STATUSES`` holds as well.
+FINISHED_STATUSES: tuple[RunStatus, ...] = (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.FAILED)
+"""No run in one goes on by itself (a failed one may be resumed)."""
+UNFINISHED_STATUSES: tuple[RunStatus, ...] = (RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.AWAITING_INPUT)
+"""A run in one holds its session: it is going, or waits for a resume or a decision."""
+CLOSED_STATUSES: tuple[RunStatus, ...] = (RunStatus.COMPLETED, RunStatus.CANCELLED)
+"""Not even a resume moves a run in one on: there is nothing left to resume."""
 
 
 @dataclass(init=False)

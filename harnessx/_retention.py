@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harnessx._errors import ConfigurationError
-from harnessx.store._lifecycle import FINISHED
+from harnessx._results import FINISHED_STATUSES
 from harnessx.store._protocol import Leadership, PruneBatch, PruneCursor, Store
 
 __all__ = [
@@ -89,11 +89,11 @@ class RetentionPolicy:
         if self.batch < 1:
             raise ConfigurationError("the retention batch must be at least 1 session")
         if self.statuses is not None:
-            wrong = sorted(set(self.statuses) - set(FINISHED))
+            wrong = sorted(set(self.statuses) - set(FINISHED_STATUSES))
             if wrong:
                 raise ConfigurationError(
                     f"{', '.join(wrong)}: only finished sessions are pruned; give statuses among "
-                    f"{', '.join(FINISHED)}"
+                    f"{', '.join(FINISHED_STATUSES)}"
                 )
 
 

@@ -41,7 +41,14 @@ from harnessx._policies import check_positive
 from harnessx._rate_gate import RateGate
 from harnessx._recorder import BundleLimits, ExportPolicy, export_incident
 from harnessx._registry import AgentRef, AgentRegistry, agents
-from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
+from harnessx._results import (
+    CLOSED_STATUSES,
+    UNFINISHED_STATUSES,
+    PendingTool,
+    RunResult,
+    RunStatus,
+    ToolResult,
+)
 from harnessx._state import Delta, RunState, ToolStatus
 from harnessx._stream import OnReset, RunStream
 from harnessx.store._protocol import Lease, NewSession, RunRecord, SessionRecord, Store
@@ -61,7 +68,6 @@ def is_remote(backend: object) -> bool:
     return bool(getattr(backend, "remote", False))
 
 
-_UNFINISHED = frozenset({"running", "paused", "awaiting_input"})
 # What a resumed run must agree on with the agent that started it.
 _COMPATIBILITY_KEYS = ("model", "system_prompt", "tools")
 
@@ -458,7 +464,7 @@ class AgentRuntime:
         active = self._active
         if active is not None and active.run_id == record.id:
             return RunHandle(self, record.session_id, record.id, start_seq=active.start_seq, task=active.task)
-        start = 0 if record.status in _UNFINISHED else max(record.event_count - 1, 0)
+        start = 0 if record.status in UNFINISHED_STATUSES else max(record.event_count - 1, 0)
         return RunHandle(self, record.session_id, record.id, start_seq=start)
 
     async def run(self, message: str, *, request_id: str | None = None) -> RunResult:
@@ -511,7 +517,7 @@ class AgentRuntime:
         if active is not None and not active.task.done():
             return RunHandle(self, session_id, active.run_id, start_seq=active.start_seq, task=active.task)
         record = await store.latest_run(session_id)
-        if record is None or record.status in ("completed", "cancelled"):
+        if record is None or record.status in CLOSED_STATUSES:
             return None
         try:
             lease = await self._claim(store, session_id)
@@ -548,7 +554,7 @@ class AgentRuntime:
                 return await store.claim(session_id, self._holder)
             except SessionBusyError:
                 record = await store.latest_run(session_id)
-                if record is None or record.status == "running" or time.monotonic() > deadline:
+                if record is None or record.status is RunStatus.RUNNING or time.monotonic() > deadline:
                     raise
             await asyncio.sleep(0.02)
 
@@ -734,9 +740,9 @@ class AgentRuntime:
                 await asyncio.shield(active.task)
             return
         record = await store.latest_run(sid)
-        if record is None or record.status not in _UNFINISHED:
+        if record is None or record.status not in UNFINISHED_STATUSES:
             return
-        if request == "pause" and record.status != "running":
+        if request == "pause" and record.status is not RunStatus.RUNNING:
             return
         try:
             lease = await self._claim(store, sid)

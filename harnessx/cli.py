@@ -30,7 +30,7 @@ from harnessx._errors import CorruptStateError, HarnessError
 from harnessx._observe import follow_events, stored_events
 from harnessx._processes import open_store, store_options, waiting_notice
 from harnessx._registry import AgentRef, AgentRegistry, agents
-from harnessx._results import RunResult
+from harnessx._results import CLOSED_STATUSES, RunResult
 from harnessx._runlog import parse_cursor
 from harnessx._runtime import AgentRuntime
 from harnessx.console._command import console
@@ -214,9 +214,6 @@ def demo_resume(session_file: str, sqlite_path: str, dsn: str | None, schema: st
 # ---------------------------------------------------------------- inspection
 
 
-_NOTHING_TO_RESUME = ("completed", "cancelled")
-
-
 @main.command()
 @click.argument("session_id", required=False)
 @click.option("--limit", default=20, show_default=True, help="Sessions to list without SESSION_ID.")
@@ -265,7 +262,7 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
                 result = (await backend.load_state(record.id)).result()
             except CorruptStateError as exc:
                 # Show what the run's row says; the rest of its state cannot be read.
-                shown = {"session_id": session_id, "run_id": record.id, "status": record.status}
+                shown = {"session_id": session_id, "run_id": record.id, "status": record.status.value}
                 click.echo(json.dumps({**shown, "phase": record.phase, "unreadable": str(exc)}, indent=2))
                 return
             click.echo(json.dumps(result.to_dict(), indent=2))
@@ -344,7 +341,7 @@ def resume(
                 raise click.ClickException(f"no session {session_id!r}")
             # Decided before looking for the agent: a finished run needs none.
             latest = await backend.latest_run(session_id)
-            if latest is None or latest.status in _NOTHING_TO_RESUME:
+            if latest is None or latest.status in CLOSED_STATUSES:
                 return None
             if agent_path is None and _for_the_pool(session.agent_ref):
                 done = await operate(backend, actor, lambda op: op.resume(session_id))

@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from harnessx._errors import HarnessError, LeadershipLostError
+from harnessx._results import UNFINISHED_STATUSES
 from harnessx._retention import PassReport, RetentionPolicy, prune_pass
 from harnessx.store._protocol import Leadership, Orphan, PruneBatch, Store
 from supervisor._metrics import SupervisorMetrics
@@ -29,8 +30,6 @@ __all__ = ["ROLE", "Supervisor", "SupervisorConfig"]
 
 ROLE = "supervisor"
 logger = logging.getLogger("supervisor")
-
-_STATUSES = ("running", "paused", "awaiting_input")
 
 
 @dataclass
@@ -259,7 +258,7 @@ class Supervisor:
             if session is not None and session.lease_owner is not None:
                 self.metrics.recovery_seconds.observe(now - pending.detected)
                 del self._pending[run_id]
-            elif session is None or run is None or run.status not in _STATUSES:
+            elif session is None or run is None or run.status not in UNFINISHED_STATUSES:
                 del self._pending[run_id]
         self.metrics.orphans_pending.set(len(self._pending))
         oldest = min((p.detected for p in self._pending.values()), default=None)
@@ -294,8 +293,8 @@ class Supervisor:
     async def _stuck(self) -> None:
         stuck = await self.store.stuck_runs(self.config.stuck_after)
         counts = Counter(run.status for run in stuck)
-        for status in _STATUSES:
-            self.metrics.stuck_runs.labels(status=status).set(counts.get(status, 0))
+        for status in UNFINISHED_STATUSES:
+            self.metrics.stuck_runs.labels(status=status.value).set(counts.get(status, 0))
         for run in stuck[:10]:
             logger.warning(
                 "run %s has been %s for %.0f s",

@@ -23,13 +23,13 @@ from starlette.responses import Response, StreamingResponse
 
 from harnessx._http_server import RESPONSE_DEADLINE
 from harnessx._observe import follow_events
+from harnessx._results import CLOSED_STATUSES
 from harnessx._runlog import parse_cursor
 from harnessx.console._auth import Identity
 from harnessx.console._web import SECURITY_HEADERS, WebError, state
 
 __all__ = ["events"]
 
-_FINAL = ("completed", "cancelled")
 _KEEPALIVE = 15.0
 
 
@@ -44,7 +44,7 @@ async def events(request: Request, who: Identity) -> Response:
     record = await console.store.get_run(run_id)
     if record is None:
         raise WebError(404, f"no run {run_id!r}")
-    if position >= record.event_count and record.status in _FINAL:
+    if position >= record.event_count and record.status in CLOSED_STATUSES:
         return Response(status_code=204, headers=SECURITY_HEADERS)
     if console.streams >= console.max_streams:
         raise WebError(503, "too many event streams are open; try again shortly")

@@ -128,6 +128,13 @@ def run_record(row: Sequence[Any]) -> RunRecord:
     }
     problem = None
     try:
+        known = RunStatus(status)
+    except ValueError:
+        # Such a row stands for no run that can go on: as a failed one, which listing,
+        # cancelling and erasing treat as finished, as they did the unknown text.
+        known = RunStatus.FAILED
+        problem = f"its row: status {status!r} is not a run status"
+    try:
         decoded_usage = _decoded(usage, "usage") or {}
         TokenUsage.from_dict(decoded_usage)  # raises on a field that is not a number
         result["usage"] = decoded_usage
@@ -139,14 +146,14 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         result["history_length"] = _int(history_length, "history_length")
         event_count = _int(event_count, "event_count")
     except (_Undecodable, TypeError, ValueError, AttributeError) as exc:
-        problem = f"its row: {exc}"
+        problem = problem or f"its row: {exc}"
         event_count = _int_or(event_count, 0)
     return RunRecord(
         str(run_id),
         str(session_id),
         request_id,
         message if isinstance(message, str) else "",
-        str(status),
+        known,
         str(phase),
         event_count,
         result,
@@ -197,7 +204,7 @@ def decode_state(
         state = RunState(
             session_id=record.session_id,
             run_id=record.id,
-            status=RunStatus(record.status),
+            status=record.status,
             phase=Phase(record.phase),
             iteration=int(data["iteration"]),
             messages=messages,

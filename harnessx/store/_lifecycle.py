@@ -14,10 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-__all__ = ["FINISHED", "UNFINISHED", "Fact", "Judgement", "judge"]
-
-FINISHED = ("completed", "cancelled", "failed")
-UNFINISHED = ("running", "paused", "awaiting_input")
+__all__ = ["Fact", "Judgement", "judge"]
 
 
 @dataclass(frozen=True)

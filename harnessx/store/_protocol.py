@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from harnessx._errors import CorruptStateError, LeadershipLostError
 from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
+from harnessx._results import RunStatus
 from harnessx._state import Delta, RunState, ToolEntry
 from harnessx.store._migrations import MigrationReport
 from harnessx.store._original import OriginalSession
@@ -163,7 +164,7 @@ class RunRecord(Mapping[str, Any]):
     session_id: str
     request_id: str | None
     request_message: str
-    status: str
+    status: RunStatus
     phase: str
     event_count: int
     result: dict[str, Any] = field(default_factory=dict)
@@ -185,7 +186,7 @@ class RunRecord(Mapping[str, Any]):
             "request_id": self.request_id,
             "message": self.request_message,
             "phase": _ORIGINAL_PHASES.get(self.phase, self.phase),
-            "status": self.status,
+            "status": self.status.value,  # a plain str, as the original's state holds it
             # Model calls made: the engine's iteration counts from 0, and at prepare_model_call
             # the next call is not made yet.
             "iterations": int(self.result.get("iteration", 0)) + (self.phase != "prepare_model_call"),
@@ -196,7 +197,7 @@ class RunRecord(Mapping[str, Any]):
             "usage_incomplete": bool(self.result.get("usage_incomplete", False)),
             "tools": [dict(entry) for entry in self.tools],
         }
-        if self.status in ("running", "awaiting_input"):
+        if self.status in (RunStatus.RUNNING, RunStatus.AWAITING_INPUT):
             # The original's state has no outcome yet: state.get("output") is None.
             for key in ("output", "stop_reason", "error"):
                 del state[key]

@@ -33,7 +33,7 @@ from harnessx._events import RunEventType
 from harnessx._hooks import HookEvent
 from harnessx._policies import ToolRetry
 from harnessx._registry import AgentRef, AgentRegistry
-from harnessx._results import RunStatus, ToolResult
+from harnessx._results import UNFINISHED_STATUSES, RunStatus, ToolResult
 from harnessx._state import Delta, Phase, RunState, ToolStatus
 from harnessx._tools import ReplayPolicy
 from harnessx.temporal._codec import response_from_dict, state_from_dict, state_to_dict
@@ -58,7 +58,6 @@ ACTIVITY_PUBLISH = "harnessx.publish.v1"
 # The patch marker of firing the agent's workflow-side hooks (CHECKPOINT and the run's
 # lifecycle) from the publish activity; histories recorded before it replay without them.
 _HOOKS_PATCH = "harnessx-hooks-1"
-_UNFINISHED = frozenset({RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.AWAITING_INPUT})
 # Everything the engine reads fits in memory; a finished run keeps only its summary.
 _SUMMARY_FIELDS = ("request_id", "message")
 
@@ -492,7 +491,7 @@ class SessionWorkflow:
                 )
             return
         state = self.state
-        if self.busy or (state is not None and state.status in _UNFINISHED):
+        if self.busy or (state is not None and state.status in UNFINISHED_STATUSES):
             assert state is not None
             raise _refuse(
                 "SessionBusyError",
@@ -579,7 +578,7 @@ class SessionWorkflow:
     async def set_control(self, request: dict[str, Any]) -> None:
         action = str(request["action"])
         state = self.state
-        if state is None or state.status not in _UNFINISHED:
+        if state is None or state.status not in UNFINISHED_STATUSES:
             return
         if self.busy:
             self.control = action

@@ -103,6 +103,11 @@ CORRUPTIONS: dict[str, tuple[str, str, str]] = {
         r"input that is not an object",
         "both",
     ),
+    "run status": (
+        "UPDATE runs SET status = 'exploded' WHERE id = ?",
+        r"status 'exploded' is not a run status",
+        "both",
+    ),
     "run phase": (
         "UPDATE runs SET phase = 'nowhere' WHERE id = ?",
         r"'nowhere' is not a valid Phase",

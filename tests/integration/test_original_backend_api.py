@@ -17,6 +17,7 @@ from harnessx import (
     ConfigurationError,
     PermissionLevel,
     ProviderResponse,
+    RunStatus,
     SchemaError,
     ScriptedProvider,
     SQLiteBackend,
@@ -42,6 +43,10 @@ async def test_latest_run_and_get_run_read_like_the_originals_state(target: Back
         assert state["message"] == "Note it." and state["request_id"] == "r-1"
         assert state["phase"] == "result" and state["iterations"] >= 1
         assert state.get("status") == "completed" and "status" in dict(state)
+        # The record's status is typed; the state's is the plain text the original's holds
+        # (formatted, a RunStatus would read "RunStatus.COMPLETED").
+        assert state.status is RunStatus.COMPLETED
+        assert type(state["status"]) is str and f"{state['status']}" == "completed"
         assert state["tools"] == []  # the original's too, once the run is over
         with pytest.raises(KeyError, match="load_state"):
             state["messages"]
