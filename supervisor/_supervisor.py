@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from harnessx._errors import HarnessError, LeadershipLostError
 from harnessx._results import UNFINISHED_STATUSES
 from harnessx._retention import PassReport, RetentionPolicy, prune_pass
-from harnessx.store._protocol import Leadership, Orphan, PruneBatch, Store
+from harnessx.store._protocol import Leadership, Orphan, Owner, PruneBatch, Store
 from supervisor._metrics import SupervisorMetrics
 
 __all__ = ["ROLE", "Supervisor", "SupervisorConfig"]
@@ -245,7 +245,7 @@ class Supervisor:
         logger.warning(
             "requeued run %s: its holder %s (lease %s)",
             run_id,
-            orphan.owner.split("/")[0],
+            Owner.process_of(orphan.owner),
             orphan.reason,
             extra={**extra, "run_id": run_id},
         )

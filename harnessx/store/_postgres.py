@@ -44,7 +44,6 @@ import contextlib
 import logging
 import secrets
 import shlex
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -63,9 +62,7 @@ from harnessx._errors import (
     ConfigurationError,
     CorruptStateError,
     HarnessError,
-    LeaseLostError,
     SchemaError,
-    SessionBusyError,
     StorageError,
 )
 from harnessx._events import RunEvent
@@ -85,6 +82,20 @@ from harnessx.store._codec import (
     loads,
     run_record,
     run_values,
+)
+from harnessx.store._core import (
+    Row,
+    StoreCore,
+    lease_lost,
+    no_session,
+    not_recorded,
+    not_this_sessions_run,
+    request_taken,
+    session_exists,
+    session_held,
+    session_record,
+    too_many_records,
+    unfinished_run,
 )
 from harnessx.store._deadlines import LeaseDeadlines
 from harnessx.store._migrations import (
@@ -118,24 +129,19 @@ from harnessx.store._pg_dsn import ENCODING_ADVICE, check_dsn, redact_dsn
 from harnessx.store._pg_lifecycle import PostgresLifecycle
 from harnessx.store._pg_notifications import Notifications
 from harnessx.store._pg_scheduling import PostgresScheduling
-from harnessx.store._protocol import (
+from harnessx.store._queries import load_queries
+from harnessx.store._records import (
     IncidentSnapshot,
     Leadership,
     Lease,
     LoadedRun,
     NewSession,
     Orphan,
-    QueueStats,
     Recovery,
-    Renewal,
-    RunRecord,
-    SessionRecord,
-    SessionSummary,
     StuckRun,
     WorkerInfo,
     leadership_lost,
 )
-from harnessx.store._queries import load_queries
 from harnessx.store._scheduling import Claims, Schedule
 
 __all__ = ["PostgresBackend", "redact_dsn", "runtime_grants"]
@@ -211,7 +217,7 @@ def _attempts(retrying: AsyncRetrying | None) -> str:
 # --------------------------------------------------------------------------- backend
 
 
-class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
+class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, StoreCore):
     """Durable state in PostgreSQL. Use as ``async with PostgresBackend(dsn) as backend``.
 
     Tables live in ``schema`` (created if needed when ``auto_migrate`` is true; otherwise
@@ -297,19 +303,6 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
             f"start over, losing every session in it: DROP SCHEMA {quote_ident(self.schema)} CASCADE, "
             f"then run {self._migrate_command}"
         )
-
-    @classmethod
-    async def connect(cls, dsn: str, **kwargs: Any) -> PostgresBackend:
-        backend = cls(dsn, **kwargs)
-        await backend.initialize()
-        return backend
-
-    async def __aenter__(self) -> PostgresBackend:
-        await self.initialize()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -620,6 +613,18 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
                     return await on_pooled(pool, op)
         raise AssertionError("unreachable: tenacity re-raises the last error")
 
+    # The core's primitives (``_core``): one named statement on a pooled connection.
+
+    async def _one(self, what: str, query: str, *args: Any) -> Row | None:
+        row = await self._run(what, lambda conn: conn.fetchrow(Q[query], *args))
+        return None if row is None else tuple(row)
+
+    async def _all(self, what: str, query: str, *args: Any) -> list[Row]:
+        return [tuple(row) for row in await self._run(what, lambda conn: conn.fetch(Q[query], *args))]
+
+    async def _change(self, what: str, query: str, *args: Any) -> None:
+        await self._run(what, lambda conn: conn.execute(Q[query], *args))
+
     @contextlib.contextmanager
     def _translated(
         self,
@@ -650,7 +655,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
         detail = self._describe(exc)
         sqlstate = getattr(exc, "sqlstate", None)
         if sqlstate == "HX001" and lease is not None:
-            return _lease_lost(lease)
+            return lease_lost(lease)
         if isinstance(exc, asyncpg.exceptions.UniqueViolationError):
             return self._conflict(exc, what, detail, lease, request_id)
         if isinstance(exc, SCHEMA_MISSING):
@@ -687,12 +692,9 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
     ) -> HarnessError:
         session = lease.session_id if lease is not None else "?"
         if exc.constraint_name == "runs_request_unique":
-            return SessionBusyError(f"session {session} already has a run for request_id {request_id!r}")
+            return request_taken(session, request_id)
         if exc.constraint_name == "runs_one_unfinished":
-            return SessionBusyError(
-                f"session {session} already has an unfinished run: "
-                "resume, cancel or finish it before submitting another"
-            )
+            return unfinished_run(session)
         return StorageError(f"{what} on {self._where} conflicts with a stored row ({detail})")
 
     def _privilege_advice(self, what: str, detail: str) -> str:
@@ -833,7 +835,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
             # A retry whose first attempt committed finds its own row: same content, not a clash.
             if attempts > 1 and await self._same_session(conn, session_id, agent_ref, fingerprint):
                 return
-            raise ConfigurationError(f"session {session_id!r} already exists")
+            raise session_exists(session_id)
 
         await self._run("creating a session", insert)
 
@@ -843,26 +845,9 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
         row = await conn.fetchrow(Q["get_session"], session_id)
         return row is not None and row[1] == agent_ref and loads(row[2], "session fingerprint") == fingerprint
 
-    async def get_session(self, session_id: str) -> SessionRecord | None:
-        row = await self._run("reading a session", lambda conn: conn.fetchrow(Q["get_session"], session_id))
-        return _session_record(tuple(row)) if row is not None else None
-
-    async def set_control(self, session_id: str, control: str | None) -> None:
-        await self._run(
-            "setting a control request", lambda conn: conn.execute(Q["set_control"], control, session_id)
-        )
-
     # --------------------------------------------------------------- leases
 
-    def owner_for(self, holder: str) -> str:
-        """Lease owners are ``<process_id>/<holder>``: liveness is per process."""
-        return f"{self.process_id}/{holder}"
-
-    async def claim(self, session_id: str, holder: str) -> Lease:
-        owner = self.owner_for(holder)
-        # Never hold a lease while others can see this process as dead.
-        await self._keep_liveness()
-        sent = self._sent()
+    async def _take_lease(self, session_id: str, owner: str) -> Lease:
         row = await self._run(
             "claiming a session",
             lambda conn: conn.fetchrow(Q["take_lease"], session_id, owner, self.lease_seconds),
@@ -871,60 +856,27 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
             raise ConfigurationError(f"no session {session_id!r} in {self._where}")
         generation, busy_seconds = row
         if generation is None:
-            raise SessionBusyError(
-                f"session {session_id} is held by another live process until its lease expires "
-                f"(in {busy_seconds:.0f} s); wait for it to finish or stop that process"
-            )
-        lease = Lease(session_id, owner, int(generation))
-        self._extended([lease], sent)
-        return lease
+            raise session_held(session_id, busy_seconds)
+        return Lease(session_id, owner, int(generation))
 
-    async def renew(self, leases: list[Lease]) -> Renewal:
-        await self._keep_liveness()
+    async def _renew_rows(self, leases: list[Lease]) -> list[Row]:
         ids, owners, generations = (
             [lease.session_id for lease in leases],
             [lease.owner for lease in leases],
             [lease.generation for lease in leases],
         )
-        sent = self._sent()
         rows = await self._run(
             "renewing leases",
             lambda conn: conn.fetch(Q["renew_leases"], self.lease_seconds, ids, owners, generations),
         )
-        still = {(sid, owner, int(gen)) for sid, owner, gen, _ in rows}
-        held = {
-            lease.session_id for lease in leases if (lease.session_id, lease.owner, lease.generation) in still
-        }
-        self._extended([lease for lease in leases if lease.session_id in held], sent)
-        for lease in leases:
-            if lease.session_id not in held:
-                self._deadlines.forget(lease.session_id)
-        controls = {sid: control for sid, _, _, control in rows if control}
-        return Renewal(held=held, lost={lease.session_id for lease in leases} - held, controls=controls)
+        return [tuple(row) for row in rows]
 
-    def _sent(self) -> tuple[float, int]:
-        """When a request that extends leases is sent, and the liveness losses seen so far."""
-        return time.monotonic(), self._liveness_losses
+    def _live(self) -> bool:
+        return self._liveness is not None and not self._liveness.is_closed()
 
-    def _extended(self, leases: list[Lease], sent: tuple[float, int]) -> None:
-        at, losses = sent
-        # Had the liveness lock gone in between, others may have taken the leases already.
-        if losses == self._liveness_losses:
-            for lease in leases:
-                self._deadlines.extended(lease, at)
-
-    def lease_deadline(self, lease: Lease) -> float:
-        if self._liveness is None or self._liveness.is_closed():
-            return 0.0  # others may see this process as dead right now
-        return self._deadlines.until(lease)
-
-    async def release(self, lease: Lease) -> None:
+    def _forget(self, lease: Lease) -> None:
         self._progress.pop(lease.session_id, None)
         self._deadlines.forget(lease.session_id)
-        await self._run(
-            "releasing a lease",
-            lambda conn: conn.execute(Q["release_lease"], lease.session_id, lease.owner, lease.generation),
-        )
 
     # ----------------------------------------------------------------- runs
 
@@ -1126,22 +1078,6 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
             # Only a running run streams provisional events.
             await self._checkpoint(lease, run_id, events=events, progress_only=True, journal=journal)
 
-    async def get_run(self, run_id: str) -> RunRecord | None:
-        row = await self._run("reading a run", lambda conn: conn.fetchrow(Q["get_run"], run_id))
-        return await self._with_step_tools(run_record(tuple(row))) if row else None
-
-    async def find_run(self, session_id: str, request_id: str) -> RunRecord | None:
-        row = await self._run(
-            "finding a run", lambda conn: conn.fetchrow(Q["find_run"], session_id, request_id)
-        )
-        return run_record(tuple(row)) if row else None
-
-    async def latest_run(self, session_id: str) -> RunRecord | None:
-        row = await self._run(
-            "reading the latest run", lambda conn: conn.fetchrow(Q["latest_run"], session_id)
-        )
-        return await self._with_step_tools(run_record(tuple(row))) if row else None
-
     async def load_state(self, run_id: str) -> RunState:
         loaded = await self.load_run(run_id)
         if loaded is None:
@@ -1160,8 +1096,8 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
         try:
             state = decode_state(record, bodies, tools, {(key, kind): text for key, kind, text in results})
         except CorruptStateError as exc:
-            return LoadedRun(record, _session_record(tuple(session)), None, exc)
-        return LoadedRun(record, _session_record(tuple(session)), state)
+            return LoadedRun(record, session_record(tuple(session)), None, exc)
+        return LoadedRun(record, session_record(tuple(session)), state)
 
     async def _load(self, conn: Any, run_id: str) -> RunState:
         row = await conn.fetchrow(Q["get_run"], run_id)
@@ -1184,36 +1120,21 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
             async with conn.transaction(isolation="repeatable_read", readonly=True):
                 row = await conn.fetchrow(Q["get_session"], session_id)
                 if row is None:
-                    raise StorageError(f"no session {session_id!r} in {self._where}: check the session id")
-                session = _session_record(tuple(row))
+                    raise no_session(session_id, self._where)
+                session = session_record(tuple(row))
                 run = await conn.fetchrow(Q["get_run"], run_id)
                 if run is None or run["session_id"] != session_id:
-                    raise StorageError(
-                        f"session {session_id} has no run {run_id!r}: pass a run id of this session "
-                        "(result.run_id, or 'harnessx sessions')"
-                    )
+                    raise not_this_sessions_run(session_id, run_id)
                 if not session.recording:
-                    raise StorageError(
-                        f"flight recording was not enabled for session {session_id}: only runs of "
-                        "sessions started with AgentRuntime(..., recording=True) can be exported"
-                    )
+                    raise not_recorded(session_id)
                 rows = await conn.fetch(Q["read_journal"], run_id, max_records + 1)
                 if len(rows) > max_records:
-                    raise StorageError(
-                        f"run {run_id} has more journal records than the record limit ({max_records}): "
-                        "export it with a larger BundleLimits(max_records=...)"
-                    )
+                    raise too_many_records(run_id, max_records)
                 state = await self._load(conn, run_id)
             records = [journal_record_from_row(tuple(r), session_id, run_id) for r in rows]
             return IncidentSnapshot(state, records, session)
 
         return await self._run("reading a recorded run", read)
-
-    async def count_journal(self, run_id: str, kind: str, step_id: str) -> int:
-        count = await self._run(
-            "counting journal records", lambda conn: conn.fetchval(Q["count_journal"], run_id, kind, step_id)
-        )
-        return int(count)
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
         async def read(conn: Any) -> list[RunEvent]:
@@ -1248,16 +1169,6 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
 
         return await self._run("reading a tool result", read)
 
-    async def recent_sessions(self, limit: int) -> list[SessionSummary]:
-        rows = await self._run("listing sessions", lambda conn: conn.fetch(Q["recent_sessions"], limit))
-        return [SessionSummary(*row) for row in rows]
-
-    async def session_summary(self, session_id: str) -> SessionSummary | None:
-        row = await self._run(
-            "reading a session", lambda conn: conn.fetchrow(Q["session_summary"], session_id)
-        )
-        return None if row is None else SessionSummary(*row)
-
     # ----------------------------------------------------------------- pool
 
     async def requeue(self, lease: Lease, run_id: str) -> None:
@@ -1268,7 +1179,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
             ),
         )
         if not held:
-            raise _lease_lost(lease)
+            raise lease_lost(lease)
         self._notifications.wake_work()
 
     async def defer_start(
@@ -1321,13 +1232,6 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
             event.cursor = str(int(first) + offset)
         self._notifications.wake_run(run_id)
 
-    async def pending_controls(self) -> dict[str, str]:
-        prefix, upper = f"{self.process_id}/", f"{self.process_id}0"
-        rows = await self._run(
-            "reading control requests", lambda conn: conn.fetch(Q["pending_controls"], prefix, upper)
-        )
-        return {str(sid): str(control) for sid, control in rows}
-
     async def claim_queued(self, holder: str, agent_refs: list[str] | None, limit: int) -> Claims:
         owner = self.owner_for(holder)
         claim_id = uuid.uuid4().hex
@@ -1376,22 +1280,9 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
     async def stop_worker(self, worker_id: str) -> None:
         await self._run("stopping a worker", lambda conn: conn.execute(Q["stop_worker"], worker_id))
 
-    async def running_workers(self) -> list[WorkerInfo]:
-        rows = await self._run("listing workers", lambda conn: conn.fetch(Q["running_workers"]))
-        return [
-            WorkerInfo(
-                wid,
-                host,
-                pid,
-                loads(agents, f"worker {wid}") or [],
-                concurrency,
-                started,
-                beat,
-                draining,
-                alive=bool(alive),
-            )
-            for wid, host, pid, agents, concurrency, started, beat, draining, alive in rows
-        ]
+    async def _worker_rows(self) -> list[tuple[Row, bool]]:
+        rows = await self._all("listing workers", "running_workers")
+        return [(row, bool(row[8])) for row in rows]
 
     async def find_orphans(self) -> list[Orphan]:
         rows = await self._run("scanning for orphans", lambda conn: conn.fetch(Q["find_orphans"]))
@@ -1430,10 +1321,6 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
             raise leadership_lost(term)
         return float(at) if marked else None
 
-    async def queue_stats(self) -> QueueStats:
-        rows = await self._run("reading queue stats", lambda conn: conn.fetch(Q["queue_stats"]))
-        return QueueStats({ref: (int(count), float(oldest)) for ref, count, oldest in rows})
-
     async def stuck_runs(self, older_than: float, limit: int = 100) -> list[StuckRun]:
         rows = await self._run(
             "listing stuck runs", lambda conn: conn.fetch(Q["stuck_runs"], float(older_than), limit)
@@ -1452,24 +1339,3 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle):
         """Return soon after a checkpoint of ``run_id`` commits in any process (LISTEN), or
         after ``max_wait`` seconds; without a listener this is plain waiting."""
         await self._notifications.wait_for_run(run_id, max_wait)
-
-
-def _session_record(row: tuple[Any, ...]) -> SessionRecord:
-    sid, agent_ref, fingerprint, owner, generation, expires, control, recording = row
-    return SessionRecord(
-        sid,
-        agent_ref,
-        loads(fingerprint, f"session {sid} fingerprint") or {},
-        owner,
-        int(generation),
-        expires,
-        control,
-        bool(recording),
-    )
-
-
-def _lease_lost(lease: Lease) -> LeaseLostError:
-    return LeaseLostError(
-        f"lease on session {lease.session_id} (generation {lease.generation}) no longer holds; "
-        "another process took the session over, nothing was written"
-    )

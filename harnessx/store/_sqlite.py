@@ -28,9 +28,7 @@ from typing import Any, TypeVar
 from harnessx._errors import (
     ConfigurationError,
     CorruptStateError,
-    LeaseLostError,
     SchemaError,
-    SessionBusyError,
     StorageError,
 )
 from harnessx._events import RunEvent
@@ -46,12 +44,25 @@ from harnessx.store._codec import (
     final_result,
     has_result_refs,
     journal_record_from_row,
-    loads,
     result_keys,
     run_record,
     run_values,
     tool_entry_bodies,
     tool_entry_values,
+)
+from harnessx.store._core import (
+    Row,
+    StoreCore,
+    lease_lost,
+    no_session,
+    not_recorded,
+    not_this_sessions_run,
+    request_taken,
+    session_exists,
+    session_held,
+    session_record,
+    too_many_records,
+    unfinished_run,
 )
 from harnessx.store._deadlines import LeaseDeadlines
 from harnessx.store._migrations import MigrationReport, check_applied, check_objects, pending, report
@@ -63,24 +74,20 @@ from harnessx.store._original import (
     read_sqlite,
     sqlite_layout,
 )
-from harnessx.store._protocol import (
+from harnessx.store._queries import load_queries
+from harnessx.store._records import (
     IncidentSnapshot,
     Leadership,
     Lease,
     LoadedRun,
     NewSession,
     Orphan,
-    QueueStats,
+    Owner,
     Recovery,
-    Renewal,
-    RunRecord,
-    SessionRecord,
-    SessionSummary,
     StuckRun,
     WorkerInfo,
     leadership_lost,
 )
-from harnessx.store._queries import load_queries
 from harnessx.store._scheduling import Schedule
 from harnessx.store._sqlite_console import SQLiteConsole
 from harnessx.store._sqlite_lifecycle import SQLiteLifecycle
@@ -102,7 +109,7 @@ CREATE TABLE IF NOT EXISTS harnessx_migrations (
 )"""
 
 
-class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
+class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, StoreCore):
     """Durable state in one SQLite file. Use as ``async with SQLiteBackend(path) as backend``."""
 
     dialect = "sqlite"
@@ -148,20 +155,9 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
     def __repr__(self) -> str:
         return f"SQLiteBackend({str(self.path)!r})"
 
-    @classmethod
-    async def connect(
-        cls, path: str | os.PathLike[str] = ".agent_sessions/runtime.sqlite3", **kwargs: Any
-    ) -> SQLiteBackend:
-        backend = cls(path, **kwargs)
-        await backend.initialize()
-        return backend
-
-    async def __aenter__(self) -> SQLiteBackend:
-        await self.initialize()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    @property
+    def _where(self) -> str:
+        return str(self.path)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -427,6 +423,18 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
         conn.execute("COMMIT")
         return result
 
+    # The core's primitives (``_core``): one named statement on the database thread.
+
+    async def _one(self, what: str, query: str, *args: Any) -> Row | None:
+        row: Row | None = await self._call(lambda conn: conn.execute(Q[query], args).fetchone())
+        return row
+
+    async def _all(self, what: str, query: str, *args: Any) -> list[Row]:
+        return await self._call(lambda conn: conn.execute(Q[query], args).fetchall())
+
+    async def _change(self, what: str, query: str, *args: Any) -> None:
+        await self._call(self._write, lambda conn: conn.execute(Q[query], args))
+
     # ------------------------------------------------------------- sessions
 
     async def create_session(
@@ -437,26 +445,13 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
             try:
                 conn.execute(Q["insert_session"], values)
             except sqlite3.IntegrityError as exc:
-                raise ConfigurationError(f"session {session_id!r} already exists") from exc
+                raise session_exists(session_id) from exc
 
         await self._call(self._write, body)
 
-    async def get_session(self, session_id: str) -> SessionRecord | None:
-        row = await self._call(lambda conn: conn.execute(Q["get_session"], (session_id,)).fetchone())
-        return _session_record(row) if row is not None else None
-
-    async def set_control(self, session_id: str, control: str | None) -> None:
-        await self._call(self._write, lambda conn: conn.execute(Q["set_control"], (control, session_id)))
-
     # --------------------------------------------------------------- leases
 
-    def owner_for(self, holder: str) -> str:
-        """Lease owners are ``<process_id>/<holder>``: liveness is per process."""
-        return f"{self.process_id}/{holder}"
-
-    async def claim(self, session_id: str, holder: str) -> Lease:
-        owner = self.owner_for(holder)
-
+    async def _take_lease(self, session_id: str, owner: str) -> Lease:
         def body(conn: sqlite3.Connection) -> Lease:
             row = conn.execute(Q["get_session"], (session_id,)).fetchone()
             if row is None:
@@ -465,55 +460,30 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
             now = time.time()
             held = current and current != owner and expires is not None and expires > now
             if held and self._owner_alive(current):
-                raise SessionBusyError(
-                    f"session {session_id} is held by another live process until its lease "
-                    f"expires (in {expires - now:.0f} s); wait for it to finish or stop that process"
-                )
+                raise session_held(session_id, expires - now)
             (generation,) = conn.execute(
                 Q["take_lease"], (owner, now + self.lease_seconds, session_id)
             ).fetchone()
             return Lease(session_id, owner, int(generation))
 
-        sent = time.monotonic()
         lease: Lease = await self._call(self._write, body)
-        self._deadlines.extended(lease, sent)
         return lease
 
-    async def renew(self, leases: list[Lease]) -> Renewal:
+    async def _renew_rows(self, leases: list[Lease]) -> list[Row]:
         named = dumps([[lease.session_id, lease.owner, lease.generation] for lease in leases])
 
-        def body(conn: sqlite3.Connection) -> list[Any]:
+        def body(conn: sqlite3.Connection) -> list[Row]:
             return conn.execute(Q["renew_leases"], (time.time() + self.lease_seconds, named)).fetchall()
 
-        sent = time.monotonic()
-        rows = await self._call(self._write, body)
-        still = {(sid, owner, int(gen)) for sid, owner, gen, _ in rows}
-        held = {
-            lease.session_id for lease in leases if (lease.session_id, lease.owner, lease.generation) in still
-        }
-        for lease in leases:
-            if lease.session_id in held:
-                self._deadlines.extended(lease, sent)
-            else:
-                self._deadlines.forget(lease.session_id)
-        controls = {sid: control for sid, _, _, control in rows if control}
-        return Renewal(held=held, lost={lease.session_id for lease in leases} - held, controls=controls)
-
-    def lease_deadline(self, lease: Lease) -> float:
-        return self._deadlines.until(lease)
-
-    async def release(self, lease: Lease) -> None:
-        self._deadlines.forget(lease.session_id)
-        await self._call(
-            self._write,
-            lambda conn: conn.execute(Q["release_lease"], (lease.session_id, lease.owner, lease.generation)),
-        )
+        return await self._call(self._write, body)
 
     async def process_alive(self, owner: str) -> bool:
         return await self._call(lambda conn: self._owner_alive(owner))
 
     def _owner_alive(self, owner: str) -> bool:
-        process_id = owner.split("/", 1)[0]
+        return self._process_alive(Owner.process_of(owner))
+
+    def _process_alive(self, process_id: str) -> bool:
         if process_id == self.process_id:
             return not self._closed
         path = self.owners_dir / f"{process_id}.lock"
@@ -538,10 +508,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
             Q["fence"], (new_messages, lease.session_id, lease.owner, lease.generation, time.time())
         ).fetchone()
         if row is None:
-            raise LeaseLostError(
-                f"lease on session {lease.session_id} (generation {lease.generation}) no longer holds; "
-                "another process took the session over, nothing was written"
-            )
+            raise lease_lost(lease)
         return int(row[0])
 
     def _append(
@@ -705,7 +672,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
             try:
                 conn.execute(Q["insert_session"], values)
             except sqlite3.IntegrityError as exc:
-                raise ConfigurationError(f"session {session.id!r} already exists") from exc
+                raise session_exists(session.id) from exc
             (generation,) = conn.execute(
                 Q["take_lease"], (owner, now + self.lease_seconds, session.id)
             ).fetchone()
@@ -713,10 +680,10 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
             self._insert_run(conn, lease, run_id, request_id, message, delta, queued, journal)
             return lease
 
-        sent = time.monotonic()
+        sent = self._sent()
         lease: Lease = await self._call(self._write, body)
         if not queued:
-            self._deadlines.extended(lease, sent)
+            self._extended([lease], sent)
         self._notify(run_id)
         return lease
 
@@ -767,18 +734,6 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(waiter.wait(), max_wait)
 
-    async def get_run(self, run_id: str) -> RunRecord | None:
-        row = await self._call(lambda conn: conn.execute(Q["get_run"], (run_id,)).fetchone())
-        return await self._with_step_tools(run_record(row)) if row else None
-
-    async def find_run(self, session_id: str, request_id: str) -> RunRecord | None:
-        row = await self._call(lambda conn: conn.execute(Q["find_run"], (session_id, request_id)).fetchone())
-        return run_record(row) if row else None
-
-    async def latest_run(self, session_id: str) -> RunRecord | None:
-        row = await self._call(lambda conn: conn.execute(Q["latest_run"], (session_id,)).fetchone())
-        return await self._with_step_tools(run_record(row)) if row else None
-
     async def load_state(self, run_id: str) -> RunState:
         return await self._call(self._reading(lambda conn: self._load(conn, run_id)))
 
@@ -792,9 +747,9 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
             if session is None:
                 return None
             try:
-                return LoadedRun(record, _session_record(session), self._load(conn, run_id))
+                return LoadedRun(record, session_record(session), self._load(conn, run_id))
             except CorruptStateError as exc:
-                return LoadedRun(record, _session_record(session), None, exc)
+                return LoadedRun(record, session_record(session), None, exc)
 
         return await self._call(self._reading(read))
 
@@ -833,35 +788,21 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
         def body(conn: sqlite3.Connection) -> IncidentSnapshot:
             row = conn.execute(Q["get_session"], (session_id,)).fetchone()
             if row is None:
-                raise StorageError(f"no session {session_id!r} in {self.path}: check the session id")
-            session = _session_record(row)
+                raise no_session(session_id, self._where)
+            session = session_record(row)
             run = conn.execute(Q["get_run"], (run_id,)).fetchone()
             if run is None or run_record(run).session_id != session_id:
-                raise StorageError(
-                    f"session {session_id} has no run {run_id!r}: pass a run id of this session "
-                    "(result.run_id, or 'harnessx sessions')"
-                )
+                raise not_this_sessions_run(session_id, run_id)
             if not session.recording:
-                raise StorageError(
-                    f"flight recording was not enabled for session {session_id}: only runs of sessions "
-                    "started with AgentRuntime(..., recording=True) can be exported"
-                )
+                raise not_recorded(session_id)
             rows = conn.execute(Q["read_journal"], (run_id, max_records + 1)).fetchall()
             if len(rows) > max_records:
-                raise StorageError(
-                    f"run {run_id} has more journal records than the record limit ({max_records}): "
-                    "export it with a larger BundleLimits(max_records=...)"
-                )
+                raise too_many_records(run_id, max_records)
             state = self._load(conn, run_id)
             records = [journal_record_from_row(r, session_id, run_id) for r in rows]
             return IncidentSnapshot(state, records, session)
 
         return await self._call(self._reading(body))
-
-    async def count_journal(self, run_id: str, kind: str, step_id: str) -> int:
-        values = (run_id, kind, step_id)
-        row = await self._call(lambda conn: conn.execute(Q["count_journal"], values).fetchone())
-        return int(row[0])
 
     # ----------------------------------------------------------------- pool
 
@@ -928,11 +869,6 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
             event.cursor = str(int(last) + offset)
         return max(int(last), self._insert_events(conn, lease, events, now))
 
-    async def pending_controls(self) -> dict[str, str]:
-        prefix, upper = f"{self.process_id}/", f"{self.process_id}0"
-        rows = await self._call(lambda conn: conn.execute(Q["pending_controls"], (prefix, upper)).fetchall())
-        return {str(sid): str(control) for sid, control in rows}
-
     async def wait_for_work(self, max_wait: float) -> bool:
         # SQLite cannot notify other processes: the claim loop's back-off is the polling.
         await asyncio.sleep(max_wait)
@@ -950,25 +886,11 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
     async def stop_worker(self, worker_id: str) -> None:
         await self._call(self._write, lambda conn: conn.execute(Q["stop_worker"], (time.time(), worker_id)))
 
-    async def running_workers(self) -> list[WorkerInfo]:
-        def body(conn: sqlite3.Connection) -> list[WorkerInfo]:
+    async def _worker_rows(self) -> list[tuple[Row, bool]]:
+        def body(conn: sqlite3.Connection) -> list[tuple[Row, bool]]:
             # One statement; then each worker's liveness lock file (no SQL).
-            return [
-                WorkerInfo(
-                    wid,
-                    host,
-                    pid,
-                    loads(agents, f"worker {wid}") or [],
-                    concurrency,
-                    started,
-                    beat,
-                    bool(draining),
-                    alive=self._owner_alive(f"{wid}/"),
-                )
-                for wid, host, pid, agents, concurrency, started, beat, draining in conn.execute(
-                    Q["running_workers"]
-                ).fetchall()
-            ]
+            rows = conn.execute(Q["running_workers"]).fetchall()
+            return [(row, self._process_alive(str(row[0]))) for row in rows]
 
         return await self._call(body)
 
@@ -978,9 +900,9 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
             alive: dict[str, bool] = {}
             found = []
             for session_id, owner, generation, expires, agent_ref in conn.execute(Q["leased_sessions"]):
-                process = owner.split("/", 1)[0]
+                process = Owner.process_of(owner)
                 if process not in alive:
-                    alive[process] = self._owner_alive(owner)
+                    alive[process] = self._process_alive(process)
                 if not alive[process]:
                     found.append(Orphan(session_id, owner, int(generation), agent_ref, "dead"))
                 elif expires is not None and expires <= now:
@@ -1065,22 +987,10 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
             del self._leaderships[term.role]
             os.close(held[0])
 
-    async def queue_stats(self) -> QueueStats:
-        rows = await self._call(lambda conn: conn.execute(Q["queue_stats"]).fetchall())
-        return QueueStats({ref: (int(count), float(oldest)) for ref, count, oldest in rows})
-
     async def stuck_runs(self, older_than: float, limit: int = 100) -> list[StuckRun]:
         cutoff = time.time() - older_than
         rows = await self._call(lambda conn: conn.execute(Q["stuck_runs"], (cutoff, limit)).fetchall())
         return [StuckRun(*row) for row in rows]
-
-    async def recent_sessions(self, limit: int) -> list[SessionSummary]:
-        rows = await self._call(lambda conn: conn.execute(Q["recent_sessions"], (limit,)).fetchall())
-        return [_summary(row) for row in rows]
-
-    async def session_summary(self, session_id: str) -> SessionSummary | None:
-        row = await self._call(lambda conn: conn.execute(Q["session_summary"], (session_id,)).fetchone())
-        return None if row is None else _summary(row)
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
         def body(conn: sqlite3.Connection) -> list[RunEvent]:
@@ -1111,25 +1021,6 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle):
         return await self._call(self._reading(body))
 
 
-def _summary(row: Any) -> SessionSummary:
-    session_id, agent_ref, created_at, run_id, run_status, updated_at, queued = row
-    return SessionSummary(session_id, agent_ref, created_at, run_id, run_status, updated_at, bool(queued))
-
-
-def _session_record(row: Sequence[Any]) -> SessionRecord:
-    sid, agent_ref, fingerprint, owner, generation, expires, control, recording = row
-    return SessionRecord(
-        sid,
-        agent_ref,
-        loads(fingerprint, f"session {sid} fingerprint") or {},
-        owner,
-        generation,
-        expires,
-        control,
-        bool(recording),
-    )
-
-
 def _statements(script: str) -> list[str]:
     """Split a migration into statements: up to each ';' that completes one (SQLite's own
     test, so a trigger's body, whose statements end in ';' too, stays whole)."""
@@ -1148,11 +1039,8 @@ def _statements(script: str) -> list[str]:
 
 def _run_conflict(exc: sqlite3.IntegrityError, session_id: str, request_id: str | None) -> Exception:
     if "request_id" in str(exc):
-        return SessionBusyError(f"session {session_id} already has a run for request_id {request_id!r}")
-    return SessionBusyError(
-        f"session {session_id} already has an unfinished run: "
-        "resume, cancel or finish it before submitting another"
-    )
+        return request_taken(session_id, request_id)
+    return unfinished_run(session_id)
 
 
 def _translate(exc: sqlite3.Error, path: Path) -> StorageError:

@@ -14,6 +14,7 @@ from harnessx.store._queries import load_queries, parse_queries
 DIALECTS = ("sqlite", "postgres")
 MODULES = {
     "sqlite": (
+        "_core.py",
         "_sqlite.py",
         "_sqlite_console.py",
         "_sqlite_scheduling.py",
@@ -21,6 +22,7 @@ MODULES = {
         "_listing.py",
     ),
     "postgres": (
+        "_core.py",
         "_postgres.py",
         "_pg_checkpoint.py",
         "_pg_console.py",
@@ -87,7 +89,10 @@ def package_text(*parts: str) -> str:
 
 def names_used(dialect: str) -> set[str]:
     text = "".join(package_text(module) for module in MODULES[dialect])
-    return set(re.findall(r'\bQ\["([a-z_][a-z0-9_]*)"\]', text))
+    direct = re.findall(r'\bQ\["([a-z_][a-z0-9_]*)"\]', text)
+    # The core's primitives take the query's name after what the call is doing.
+    by_core = re.findall(r'\._(?:one|all|change)\(\s*"[^"]*",\s*"([a-z_][a-z0-9_]*)"', text)
+    return {*direct, *by_core}
 
 
 def test_parser_keeps_statements_and_drops_comments() -> None:

@@ -1,0 +1,333 @@
+"""The dialect-free half of both stores: what a store does around its SQL.
+
+``StoreCore`` is the base of ``SQLiteBackend`` and ``PostgresBackend``. It owns what does
+not depend on the database: the owner format (``Owner``), lease bookkeeping (when a lease
+certainly still holds, by this process's clock), how rows become records, the reads that
+are one named statement and a decoding, and the error texts both dialects raise. Each
+backend gives it a few primitives: ``_one`` / ``_all`` / ``_change`` run one named statement
+of its dialect's ``sql/<dialect>.sql`` (SQLite on its thread, PostgreSQL on a pooled
+connection with retries), plus the statements whose logic is the dialect's own (taking and
+renewing leases, listing workers with their liveness).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Self
+
+from harnessx._errors import ConfigurationError, LeaseLostError, SessionBusyError, StorageError
+from harnessx.store._codec import loads, run_record
+from harnessx.store._deadlines import LeaseDeadlines
+from harnessx.store._records import (
+    Lease,
+    Owner,
+    QueueStats,
+    Renewal,
+    RunRecord,
+    SessionRecord,
+    SessionSummary,
+    WorkerInfo,
+)
+
+__all__ = [
+    "Row",
+    "StoreCore",
+    "lease_lost",
+    "no_session",
+    "not_recorded",
+    "not_this_sessions_run",
+    "request_taken",
+    "session_exists",
+    "session_held",
+    "session_record",
+    "session_summary",
+    "too_many_records",
+    "unfinished_run",
+    "worker_info",
+]
+
+Row = Sequence[Any]
+"""A row as both dialects' primitives return it: its columns in the statement's order."""
+
+
+# ------------------------------------------------------------------ error texts
+
+
+def lease_lost(lease: Lease) -> LeaseLostError:
+    """The error of a write refused because ``lease`` no longer holds."""
+    return LeaseLostError(
+        f"lease on session {lease.session_id} (generation {lease.generation}) no longer holds; "
+        "another process took the session over, nothing was written"
+    )
+
+
+def session_exists(session_id: str) -> ConfigurationError:
+    return ConfigurationError(f"session {session_id!r} already exists")
+
+
+def session_held(session_id: str, seconds: float) -> SessionBusyError:
+    return SessionBusyError(
+        f"session {session_id} is held by another live process until its lease expires "
+        f"(in {seconds:.0f} s); wait for it to finish or stop that process"
+    )
+
+
+def request_taken(session_id: str, request_id: str | None) -> SessionBusyError:
+    return SessionBusyError(f"session {session_id} already has a run for request_id {request_id!r}")
+
+
+def unfinished_run(session_id: str) -> SessionBusyError:
+    return SessionBusyError(
+        f"session {session_id} already has an unfinished run: "
+        "resume, cancel or finish it before submitting another"
+    )
+
+
+def no_session(session_id: str, where: str) -> StorageError:
+    return StorageError(f"no session {session_id!r} in {where}: check the session id")
+
+
+def not_this_sessions_run(session_id: str, run_id: str) -> StorageError:
+    return StorageError(
+        f"session {session_id} has no run {run_id!r}: pass a run id of this session "
+        "(result.run_id, or 'harnessx sessions')"
+    )
+
+
+def not_recorded(session_id: str) -> StorageError:
+    return StorageError(
+        f"flight recording was not enabled for session {session_id}: only runs of sessions "
+        "started with AgentRuntime(..., recording=True) can be exported"
+    )
+
+
+def too_many_records(run_id: str, max_records: int) -> StorageError:
+    return StorageError(
+        f"run {run_id} has more journal records than the record limit ({max_records}): "
+        "export it with a larger BundleLimits(max_records=...)"
+    )
+
+
+# ------------------------------------------------------------------ row decoding
+
+
+def session_record(row: Row) -> SessionRecord:
+    sid, agent_ref, fingerprint, owner, generation, expires, control, recording = row
+    return SessionRecord(
+        sid,
+        agent_ref,
+        loads(fingerprint, f"session {sid} fingerprint") or {},
+        owner,
+        int(generation),
+        expires,
+        control,
+        bool(recording),
+    )
+
+
+def session_summary(row: Row) -> SessionSummary:
+    session_id, agent_ref, created_at, run_id, run_status, updated_at, queued = row
+    return SessionSummary(session_id, agent_ref, created_at, run_id, run_status, updated_at, bool(queued))
+
+
+def worker_info(row: Row, alive: bool) -> WorkerInfo:
+    """A ``running_workers`` row (its first eight columns) as a worker."""
+    wid, host, pid, agents, concurrency, started, beat, draining = row[:8]
+    return WorkerInfo(
+        wid,
+        host,
+        pid,
+        loads(agents, f"worker {wid}") or [],
+        concurrency,
+        started,
+        beat,
+        bool(draining),
+        alive=alive,
+    )
+
+
+# ------------------------------------------------------------------ the core
+
+
+class StoreCore:
+    """What both backends share above their SQL (see the module's docstring)."""
+
+    process_id: str
+    lease_seconds: float
+    _deadlines: LeaseDeadlines
+    _closed: bool
+    # Times this process lost its liveness (PostgreSQL: its lock's connection dropped; a
+    # SQLite process holds its lock file until it dies). A lease extended by a request sent
+    # before a loss may have been taken over since, so the request's time does not count.
+    _liveness_losses = 0
+
+    # -------------------------------------------------- the dialect's primitives
+
+    @property
+    def _where(self) -> str:
+        """The database, as messages name it (never with a secret)."""
+        raise NotImplementedError
+
+    async def _one(self, what: str, query: str, *args: Any) -> Row | None:
+        """The first row of the named statement (read on its own)."""
+        raise NotImplementedError
+
+    async def _all(self, what: str, query: str, *args: Any) -> list[Row]:
+        """Every row of the named statement (read on its own)."""
+        raise NotImplementedError
+
+    async def _change(self, what: str, query: str, *args: Any) -> None:
+        """The named statement, committed on its own."""
+        raise NotImplementedError
+
+    async def _take_lease(self, session_id: str, owner: str) -> Lease:
+        """Take the session for ``owner`` for ``lease_seconds`` with a generation bump (see
+        ``claim``), in one transaction."""
+        raise NotImplementedError
+
+    async def _renew_rows(self, leases: list[Lease]) -> list[Row]:
+        """Extend the leases that still hold: ``(session_id, owner, generation, control)``
+        of each."""
+        raise NotImplementedError
+
+    async def _worker_rows(self) -> list[tuple[Row, bool]]:
+        """The ``running_workers`` rows, each with whether its process is alive."""
+        raise NotImplementedError
+
+    async def _keep_liveness(self) -> None:
+        """Before a lease is taken or extended: make sure others cannot see this process as
+        dead (PostgreSQL re-takes a lost liveness lock). Nothing to do on SQLite."""
+
+    def _live(self) -> bool:
+        """Whether this process's liveness certainly holds right now."""
+        return True
+
+    def _forget(self, lease: Lease) -> None:
+        """This process no longer holds ``lease`` (released, lost, given up)."""
+        self._deadlines.forget(lease.session_id)
+
+    # -------------------------------------------------- opening and closing
+
+    if TYPE_CHECKING:
+
+        async def initialize(self) -> None: ...
+
+        async def aclose(self) -> None: ...
+
+        async def _with_step_tools(self, record: RunRecord) -> RunRecord: ...
+
+    @classmethod
+    async def connect(cls, *args: Any, **kwargs: Any) -> Self:
+        """The store built from these arguments, opened."""
+        store = cls(*args, **kwargs)
+        await store.initialize()
+        return store
+
+    async def __aenter__(self) -> Self:
+        await self.initialize()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -------------------------------------------------- leases
+
+    def owner_for(self, holder: str) -> str:
+        """Lease owners are ``<process_id>/<holder>``: liveness is per process."""
+        return str(Owner(self.process_id, holder))
+
+    def _sent(self) -> tuple[float, int]:
+        """When a request that extends leases is sent, and the liveness losses seen so far."""
+        return time.monotonic(), self._liveness_losses
+
+    def _extended(self, leases: Sequence[Lease], sent: tuple[float, int]) -> None:
+        at, losses = sent
+        # Had liveness gone in between, others may have taken the leases already.
+        if losses == self._liveness_losses:
+            for lease in leases:
+                self._deadlines.extended(lease, at)
+
+    def lease_deadline(self, lease: Lease) -> float:
+        if not self._live():
+            return 0.0  # others may see this process as dead right now
+        return self._deadlines.until(lease)
+
+    async def claim(self, session_id: str, holder: str) -> Lease:
+        owner = self.owner_for(holder)
+        # Never hold a lease while others can see this process as dead.
+        await self._keep_liveness()
+        sent = self._sent()
+        lease = await self._take_lease(session_id, owner)
+        self._extended([lease], sent)
+        return lease
+
+    async def renew(self, leases: list[Lease]) -> Renewal:
+        await self._keep_liveness()
+        sent = self._sent()
+        rows = await self._renew_rows(leases)
+        still = {(sid, owner, int(gen)) for sid, owner, gen, _ in rows}
+        held = {
+            lease.session_id for lease in leases if (lease.session_id, lease.owner, lease.generation) in still
+        }
+        self._extended([lease for lease in leases if lease.session_id in held], sent)
+        for lease in leases:
+            if lease.session_id not in held:
+                self._deadlines.forget(lease.session_id)
+        controls = {sid: control for sid, _, _, control in rows if control}
+        return Renewal(held=held, lost={lease.session_id for lease in leases} - held, controls=controls)
+
+    async def release(self, lease: Lease) -> None:
+        self._forget(lease)
+        await self._change(
+            "releasing a lease", "release_lease", lease.session_id, lease.owner, lease.generation
+        )
+
+    async def pending_controls(self) -> dict[str, str]:
+        low, high = Owner.range_of(self.process_id)
+        rows = await self._all("reading control requests", "pending_controls", low, high)
+        return {str(sid): str(control) for sid, control in rows}
+
+    # -------------------------------------------------- sessions
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        row = await self._one("reading a session", "get_session", session_id)
+        return session_record(row) if row is not None else None
+
+    async def set_control(self, session_id: str, control: str | None) -> None:
+        await self._change("setting a control request", "set_control", control, session_id)
+
+    async def recent_sessions(self, limit: int) -> list[SessionSummary]:
+        return [session_summary(row) for row in await self._all("listing sessions", "recent_sessions", limit)]
+
+    async def session_summary(self, session_id: str) -> SessionSummary | None:
+        row = await self._one("reading a session", "session_summary", session_id)
+        return None if row is None else session_summary(row)
+
+    # -------------------------------------------------- runs
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        row = await self._one("reading a run", "get_run", run_id)
+        return await self._with_step_tools(run_record(row)) if row else None
+
+    async def find_run(self, session_id: str, request_id: str) -> RunRecord | None:
+        row = await self._one("finding a run", "find_run", session_id, request_id)
+        return run_record(row) if row else None
+
+    async def latest_run(self, session_id: str) -> RunRecord | None:
+        row = await self._one("reading the latest run", "latest_run", session_id)
+        return await self._with_step_tools(run_record(row)) if row else None
+
+    async def count_journal(self, run_id: str, kind: str, step_id: str) -> int:
+        row = await self._one("counting journal records", "count_journal", run_id, kind, step_id)
+        assert row is not None  # a count has a row
+        return int(row[0])
+
+    # -------------------------------------------------- the pool
+
+    async def running_workers(self) -> list[WorkerInfo]:
+        return [worker_info(row, alive) for row, alive in await self._worker_rows()]
+
+    async def queue_stats(self) -> QueueStats:
+        rows = await self._all("reading queue stats", "queue_stats")
+        return QueueStats({ref: (int(count), float(oldest)) for ref, count, oldest in rows})
