@@ -29,6 +29,7 @@ __all__ = [
     "Leadership",
     "LeaseLoss",
     "MessageRow",
+    "PrunedSession",
     "RunRow",
     "SessionRow",
     "ToolCallRow",
@@ -49,9 +50,11 @@ INVARIANTS: dict[str, str] = {
     "single-leader": "every leader term has an epoch of its own, and a leader writes only under its own "
     "epoch and before the next term began (database clock)",
     "ledger-readable": "every effects-ledger line can be read",
+    "prune-finished-only": "retention removed only sessions whose every run had finished",
 }
 
 PROVISIONAL = frozenset({"text_delta", "thinking_delta"})
+PRUNABLE = frozenset({"completed", "failed", "cancelled"})
 FINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "awaiting_input"})
 
 
@@ -101,6 +104,15 @@ class ToolCallRow:
     status: str
     approved: bool
     generation: int
+
+
+@dataclass(frozen=True)
+class PrunedSession:
+    """A session retention removed (found in its archive, gone from the database), with the
+    status each of its runs had when it was archived."""
+
+    session_id: str
+    run_statuses: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -189,6 +201,7 @@ class Dataset:
     events: list[EventRow] = field(default_factory=list)
     messages: list[MessageRow] = field(default_factory=list)
     tool_calls: list[ToolCallRow] = field(default_factory=list)
+    pruned: list[PrunedSession] = field(default_factory=list)  # its rows are in the lists above
     invocations: list[Invocation] = field(default_factory=list)
     effects: list[Effect] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
@@ -229,6 +242,7 @@ def check(data: Dataset, *, expect_completed: bool = False) -> list[Violation]:
         *check_approvals(data, index),
         *check_single_leader(data),
         *check_ledger(data),
+        *check_pruned(data),
     ]
 
 
@@ -599,6 +613,17 @@ def check_ledger(data: Dataset) -> Iterable[Violation]:
         yield Violation(
             "ledger-readable", "ledger", f"{data.unreadable_ledger_lines} lines could not be read or matched"
         )
+
+
+def check_pruned(data: Dataset) -> Iterable[Violation]:
+    for session in data.pruned:
+        unfinished = sorted(set(session.run_statuses) - PRUNABLE)
+        if unfinished:
+            yield Violation(
+                "prune-finished-only",
+                session.session_id,
+                f"removed by retention with a run {', '.join(unfinished)}",
+            )
 
 
 def _few(values: list[int], limit: int = 8) -> str:

@@ -28,6 +28,8 @@ import click
 from chaos.report import Report
 from chaos.runner import ScenarioResult, Settings, run_scenario
 from chaos.scenarios import SCENARIOS, applicable
+from harnessx._errors import HarnessError
+from harnessx._retention import parse_duration
 from harnessx.testing import ClusterError, ThrowawayCluster, run_psql
 
 __all__ = ["main"]
@@ -75,6 +77,15 @@ def _tool_ms(_: click.Context, __: click.Parameter, value: str | None) -> tuple[
     if not 0 <= parsed[0] <= parsed[1]:
         raise click.BadParameter("expected 0 <= LOW <= HIGH")
     return parsed
+
+
+def _duration(_: click.Context, __: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except HarnessError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.command(context_settings={"show_default": True, "max_content_width": 100})
@@ -129,6 +140,19 @@ def _tool_ms(_: click.Context, __: click.Parameter, value: str | None) -> tuple[
     help="kill-worker keeps going past --duration (submitting more runs) until this many of its "
     "kills landed mid-tool, for at most max(120, 4 x duration) s [full: 0, quick: 10].",
 )
+@click.option(
+    "--retention",
+    callback=_duration,
+    metavar="DURATION",
+    help="Run the supervisors with retention at this cutoff (5s, 1m...), archiving what they prune; "
+    "the checker verifies pruned sessions from the archive [default: off].",
+)
+@click.option(
+    "--retention-interval",
+    default=1.0,
+    type=click.FloatRange(min=1),
+    help="With --retention: seconds between the supervisor's retention passes.",
+)
 @click.option("--durable/--no-durable", default=True, help="fsync on in the throwaway cluster.")
 @click.option(
     "--fsync-ledger", is_flag=True, help="fsync every effects-ledger line (survives a machine crash)."
@@ -151,6 +175,8 @@ def main(
     tool_ms: tuple[int, int] | None,
     settle_timeout: float | None,
     min_kills_mid_tool: int | None,
+    retention: float | None,
+    retention_interval: float,
     durable: bool,
     fsync_ledger: bool,
     verbose: bool,
@@ -227,6 +253,8 @@ def main(
                 min_kills_mid_tool=profile.kills_mid_tool
                 if min_kills_mid_tool is None
                 else min_kills_mid_tool,
+                retention=retention,
+                retention_interval=retention_interval,
             )
             report.settings[backend_name] = {
                 "runs": sum(shares),
@@ -237,6 +265,8 @@ def main(
                 "lease_seconds": settings.lease_seconds,
                 "tool_ms": list(settings.tool_ms),
                 "min_kills_mid_tool": settings.min_kills_mid_tool,
+                "retention": retention,
+                "retention_interval": retention_interval if retention is not None else None,
                 "seed": seed,
                 "scenarios": runnable,
             }
@@ -251,7 +281,8 @@ def main(
                 click.echo(
                     f"   {result.runs} runs, {result.statuses.get('completed', 0)} completed, "
                     f"{result.faults_total} faults ({result.kills_mid_tool} kills mid-tool), "
-                    f"{len(result.violations)} violation(s), {result.seconds:.0f} s",
+                    + (f"{result.pruned_sessions} sessions pruned, " if retention is not None else "")
+                    + f"{len(result.violations)} violation(s), {result.seconds:.0f} s",
                     err=True,
                 )
                 if result.error:

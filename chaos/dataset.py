@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from chaos.archive import ArchiveReader
 from chaos.checker import (
     Dataset,
     Decision,
@@ -20,6 +21,7 @@ from chaos.checker import (
     Leadership,
     LeaseLoss,
     MessageRow,
+    PrunedSession,
     RunRow,
     SessionRow,
     ToolCallRow,
@@ -41,19 +43,34 @@ async def load_dataset(
     faults: list[Fault],
     decisions: list[Decision],
     lease_seconds: float,
+    archive: ArchiveReader | None = None,
 ) -> Dataset:
-    """``folder`` holds the scenario's ``ledger/``, ``effects.sqlite3`` and ``logs/``."""
+    """``folder`` holds the scenario's ``ledger/``, ``effects.sqlite3`` and ``logs/``; with
+    ``archive``, the sessions retention removed are read from their archive records."""
     invocations, unreadable = read_invocations(folder / "ledger")
+    rows = {name: await db.fetch(name) for name in ("runs", "sessions", "events", "messages", "tool_calls")}
+    pruned: list[PrunedSession] = []
+    if archive is not None:
+        stored = {str(session_id) for session_id, _generation in rows["sessions"]}
+        for session_id, record in archive.refresh().items():
+            if session_id in stored:
+                continue  # archived by a batch that did not commit: the database holds it
+            pruned.append(PrunedSession(session_id, tuple(str(r["status"]) for r in record.rows["runs"])))
+            rows["sessions"].append((session_id, record.session["generation"]))
+            for table, columns in _COLUMNS.items():
+                rows[table] += [tuple(row[c] for c in columns) for row in record.rows[table]]
+        unreadable += len(archive.unreadable)
     return Dataset(
         submitted=submitted,
-        runs=[RunRow(str(i), str(s), str(st), int(n), int(g)) for i, s, st, n, g in await db.fetch("runs")],
-        sessions=[SessionRow(str(i), int(g)) for i, g in await db.fetch("sessions")],
-        events=[_event(row) for row in await db.fetch("events")],
-        messages=[MessageRow(str(s), int(q), str(r), int(g)) for s, q, r, g in await db.fetch("messages")],
+        runs=[RunRow(str(i), str(s), str(st), int(n), int(g)) for i, s, st, n, g in rows["runs"]],
+        sessions=[SessionRow(str(i), int(g)) for i, g in rows["sessions"]],
+        events=[_event(row) for row in rows["events"]],
+        messages=[MessageRow(str(s), int(q), str(r), int(g)) for s, q, r, g in rows["messages"]],
         tool_calls=[
             ToolCallRow(str(k), str(r), str(p), str(st), bool(a), int(g))
-            for k, r, p, st, a, g in await db.fetch("tool_calls")
+            for k, r, p, st, a, g in rows["tool_calls"]
         ],
+        pruned=pruned,
         invocations=[_invocation(record) for record in invocations],
         effects=[
             Effect(
@@ -68,6 +85,25 @@ async def load_dataset(
         lease_seconds=lease_seconds,
         unreadable_ledger_lines=unreadable,
     )
+
+
+# The columns of chaos.db's queries, as an archive record names them.
+_COLUMNS = {
+    "runs": ("id", "session_id", "status", "event_count", "generation"),
+    "events": (
+        "run_id",
+        "seq",
+        "event_id",
+        "type",
+        "generation",
+        "created_at",
+        "data",
+        "step_id",
+        "attempt_id",
+    ),
+    "messages": ("session_id", "seq", "run_id", "generation"),
+    "tool_calls": ("execution_key", "run_id", "policy", "status", "approved", "generation"),
+}
 
 
 def _event(row: tuple[Any, ...]) -> EventRow:

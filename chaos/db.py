@@ -50,9 +50,9 @@ QUERIES: dict[str, tuple[str, str]] = {
         "WHERE r.status IN ('awaiting_input', 'failed', 'paused') AND r.queued_at IS NULL "
         "AND (s.lease_owner IS NULL OR s.lease_expires_at < to_timestamp($1))",
     ),
-    "status_counts": (
-        "SELECT status, COUNT(*) FROM runs GROUP BY status",
-        "SELECT status, COUNT(*) FROM runs GROUP BY status",
+    "completed_runs": (
+        "SELECT id FROM runs WHERE status = 'completed'",
+        "SELECT id FROM runs WHERE status = 'completed'",
     ),
     # Process ids are hex, so LIKE needs no escaping.
     "leased_by": (

@@ -79,6 +79,7 @@ class Fleet:
     concurrency: int
     drain_timeout: float = 20.0
     proxied: bool = False  # workers reach PostgreSQL through a Proxy each
+    supervisor_args: tuple[str, ...] = ()  # e.g. retention: --retention 5s --archive DIR
     procs: list[Proc] = field(default_factory=list)
     unexpected_exits: list[str] = field(default_factory=list)
     _counter: int = 0
@@ -138,6 +139,7 @@ class Fleet:
                 *self.target.store_args(),
                 "--metrics-addr", "off",
                 "--scan-interval", "0.1",
+                *self.supervisor_args,
             ],
         )  # fmt: skip
 

@@ -22,6 +22,7 @@ _COLUMNS = (
     "faults",
     "kills mid-tool",
     "recoveries",
+    "pruned",
     "resume p50",
     "resume p99",
     "violations",
@@ -67,6 +68,7 @@ def _row(result: ScenarioResult) -> list[str]:
         str(result.faults_total),
         str(result.kills_mid_tool),
         f"{result.recoveries}/{result.affected_runs}",
+        str(result.pruned_sessions),
         _seconds(result.resume_p50),
         _seconds(result.resume_p99),
         str(len(result.violations)),
@@ -100,6 +102,7 @@ class Report:
             "faults": sum(r.faults_total for r in self.results),
             "kills_mid_tool": sum(r.kills_mid_tool for r in self.results),
             "recoveries": sum(r.recoveries for r in self.results),
+            "pruned_sessions": sum(r.pruned_sessions for r in self.results),
             "violations": self.violations,
         }
 
@@ -126,7 +129,8 @@ class Report:
         totals = self.totals()
         lines.append(
             f"\n{totals['runs']} runs ({totals['completed']} completed), {totals['faults']} faults "
-            f"({totals['kills_mid_tool']} kills mid-tool), {_count(totals['violations'], 'violation')}"
+            f"({totals['kills_mid_tool']} kills mid-tool), {totals['pruned_sessions']} sessions pruned, "
+            f"{_count(totals['violations'], 'violation')}"
             f" in {self.seconds:.0f} s"
         )
         for name, why in self.skipped.items():
@@ -159,7 +163,12 @@ class Report:
             "",
             f"Totals: {totals['runs']} runs, {totals['completed']} completed, {totals['faults']} faults, "
             f"{totals['kills_mid_tool']} kills mid-tool, {totals['recoveries']} recoveries, "
-            f"{_count(totals['violations'], 'violation')}.",
+            + (
+                f"{totals['pruned_sessions']} sessions pruned by retention (checked from its archive), "
+                if totals["pruned_sessions"]
+                else ""
+            )
+            + f"{_count(totals['violations'], 'violation')}.",
             "",
             "| scenario | faults by kind | tool calls (repeats) | takeovers | leaders | decisions "
             "| max resume |",

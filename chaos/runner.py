@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.archive import ArchiveReader
 from chaos.checker import Violation, check
 from chaos.dataset import load_dataset
 from chaos.db import Target, open_database
@@ -52,6 +53,18 @@ class Settings:
     cluster: ThrowawayCluster | None = None
     fsync: bool = False
     min_kills_mid_tool: int = 0  # owed by the scenarios that kill workers mid-tool
+    # The supervisors' retention (off: None): cutoff and seconds between passes.
+    retention: float | None = None
+    retention_interval: float = 1.0
+
+    def supervisor_args(self, folder: Path) -> tuple[str, ...]:
+        if self.retention is None:
+            return ()
+        return (
+            "--retention", f"{self.retention:g}s",
+            "--retention-interval", f"{self.retention_interval:g}",
+            "--archive", str(folder / "archive"),
+        )  # fmt: skip
 
     @property
     def fault_bound(self) -> float:
@@ -78,6 +91,7 @@ class ScenarioResult:
     takeovers: int = 0
     leaders: int = 0
     decisions: dict[str, int] = field(default_factory=dict)
+    pruned_sessions: int = 0  # removed by retention while the scenario ran (checked from the archive)
     violations: list[Violation] = field(default_factory=list)
     unexpected_exits: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -105,6 +119,7 @@ class ScenarioResult:
             "supervisor_takeovers": self.takeovers,
             "leaders_elected": self.leaders,
             "decisions": self.decisions,
+            "pruned_sessions": self.pruned_sessions,
             "violations": [
                 {"invariant": v.invariant, "subject": v.subject, "detail": v.detail} for v in self.violations
             ],
@@ -167,8 +182,10 @@ async def run_scenario(info: ScenarioInfo, settings: Settings) -> ScenarioResult
         lease_seconds=settings.lease_seconds,
         concurrency=settings.concurrency,
         proxied=info.proxied,
+        supervisor_args=settings.supervisor_args(folder),
     )
-    workload = Workload(store, db, effects, seed=settings.seed, folder=folder)
+    archive = ArchiveReader(folder / "archive") if settings.retention is not None else None
+    workload = Workload(store, db, effects, seed=settings.seed, folder=folder, archive=archive)
     result = ScenarioResult(info.name, settings.backend)
     background: list[asyncio.Task[None]] = []
     ctx: ScenarioContext | None = None
@@ -224,6 +241,7 @@ async def run_scenario(info: ScenarioInfo, settings: Settings) -> ScenarioResult
         faults=faults,
         decisions=workload.decisions,
         lease_seconds=settings.lease_seconds,
+        archive=archive,
     )
     await db.close()
     stats = fault_stats(data)
@@ -241,6 +259,7 @@ async def run_scenario(info: ScenarioInfo, settings: Settings) -> ScenarioResult
     result.takeovers = stats.takeovers
     result.leaders = stats.leaders
     result.decisions = dict(workload.counts)
+    result.pruned_sessions = len(data.pruned)
     result.violations = check(data, expect_completed=True)
     result.unexpected_exits = list(fleet.unexpected_exits)
     result.notes += ctx.notes if ctx is not None else []

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chaos.agents import AGENT
+from chaos.archive import ArchiveReader
 from chaos.checker import Decision
 from chaos.db import Database
 from chaos.ledger import EffectsTable
@@ -49,8 +50,18 @@ class Submitted:
 
 
 class Workload:
-    def __init__(self, store: Store, db: Database, effects: EffectsTable, *, seed: int, folder: Path) -> None:
+    def __init__(
+        self,
+        store: Store,
+        db: Database,
+        effects: EffectsTable,
+        *,
+        seed: int,
+        folder: Path,
+        archive: ArchiveReader | None = None,
+    ) -> None:
         self.store = store
+        self.archive = archive  # where retention writes the sessions it removes
         self.db = db
         self.effects = effects
         self.seed = seed
@@ -133,8 +144,12 @@ class Workload:
         if not self.submitting_done.is_set():
             return
         with contextlib.suppress(Exception):
-            counts = dict(await self.db.fetch("status_counts"))
-            if counts.get("completed", 0) >= len(self.submitted):
+            completed = {str(run_id) for (run_id,) in await self.db.fetch("completed_runs")}
+            if self.archive is not None:  # a completed run retention removed is still done
+                completed.update(
+                    i for i, status in self.archive.run_statuses().items() if status == "completed"
+                )
+            if all(s.run_id in completed for s in self.submitted):
                 self.all_done.set()
 
     async def _settle(self, run_id: str, session_id: str, status: str) -> None:

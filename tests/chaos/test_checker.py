@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import chaos.agents
+from chaos.archive import ArchiveReader
 from chaos.checker import (
     Dataset,
     Decision,
@@ -43,6 +44,7 @@ from chaos.ledger import EffectsTable, read_invocations
 from chaos.plan import TOOLS, make_plan, run_message
 from chaos.timings import fault_stats, percentile
 from harnessx import AgentRuntime, RunResult, SQLiteBackend
+from harnessx._retention import RetentionPolicy, prune_pass
 
 
 def invariants(violations: list[Violation]) -> set[str]:
@@ -520,7 +522,7 @@ def copy(recorded: Path, tmp_path: Path) -> Path:
     return target
 
 
-def load(folder: Path) -> Dataset:
+def load(folder: Path, archive: Path | None = None) -> Dataset:
     suite = json.loads((folder / "suite.json").read_text())
     decisions = [Decision(**d) for d in suite["decisions"]]
     return asyncio.run(
@@ -531,6 +533,7 @@ def load(folder: Path) -> Dataset:
             faults=[],
             decisions=decisions,
             lease_seconds=2.0,
+            archive=ArchiveReader(archive) if archive is not None else None,
         )
     )
 
@@ -624,3 +627,77 @@ def test_an_unreadable_ledger_line_is_reported(copy: Path) -> None:
     with (copy / "ledger" / "999999.jsonl").open("a") as out:
         out.write("{not json\n")
     assert invariants(check(load(copy))) == {"ledger-readable"}
+
+
+# ----------------------------------------------------------------------- retention's archive
+
+
+def prune_everything(folder: Path) -> Path:
+    """Retention as the supervisor runs it, at a cutoff every finished session has passed,
+    archiving what it removes; the archive folder."""
+
+    async def prune() -> int:
+        async with SQLiteBackend(folder / "harness.sqlite3") as backend:
+            policy = RetentionPolicy(0.001, batch=1, archive=folder / "archive")
+            return (await prune_pass(backend, policy)).sessions
+
+    assert asyncio.run(prune()) == 3
+    return folder / "archive"
+
+
+def edit_archive(archive: Path, change: object) -> None:
+    (path,) = archive.glob("*.jsonl")
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in records:
+        change(record)  # type: ignore[operator]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_sessions_retention_removed_are_checked_from_its_archive(copy: Path) -> None:
+    before = load(copy)
+    archive = prune_everything(copy)
+    assert load(copy).runs == []  # gone from the database: without the archive, all lost
+    assert "runs-settle" in invariants(check(load(copy)))
+    data = load(copy, archive)
+    assert sorted(data.runs, key=lambda r: r.id) == sorted(before.runs, key=lambda r: r.id)
+    assert sorted(data.events, key=lambda e: e.event_id) == sorted(before.events, key=lambda e: e.event_id)
+    assert sorted(data.tool_calls, key=lambda t: t.execution_key) == sorted(
+        before.tool_calls, key=lambda t: t.execution_key
+    )
+    assert len(data.pruned) == 3
+    assert check(data, expect_completed=True) == []
+
+
+def test_an_archived_session_is_checked_like_a_stored_one(copy: Path) -> None:
+    archive = prune_everything(copy)
+    edit_archive(archive, lambda record: record["events"].pop(2) if len(record["events"]) > 3 else None)
+    assert "dense-events" in invariants(check(load(copy, archive)))
+
+
+def test_a_session_pruned_with_an_unfinished_run_is_reported(copy: Path) -> None:
+    archive = prune_everything(copy)
+    run_id = first_run(copy)
+
+    def unfinish(record: dict[str, list[dict[str, object]]]) -> None:
+        for run in record["runs"]:
+            if run["id"] == run_id:
+                run["status"] = "awaiting_input"
+
+    edit_archive(archive, unfinish)
+    found = check(load(copy, archive))
+    assert any(v.invariant == "prune-finished-only" and "awaiting_input" in v.detail for v in found)
+
+
+def test_an_archive_record_of_a_session_still_stored_is_ignored(copy: Path, tmp_path: Path) -> None:
+    """A batch that archived its sessions and then rolled back (a server restart) leaves
+    records of sessions the database still holds; and a supervisor killed mid-write leaves a
+    partial last line, whose batch never committed."""
+    pruned = tmp_path / "pruned"
+    shutil.copytree(copy, pruned)
+    archive = prune_everything(pruned)
+    edit_archive(archive, lambda record: [run.update(status="running") for run in record["runs"]])
+    (path,) = archive.glob("*.jsonl")
+    with path.open("a") as out:
+        out.write('{"format": "harnessx.session", "version": 1, "sess')
+    data = load(copy, archive)
+    assert data.pruned == [] and check(data, expect_completed=True) == []

@@ -38,12 +38,14 @@ def keep(folder: Path, backend: str) -> Path:
     return kept
 
 
-def problems_of(report: dict[str, Any], scenarios: set[str]) -> list[str]:
+def problems_of(report: dict[str, Any], scenarios: set[str], *, retention: bool = False) -> list[str]:
     totals = report["totals"]
     found = []
+    if retention and not totals.get("pruned_sessions"):
+        found.append("retention pruned no session, so the profile did not check any pruned one")
     if not report["ok"] or totals["violations"]:
         found.append(f"the chaos run failed ({totals['violations']} violations)")
-    if totals["kills_mid_tool"] < KILLS_MID_TOOL:
+    if "kill-worker" in scenarios and totals["kills_mid_tool"] < KILLS_MID_TOOL:
         found.append(f"only {totals['kills_mid_tool']} kills mid-tool (want >= {KILLS_MID_TOOL})")
     if not totals["completed"] == totals["runs"] > 0:
         found.append(f"{totals['completed']} of {totals['runs']} runs completed")
@@ -56,12 +58,14 @@ def problems_of(report: dict[str, Any], scenarios: set[str]) -> list[str]:
     return found
 
 
-def quick(backend: str, folder: Path, scenarios: set[str]) -> None:
+def quick(backend: str, folder: Path, scenarios: set[str], *, retention: str | None = None) -> None:
     report_dir, work_dir = folder / "report", folder / "work"
     command = [
         sys.executable, "-m", "chaos", "--quick", "--backend", backend,
         "--report-dir", str(report_dir), "--work-dir", str(work_dir),
     ]  # fmt: skip
+    if retention is not None:
+        command += ["--retention", retention, "--scenario", ",".join(sorted(scenarios))]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
@@ -78,7 +82,9 @@ def quick(backend: str, folder: Path, scenarios: set[str]) -> None:
     if done is None or not report_file.exists():
         problems = ["the chaos run wrote no report"]
     else:
-        problems = problems_of(json.loads(report_file.read_text()), scenarios)
+        problems = problems_of(
+            json.loads(report_file.read_text()), scenarios, retention=retention is not None
+        )
         if done.returncode != 0:
             problems.insert(0, f"python -m chaos exited {done.returncode}")
     if problems:
@@ -120,3 +126,17 @@ def test_quick_profile_on_postgres(tmp_path: Path, pg_bin_dir: Path) -> None:
         "rolling-restart",
     }
     quick("postgres", tmp_path, scenarios)
+
+
+@pytest.mark.timeout(660)
+def test_quick_profile_with_retention_on_sqlite(tmp_path: Path) -> None:
+    """The supervisors prune finished sessions idle for 3 s while workers are killed mid-tool:
+    still no violation and no run lost, the pruned sessions checked from their archive."""
+    quick("sqlite", tmp_path, {"kill-worker"}, retention="3s")
+
+
+@pytest.mark.timeout(660)
+def test_quick_profile_with_retention_on_postgres(tmp_path: Path, pg_bin_dir: Path) -> None:
+    """The same through server restarts, where a prune batch can be cut off after it archived
+    its sessions (they stay in the database, and the database is what is checked)."""
+    quick("postgres", tmp_path, {"kill-worker", "restart-postgres"}, retention="3s")
