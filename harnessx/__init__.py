@@ -41,6 +41,7 @@ from harnessx._journal import RecordingError
 from harnessx._memory import ConversationMemory
 from harnessx._messages import Message
 from harnessx._middleware import Middleware, MiddlewarePipeline, ModelRequest
+from harnessx._model_limits import ModelLimits, register_model_limits
 from harnessx._permissions import CliPermissionManager, PermissionLevel, PermissionManager
 from harnessx._policies import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -136,6 +137,7 @@ __all__ = [
     "Message",
     "Middleware",
     "MiddlewarePipeline",
+    "ModelLimits",
     "ModelRequest",
     "OpenAIProvider",
     "PendingTool",
@@ -206,6 +208,7 @@ __all__ = [
     "export_incident",
     "make_provider",
     "normalize_tool_registry",
+    "register_model_limits",
     "register_provider",
 ]
 

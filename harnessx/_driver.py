@@ -38,6 +38,7 @@ from harnessx._hooks import HookEvent, HookManager
 from harnessx._journal import RunJournal
 from harnessx._messages import request_messages
 from harnessx._middleware import MiddlewarePipeline, ModelRequest
+from harnessx._model_limits import reply_budget
 from harnessx._policies import ProgressPolicy
 from harnessx._rate_gate import Admission, RateGate
 from harnessx._results import RunResult, RunStatus, ToolResult
@@ -324,7 +325,8 @@ class Driver:
             messages=messages,
             system=system,
             tools=tools,
-            max_tokens=settings.max_tokens,
+            # As 0.9.1: unset, the budget is the model's (harnessx.models), not the vendor's.
+            max_tokens=await reply_budget(self._known_provider(), settings.model, settings.max_tokens),
             temperature=settings.temperature,
         )
         return await middleware.process_model_request(request)

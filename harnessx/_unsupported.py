@@ -54,7 +54,6 @@ FEATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("LongTermMemory", "AgentMemory", "VectorMemoryStore", "InMemoryVectorStore"),
         (),
     ),
-    "the model limits registry": (("ModelLimits", "register_model_limits"), ("harnessx.models",)),
     "structured decisions (JEV)": ((), ("harnessx.decisions",)),
     "the guardrails engine": (("GuardrailsEngine",), ()),
     "the tool_choice option (use the providers' extra_body)": (("ToolChoice",), ()),

@@ -108,7 +108,7 @@ class AnthropicProvider(HTTPProvider):
         timeout: float = 120.0,
         http_client: httpx.AsyncClient | None = None,
         extra_headers: Mapping[str, str] | None = None,
-        default_max_tokens: int = 4096,
+        default_max_tokens: int | None = None,
         extra_body: Mapping[str, JSONValue] | None = None,
     ) -> None:
         super().__init__(
@@ -119,12 +119,18 @@ class AnthropicProvider(HTTPProvider):
             http_client=http_client,
             extra_headers=extra_headers,
         )
-        if default_max_tokens < 1:
+        if default_max_tokens is not None and default_max_tokens < 1:
             raise ConfigurationError(f"default_max_tokens must be positive, got {default_max_tokens}")
         self.anthropic_version = anthropic_version
-        self.default_max_tokens = default_max_tokens
+        self._default_max_tokens = default_max_tokens
         self.extra_body = checked_extra_body("AnthropicProvider", extra_body, _RESERVED_FIELDS)
         self._warned_temperature = False
+
+    def default_max_tokens(self, model: str) -> int:
+        """``default_max_tokens=`` if given, else the model's limit (``harnessx.models``)."""
+        if self._default_max_tokens is not None:
+            return self._default_max_tokens
+        return super().default_max_tokens(self._resolve_model(model))
 
     @property
     def requires_api_key(self) -> bool:
@@ -220,7 +226,7 @@ class AnthropicProvider(HTTPProvider):
         temperature: float | None,
     ) -> dict[str, Any]:
         payload = self._base_payload(model, messages, system, tools)
-        payload["max_tokens"] = max_tokens if max_tokens is not None else self.default_max_tokens
+        payload["max_tokens"] = max_tokens if max_tokens is not None else self.default_max_tokens(model)
         if temperature is not None and self._sends_temperature(temperature):
             payload["temperature"] = temperature
         merge_extra_body(payload, self.extra_body, has_tools=bool(tools))

@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harnessx._model_limits import ModelLimits
 
 __all__ = [
+    "INVALID_ARGUMENTS",
     "LLMProvider",
     "ProviderResponse",
     "StopReason",
@@ -117,6 +121,12 @@ class TokenUsage:
         )
 
 
+# The input key that marks tool arguments a provider could not read (harnessx 0.9.1's
+# convention): ``ToolCall(id, name, {INVALID_ARGUMENTS: reason})`` is the same as giving
+# ``parse_error=reason``.
+INVALID_ARGUMENTS = "__invalid_arguments__"
+
+
 @dataclass
 class ToolCall:
     """One tool invocation the model asked for. ``input`` is the parsed argument object.
@@ -130,6 +140,11 @@ class ToolCall:
     name: str
     input: dict[str, Any] = field(default_factory=dict)
     parse_error: str | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.parse_error is None and isinstance(self.input, dict) and INVALID_ARGUMENTS in self.input:
+            self.parse_error = str(self.input[INVALID_ARGUMENTS])
+            self.input = {}
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "name": self.name, "input": self.input}
@@ -259,6 +274,19 @@ class LLMProvider(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release connections. The default has nothing to release."""
+
+    def default_max_tokens(self, model: str) -> int:
+        """The reply budget for ``model`` when ``AgentConfig.max_tokens`` is unset: the
+        model's limit from ``harnessx.models``, at most ``DEFAULT_OUTPUT_CAP``. Override to
+        choose another (the run keeps it within the model's limit)."""
+        from harnessx._model_limits import UNKNOWN_MODEL, default_reply_budget, lookup_model_limits
+
+        return default_reply_budget(lookup_model_limits(model) or UNKNOWN_MODEL)
+
+    def model_limits(self, model: str) -> ModelLimits | Awaitable[ModelLimits | None] | None:
+        """The model's limits as the vendor states them (may be a coroutine function);
+        ``None``, the default, leaves them to ``harnessx.models``' table."""
+        return None
 
 
 async def call_create(provider: LLMProvider, **kwargs: Any) -> ProviderResponse:

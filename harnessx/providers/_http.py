@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import httpx
 
 from harnessx._errors import ConfigurationError, ProviderError
-from harnessx.providers._base import LLMProvider, StreamChunk
+from harnessx.providers._base import INVALID_ARGUMENTS, LLMProvider, StreamChunk
 
 __all__ = [
     "RETRYABLE_STATUS_CODES",
@@ -41,6 +41,7 @@ __all__ = [
     "estimate_tokens",
     "iter_sse",
     "parse_retry_after",
+    "marked_tool_arguments",
     "parse_tool_arguments",
 ]
 
@@ -139,13 +140,22 @@ def parse_tool_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
     if not isinstance(raw, str):
         return {}, f"tool arguments must be a JSON object, got {type(raw).__name__}"
     try:
-        value = json.loads(raw)
+        # Models often write a raw newline inside a string (a file's body): accept it.
+        value = json.loads(raw, strict=False)
     except (json.JSONDecodeError, RecursionError) as exc:
         reason = f"{exc.msg} at position {exc.pos}" if isinstance(exc, json.JSONDecodeError) else str(exc)
         return {}, f"tool arguments are not valid JSON ({reason}): {_shorten(raw, 200)}"
     if not isinstance(value, dict):
         return {}, f"tool arguments must be a JSON object, got {_json_type_name(value)}"
     return value, None
+
+
+def marked_tool_arguments(raw: str | None) -> dict[str, Any]:
+    """``parse_tool_arguments`` in the form of harnessx 0.9.1's ``providers.base``: the
+    argument object, or ``{INVALID_ARGUMENTS: <what was wrong>}`` (a custom provider may
+    hand such an input to ``ToolCall``; the call is then answered with the reason)."""
+    value, error = parse_tool_arguments(raw)
+    return {INVALID_ARGUMENTS: error} if error is not None else value
 
 
 def _json_type_name(value: object) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harnessx.providers._base import (
+    INVALID_ARGUMENTS,
     LLMProvider,
     ProviderResponse,
     StopReason,
@@ -10,9 +11,11 @@ from harnessx.providers._base import (
     TokenUsage,
     ToolCall,
 )
+from harnessx.providers._http import marked_tool_arguments as parse_tool_arguments
 from harnessx.providers._registry import make_provider
 
 __all__ = [
+    "INVALID_ARGUMENTS",
     "LLMProvider",
     "ProviderResponse",
     "StopReason",
@@ -20,4 +23,5 @@ __all__ = [
     "TokenUsage",
     "ToolCall",
     "make_provider",
+    "parse_tool_arguments",
 ]

@@ -111,7 +111,8 @@ async def test_plain_text_reply(server: ScriptedServer, anthropic: MakeAnthropic
         "model": "claude-test",
         "system": "Be brief.",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
-        "max_tokens": 4096,  # the API requires it; default_max_tokens fills in
+        # The API requires it; unset, it is the model's limit (harnessx.models: unknown model).
+        "max_tokens": 32_000,
     }
 
 

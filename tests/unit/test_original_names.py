@@ -120,6 +120,13 @@ MODULES = {
     "harnessx.memory": ["ConversationMemory", "PersistentMemory"],
     "harnessx.messages": ["Message"],
     "harnessx.loopguard": ["call_signature", "detect_cycle"],
+    "harnessx.hooks": ["HookEvent", "HookManager", "HookContext", "Middleware", "HOOK_PAYLOADS"],
+    "harnessx.models": [
+        "ModelLimits",
+        "register_model_limits",
+        "lookup_model_limits",
+        "resolve_model_limits",
+    ],
     "harnessx.backends": [
         "SQLiteBackend",
         "PostgresBackend",
@@ -132,7 +139,13 @@ MODULES = {
     "harnessx.backends.sqlite": ["SQLiteBackend"],
     "harnessx.backends.postgres": ["PostgresBackend"],
     "harnessx.providers": ["LLMProvider", "AnthropicProvider", "OpenAIProvider"],
-    "harnessx.providers.base": ["LLMProvider", "ProviderResponse", "make_provider"],
+    "harnessx.providers.base": [
+        "LLMProvider",
+        "ProviderResponse",
+        "make_provider",
+        "INVALID_ARGUMENTS",
+        "parse_tool_arguments",
+    ],
     "harnessx.providers.anthropic": ["AnthropicProvider"],
     "harnessx.providers.openai": ["OpenAIProvider"],
 }
@@ -205,3 +218,15 @@ def test_an_unsupported_agent_argument_is_refused_clearly() -> None:
         harnessx.Agent(subagents=[object()])
     with pytest.raises(harnessx.ConfigurationError, match="built-in tool bundles"):
         harnessx.Agent(tools=["filesystem"])
+
+
+def test_harnessx_hooks_is_the_original_module() -> None:
+    """0.9.1's tests and programs import hooks, their payload types and middleware from
+    ``harnessx.hooks``; the payload types name each built-in event's keys."""
+    from harnessx import HookEvent
+    from harnessx.hooks import HOOK_PAYLOADS, HookManager, Middleware, RecoveryData
+
+    assert set(HOOK_PAYLOADS) == set(HookEvent)
+    assert set(HOOK_PAYLOADS[HookEvent.RECOVERY].__annotations__) == {"reason", "attempt", "reply_budget"}
+    assert RecoveryData is HOOK_PAYLOADS[HookEvent.RECOVERY]
+    assert HookManager.__module__ == "harnessx._hooks" and Middleware.__module__ == "harnessx._middleware"
