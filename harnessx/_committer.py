@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterator
 from harnessx._errors import LeaseLostError, StorageError
 from harnessx._events import RunEvent
 from harnessx._journal import RecordingError, RunJournal
-from harnessx._results import RunStatus
-from harnessx._state import Delta, RunState
+from harnessx._state import UNCHANGED, Delta, RunState
 from harnessx.store._protocol import Lease, Store
 
 __all__ = ["RunFeed", "StoreCommitter"]
@@ -106,8 +105,8 @@ class StoreCommitter:
         before = self._seq
         self._number(delta.events)
         buffered, self._buffer = self._buffer, []
-        status = delta.run.get("status")
-        release = self.on_release is not None and status is not None and RunStatus(status).finished
+        status = delta.run.status
+        release = self.on_release is not None and status is not UNCHANGED and status.finished
         if release:
             assert self.on_release is not None
             self.on_release()

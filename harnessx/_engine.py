@@ -22,7 +22,7 @@ from harnessx._loopguard import call_signature, repetition_notice, trip_at
 from harnessx._messages import THINKING_BLOCKS, close_open_calls, thinking_blocks
 from harnessx._policies import ToolRetry
 from harnessx._results import RunStatus, ToolResult
-from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus, execution_key
+from harnessx._state import Delta, Phase, RunPatch, RunState, ToolEntry, ToolStatus, execution_key
 from harnessx._tools import (
     PERMISSION_DENIED,
     PermissionLevel,
@@ -258,7 +258,7 @@ class Engine:
         return Delta(
             Phase.PREPARE_MODEL_CALL,
             messages=[{"role": "user", "content": message}],
-            run={"status": RunStatus.RUNNING, "iteration": 0},
+            run=RunPatch(status=RunStatus.RUNNING, iteration=0),
         )
 
     def model_responded(self, state: RunState, response: ProviderResponse) -> Delta:
@@ -276,14 +276,14 @@ class Engine:
         if response.text:
             events.append(self._event(state, RunEventType.TEXT_COMPLETE, response.text))
         # A provider that reports no usage reports zeros, as harnessx 0.9.1 counts it.
-        run: dict[str, Any] = {"stop_reason": stop.value, "usage": state.usage + response.usage}
+        run = RunPatch(stop_reason=stop.value, usage=state.usage + response.usage)
         return Delta(Phase.MODEL_CALL, messages=[message], run=run, events=events)
 
     def attempt_reset(self, state: RunState, attempt: int) -> Delta:
         """Model call number ``attempt`` failed and is made again: what it streamed is void,
         and what it was billed is not known."""
         event = self._event(state, RunEventType.ATTEMPT_RESET, {"attempt": attempt})
-        return Delta(state.phase, run={"usage_incomplete": True}, events=[event])
+        return Delta(state.phase, run=RunPatch(usage_incomplete=True), events=[event])
 
     def model_failed(self, state: RunState, error: BaseException) -> Delta:
         return self.fail(state, error)
@@ -291,9 +291,9 @@ class Engine:
     def fail(self, state: RunState, error: BaseException) -> Delta:
         """Failed: the error is recorded, and every call the run leaves open is answered."""
         details = {"type": type(error).__name__, "message": str(error)}
-        run: dict[str, Any] = {"status": RunStatus.FAILED, "stop_reason": "", "error": details}
+        run = RunPatch(status=RunStatus.FAILED, stop_reason="", error=details)
         if state.phase is Phase.PREPARE_MODEL_CALL:
-            run["usage_incomplete"] = True  # the failed model call may have been billed
+            run.usage_incomplete = True  # the failed model call may have been billed
         closing = self._close_calls(state, f"Not run: the run failed first ({type(error).__name__})")
         delta = Delta(state.phase, run=run, messages=closing)
         delta.events.append(self._event(state, RunEventType.ERROR, str(error)))
@@ -348,11 +348,11 @@ class Engine:
         if reason == "timeout":
             delta = Delta(
                 state.phase,
-                run={
-                    "status": RunStatus.PAUSED,
-                    "stop_reason": reason,
-                    "error": {"type": "TimeoutError", "message": "Session duration limit exceeded"},
-                },
+                run=RunPatch(
+                    status=RunStatus.PAUSED,
+                    stop_reason=reason,
+                    error={"type": "TimeoutError", "message": "Session duration limit exceeded"},
+                ),
             )
             delta.events.append(self._run_result_event(state, delta))
         return delta
@@ -365,7 +365,7 @@ class Engine:
             for e in state.entries()
             if e.status is ToolStatus.STARTED and e.policy == ReplayPolicy.MANUAL
         ]
-        delta = Delta(state.phase, tools=uncertain, run={"status": RunStatus.CANCELLED, "stop_reason": ""})
+        delta = Delta(state.phase, tools=uncertain, run=RunPatch(status=RunStatus.CANCELLED, stop_reason=""))
         delta.messages = self._close_calls(state, CANCELLED_CALL)
         delta.events.append(self._run_result_event(state, delta))
         return delta
@@ -411,7 +411,7 @@ class Engine:
 
         A run still waiting on an undecided call goes straight back to waiting."""
         if state.status in (RunStatus.PAUSED, RunStatus.AWAITING_INPUT, RunStatus.FAILED):
-            return Delta(state.phase, run={"status": RunStatus.RUNNING, "stop_reason": "", "error": None})
+            return Delta(state.phase, run=RunPatch(status=RunStatus.RUNNING, stop_reason="", error=None))
         return None
 
     def approve(self, state: RunState, key: str, allow: bool) -> Delta:
@@ -574,11 +574,13 @@ class Engine:
                 delta.messages = results
                 return delta
             notice = {"role": "user", "content": FINAL_ANSWER_NOTICE}
-            return Delta(Phase.PREPARE_MODEL_CALL, messages=[*results, notice], run={"iteration": iteration})
-        return Delta(Phase.PREPARE_MODEL_CALL, messages=results, run={"iteration": iteration})
+            return Delta(
+                Phase.PREPARE_MODEL_CALL, messages=[*results, notice], run=RunPatch(iteration=iteration)
+            )
+        return Delta(Phase.PREPARE_MODEL_CALL, messages=results, run=RunPatch(iteration=iteration))
 
     def _finish(self, state: RunState, status: RunStatus, stop_reason: str, output: str) -> Delta:
-        delta = Delta(Phase.FINISH, run={"status": status, "stop_reason": stop_reason, "output": output})
+        delta = Delta(Phase.FINISH, run=RunPatch(status=status, stop_reason=stop_reason, output=output))
         if status is RunStatus.COMPLETED:
             delta.events.append(self._event(state, RunEventType.TURN_COMPLETE, stop_reason))
         delta.events.append(self._run_result_event(state, delta))
@@ -586,7 +588,7 @@ class Engine:
 
     def _wait(self, state: RunState) -> Delta:
         """Stop ``awaiting_input``, announcing every call that waits for a decision."""
-        delta = Delta(state.phase, run={"status": RunStatus.AWAITING_INPUT, "stop_reason": ""})
+        delta = Delta(state.phase, run=RunPatch(status=RunStatus.AWAITING_INPUT, stop_reason=""))
         for entry in state.entries():
             pending = entry.pending()
             if pending is not None:
@@ -599,7 +601,7 @@ class Engine:
     def _stop(self, state: RunState, status: RunStatus, stop_reason: str) -> Delta:
         # No ``waiting`` event here: that type is the slow-model notice (ProgressPolicy);
         # a stop for approval is told by its approval_required / recovery_required events.
-        delta = Delta(state.phase, run={"status": status, "stop_reason": stop_reason})
+        delta = Delta(state.phase, run=RunPatch(status=status, stop_reason=stop_reason))
         delta.events.append(self._run_result_event(state, delta))
         return delta
 
@@ -607,7 +609,7 @@ class Engine:
         preview = copy.copy(state)
         preview.messages = []
         preview.tools = dict(state.tools)
-        preview.apply(Delta(delta.phase, tools=delta.tools, run=dict(delta.run)))
+        preview.apply(Delta(delta.phase, tools=delta.tools, run=delta.run))
         return self._event(state, RunEventType.RUN_RESULT, preview.result())
 
     def _event(self, state: RunState, kind: RunEventType, data: Any) -> RunEvent:
@@ -639,7 +641,7 @@ def _merge(first: Delta, second: Delta) -> Delta:
         second.phase,
         messages=first.messages + second.messages,
         tools=first.tools + second.tools,
-        run={**first.run, **second.run},
+        run=first.run.then(second.run),
         events=first.events + second.events,
     )
 

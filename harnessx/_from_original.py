@@ -21,7 +21,7 @@ from harnessx._config import AgentConfig
 from harnessx._events import RunEvent, RunEventType
 from harnessx._messages import from_blocks
 from harnessx._results import FINISHED_STATUSES, RunStatus, ToolResult
-from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus
+from harnessx._state import Delta, Phase, RunPatch, RunState, ToolEntry, ToolStatus
 from harnessx.providers._base import TokenUsage, ToolCall
 from harnessx.store._original import OriginalRun, OriginalSession
 from harnessx.store._protocol import Store
@@ -238,20 +238,20 @@ def _run_delta(session_id: str, run: OriginalRun, messages: list[dict[str, Any]]
     status = _status(run)
     phase = _phase(run, entries, iteration)
     error = state.get("error") if isinstance(state.get("error"), dict) else None
-    fields: dict[str, Any] = {
-        "status": status,
-        "iteration": iteration,
-        "usage": _usage(state.get("usage")),
-        "output": str(state.get("output") or state.get("partial_output") or ""),
-        "stop_reason": str(state.get("stop_reason") or ""),
-        "error": error,
-        "usage_incomplete": bool(state.get("usage_incomplete", False)),
-    }
+    fields = RunPatch(
+        status=status,
+        iteration=iteration,
+        usage=_usage(state.get("usage")),
+        output=str(state.get("output") or state.get("partial_output") or ""),
+        stop_reason=str(state.get("stop_reason") or ""),
+        error=error,
+        usage_incomplete=bool(state.get("usage_incomplete", False)),
+    )
     delta = Delta(phase, messages=messages, tools=entries, run=fields)
     if status.finished:
         # A finished run ends with its result, as every run here does.
         preview = RunState(session_id=session_id, run_id=run.id)
-        preview.apply(Delta(phase, tools=entries, run=dict(fields)))
+        preview.apply(Delta(phase, tools=entries, run=fields))
         step = "run"
         delta.events.append(
             RunEvent(RunEventType.RUN_RESULT, preview.result(), session_id, run.id, step, step)

@@ -23,8 +23,8 @@ from typing import Any
 
 from harnessx._errors import StorageError
 from harnessx._events import RunEvent
-from harnessx._results import RunStatus, ToolResult
-from harnessx._state import Delta, Phase, RunState, ToolEntry
+from harnessx._results import ToolResult
+from harnessx._state import UNCHANGED, Delta, Phase, RunState, ToolEntry
 from harnessx.providers._base import ProviderResponse, StopReason
 
 __all__ = [
@@ -147,18 +147,17 @@ def decision_payload(
 def checkpoint_payload(state: RunState, delta: Delta) -> dict[str, Any]:
     """The run once ``delta`` is applied: phase, status, error and the current iteration's
     tool calls (in the model's order), which is what an export checks its manifest against."""
-    changed = delta.run
-    phase = changed.get("phase", state.phase)
-    status = changed.get("status", state.status)
-    iteration = int(changed.get("iteration", state.iteration))
+    patch = delta.run
+    status = state.status if patch.status is UNCHANGED else patch.status
+    iteration = state.iteration if patch.iteration is UNCHANGED else patch.iteration
     tools = {key: entry for key, entry in state.tools.items() if entry.iteration == iteration}
     for entry in delta.tools:
         if entry.iteration == iteration:
             tools[entry.execution_key] = entry
     return {
-        "phase": Phase(phase).value,
-        "status": RunStatus(status).value,
-        "error": changed.get("error", state.error),
+        "phase": delta.phase.value,
+        "status": status.value,
+        "error": state.error if patch.error is UNCHANGED else patch.error,
         # 0.9.1 keeps extension state here; this harnessx has none.
         "extensions": {},
         "tools": [

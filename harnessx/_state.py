@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Literal
+from enum import Enum, StrEnum
+from typing import Any, Final, Literal
 
 from harnessx._events import RunEvent
 from harnessx._policies import DEFAULT_TIMEOUT_SECONDS, ToolRetry
@@ -20,11 +20,14 @@ from harnessx.providers._base import TokenUsage, ToolCall
 
 __all__ = [
     "STATE_VERSION",
+    "UNCHANGED",
     "Delta",
     "Phase",
+    "RunPatch",
     "RunState",
     "ToolEntry",
     "ToolStatus",
+    "Unchanged",
     "execution_key",
 ]
 
@@ -168,29 +171,81 @@ class ToolEntry:
         )
 
 
-# Run fields a delta may change, with their types as stored.
-RUN_FIELDS = ("status", "phase", "iteration", "usage", "output", "stop_reason", "error", "usage_incomplete")
+class Unchanged(Enum):
+    """The value of a ``RunPatch`` field the patch leaves as it is."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED: Final = Unchanged.UNCHANGED
+
+
+@dataclass
+class RunPatch:
+    """The run fields one transition changes; a field left ``UNCHANGED`` keeps its value (a
+    sentinel rather than ``None``, since a reopened run's ``error`` becomes ``None``). The
+    phase is not here: every delta sets it (``Delta.phase``)."""
+
+    status: RunStatus | Unchanged = UNCHANGED
+    iteration: int | Unchanged = UNCHANGED
+    usage: TokenUsage | Unchanged = UNCHANGED
+    output: str | Unchanged = UNCHANGED
+    stop_reason: str | Unchanged = UNCHANGED
+    error: dict[str, str] | Unchanged | None = UNCHANGED
+    usage_incomplete: bool | Unchanged = UNCHANGED
+
+    @property
+    def empty(self) -> bool:
+        """Whether it changes nothing (a boundary that only moves the phase)."""
+        return self == _NO_CHANGE
+
+    def then(self, later: RunPatch) -> RunPatch:
+        """This patch followed by ``later``, as one: ``later``'s changes win."""
+        return RunPatch(
+            self.status if later.status is UNCHANGED else later.status,
+            self.iteration if later.iteration is UNCHANGED else later.iteration,
+            self.usage if later.usage is UNCHANGED else later.usage,
+            self.output if later.output is UNCHANGED else later.output,
+            self.stop_reason if later.stop_reason is UNCHANGED else later.stop_reason,
+            self.error if later.error is UNCHANGED else later.error,
+            self.usage_incomplete if later.usage_incomplete is UNCHANGED else later.usage_incomplete,
+        )
+
+    def apply(self, state: RunState) -> None:
+        """Write the changed fields onto ``state``. (Field by field: this runs on every
+        boundary.)"""
+        if self.status is not UNCHANGED:
+            state.status = self.status
+        if self.iteration is not UNCHANGED:
+            state.iteration = self.iteration
+        if self.usage is not UNCHANGED:
+            state.usage = self.usage
+        if self.output is not UNCHANGED:
+            state.output = self.output
+        if self.stop_reason is not UNCHANGED:
+            state.stop_reason = self.stop_reason
+        if self.error is not UNCHANGED:
+            state.error = self.error
+        if self.usage_incomplete is not UNCHANGED:
+            state.usage_incomplete = self.usage_incomplete
+
+
+_NO_CHANGE = RunPatch()
 
 
 @dataclass
 class Delta:
-    """What one transition changes. ``run`` maps names from ``RUN_FIELDS`` to new values."""
+    """What one transition changes: the boundary it moves to, the messages appended, the
+    tool entries that moved, the run's changed fields and the events it announces."""
 
     phase: Phase
     messages: list[dict[str, Any]] = field(default_factory=list)
     tools: list[ToolEntry] = field(default_factory=list)
-    run: dict[str, Any] = field(default_factory=dict)
+    run: RunPatch = field(default_factory=RunPatch)
     events: list[RunEvent] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        unknown = set(self.run) - set(RUN_FIELDS)
-        if unknown:
-            raise ValueError(f"delta changes unknown run fields {sorted(unknown)}")
-        self.run.setdefault("phase", self.phase)
 
     def with_phase(self, phase: Phase) -> Delta:
         self.phase = phase
-        self.run["phase"] = phase
         return self
 
 
@@ -225,8 +280,8 @@ class RunState:
         self.messages.extend(delta.messages)
         for entry in delta.tools:
             self.tools[entry.execution_key] = entry
-        for name, value in delta.run.items():
-            setattr(self, name, value)
+        self.phase = delta.phase
+        delta.run.apply(self)
 
     def entries(self, iteration: int | None = None) -> list[ToolEntry]:
         """Tool entries of one iteration (default: the current one), in the model's order."""

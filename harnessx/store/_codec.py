@@ -15,7 +15,7 @@ from harnessx._errors import CorruptStateError
 from harnessx._events import RunEvent, RunEventType, decode_data, encode_data
 from harnessx._journal import RECORD_VERSION
 from harnessx._results import RunStatus, ToolResult
-from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus
+from harnessx._state import UNCHANGED, Delta, Phase, RunState, ToolEntry, ToolStatus
 from harnessx.providers._base import TokenUsage, ToolCall
 from harnessx.store._integrity import call_problem, state_problem
 from harnessx.store._legacy import NEEDS_CALL, upgrade_event
@@ -487,19 +487,19 @@ def run_values(state: RunState, delta: Delta) -> tuple[Any, ...]:
     """The run's fields once ``delta`` is applied, as a checkpoint writes them: status,
     phase, iteration, usage, output, stop_reason, error, usage_incomplete. (Written out
     field by field: this runs on every checkpoint.)"""
-    changed = delta.run
-    status = changed.get("status", state.status)
-    phase = changed.get("phase", state.phase)
-    error = changed.get("error", state.error)
+    patch = delta.run
+    status = state.status if patch.status is UNCHANGED else patch.status
+    usage = state.usage if patch.usage is UNCHANGED else patch.usage
+    error = state.error if patch.error is UNCHANGED else patch.error
     return (
-        status.value if isinstance(status, RunStatus) else RunStatus(status).value,
-        phase.value if isinstance(phase, Phase) else Phase(phase).value,
-        int(changed.get("iteration", state.iteration)),
-        dumps(changed.get("usage", state.usage).to_dict()),
-        changed.get("output", state.output),
-        changed.get("stop_reason", state.stop_reason),
+        status.value,
+        delta.phase.value,
+        state.iteration if patch.iteration is UNCHANGED else patch.iteration,
+        dumps(usage.to_dict()),
+        state.output if patch.output is UNCHANGED else patch.output,
+        state.stop_reason if patch.stop_reason is UNCHANGED else patch.stop_reason,
         dumps(error) if error else None,
-        bool(changed.get("usage_incomplete", state.usage_incomplete)),
+        state.usage_incomplete if patch.usage_incomplete is UNCHANGED else patch.usage_incomplete,
     )
 
 

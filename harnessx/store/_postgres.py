@@ -1066,7 +1066,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
             run=run_values(state, delta),
             # A run that stops running always has its row written: only a running run's
             # progress may be ahead of its row (see migration 0003).
-            progress_only=delta.run.keys() <= {"phase"} and state.status == RunStatus.RUNNING,
+            progress_only=delta.run.empty and state.status is RunStatus.RUNNING,
             journal=journal,
             release=release,
         )

@@ -10,7 +10,7 @@ import pytest
 from durable_support import BackendTarget
 
 from harnessx._results import RunStatus
-from harnessx._state import Delta, Phase
+from harnessx._state import Delta, Phase, RunPatch
 from harnessx.store._protocol import Lease, Store, WorkerInfo
 from supervisor._supervisor import ROLE
 
@@ -23,7 +23,9 @@ async def waiting_run(store: Store, status: RunStatus) -> Lease:
     await store.create_session("s1", "sales:v1", {})
     lease = await store.claim("s1", "h")
     await store.create_run(lease, "r1", None, "hi", START)
-    stop = Delta(Phase.FINISH if status is RunStatus.FAILED else Phase.PREPARE_TOOLS, run={"status": status})
+    stop = Delta(
+        Phase.FINISH if status is RunStatus.FAILED else Phase.PREPARE_TOOLS, run=RunPatch(status=status)
+    )
     await store.commit(lease, await store.load_state("r1"), stop, [])
     await store.requeue(lease, "r1")
     await store.release(lease)

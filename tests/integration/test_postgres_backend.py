@@ -25,7 +25,7 @@ import pytest
 from harnessx import ConfigurationError, LeaseLostError, SchemaError, SessionBusyError, StorageError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._results import RunResult, RunStatus
-from harnessx._state import Delta, Phase, ToolEntry, ToolStatus
+from harnessx._state import Delta, Phase, RunPatch, ToolEntry, ToolStatus
 from harnessx.providers._base import ToolCall
 from harnessx.store import PostgresBackend
 from harnessx.store._listing import list_statement
@@ -306,7 +306,7 @@ async def test_an_older_database_with_a_run_in_flight_upgrades_in_place(
         state = await backend.load_state("r1")
         # Written to the run's row, as every checkpoint before version 3 was.
         await backend.commit(
-            lease, state, Delta(Phase.MODEL_CALL, messages=[REPLY], run={"iteration": 1}), []
+            lease, state, Delta(Phase.MODEL_CALL, messages=[REPLY], run=RunPatch(iteration=1)), []
         )
     for undone in sorted(UNDO_MIGRATION, reverse=True):
         if undone > version:
@@ -368,7 +368,7 @@ async def test_any_schema_name_is_quoted_everywhere(pg_database: str, schema: st
         lease = await start_run(a, "s", "r1", events=2)
         assert await a.process_alive(lease.owner)
         state = await a.load_state("r1")
-        done = Delta(Phase.FINISH, run={"status": RunStatus.COMPLETED}, events=[event("r1", 3)])
+        done = Delta(Phase.FINISH, run=RunPatch(status=RunStatus.COMPLETED), events=[event("r1", 3)])
         await a.commit(lease, state, done, [])
         assert [e.cursor for e in await a.read_events("r1", 0)] == ["1", "2", "3"]
         renewal = await a.renew([lease])
@@ -402,7 +402,7 @@ async def test_a_stale_writer_is_fenced_and_writes_nothing(pg_database: str) -> 
             Phase.PREPARE_TOOLS,
             messages=[{"role": "assistant", "content": "zombie"}],
             tools=[tool_entry("r1")],
-            run={"iteration": 7},
+            run=RunPatch(iteration=7),
             events=[event("r1", 2)],
         )
         with pytest.raises(LeaseLostError, match=rf"session s \(generation {stale.generation}\)"):
@@ -544,7 +544,7 @@ async def test_events_are_dense_ordered_and_content_round_trips_verbatim(pg_data
         assert json.dumps(loaded.messages[1]) == json.dumps(odd)  # key order and number forms kept
         assert list(loaded.tools) == ["r1:0:call_1"] and loaded.tools["r1:0:call_1"].generation == 1
 
-        finish = Delta(Phase.FINISH, run={"status": RunStatus.COMPLETED, "output": "done"})
+        finish = Delta(Phase.FINISH, run=RunPatch(status=RunStatus.COMPLETED, output="done"))
         await backend.commit(lease, loaded, finish, [])
         second = Delta(Phase.PREPARE_MODEL_CALL, messages=[{"role": "user", "content": "again"}])
         await backend.create_run(lease, "r2", "req-2", "again", second)
@@ -580,7 +580,9 @@ async def test_progress_alone_goes_to_the_session_row_and_every_reader_sees_it(p
     async with backends(pg_database, 2) as (writer, reader):
         lease = await start_run(writer, "s", "r1")
         state = await writer.load_state("r1")
-        await writer.commit(lease, state, Delta(Phase.MODEL_CALL, messages=[REPLY], run={"iteration": 1}), [])
+        await writer.commit(
+            lease, state, Delta(Phase.MODEL_CALL, messages=[REPLY], run=RunPatch(iteration=1)), []
+        )
         written = await row("r1")
         assert written[:2] == ("model_call", 1)
 
@@ -611,7 +613,7 @@ async def test_progress_alone_goes_to_the_session_row_and_every_reader_sees_it(p
         assert record is not None
         resumed = Delta(Phase.COMPLETED_RESULT, events=[event("r1", record.event_count + 1)])
         await reader.commit(lease, await reader.load_state("r1"), resumed, [])
-        finish = Delta(Phase.FINISH, run={"status": RunStatus.COMPLETED, "output": "done"})
+        finish = Delta(Phase.FINISH, run=RunPatch(status=RunStatus.COMPLETED, output="done"))
         await reader.commit(lease, await reader.load_state("r1"), finish, [event("r1", 6)])
         phase, count_, _ = await row("r1")
         assert (phase, count_) == ("finish", 6)  # a run that stops has its row written whole
@@ -886,7 +888,7 @@ async def test_a_checkpoint_whose_reply_was_lost_is_retried_without_duplicates(
         step = Delta(
             Phase.PREPARE_MODEL_CALL,
             messages=[{"role": "tool", "tool_call_id": "call_1", "content": "result"}],
-            run={"iteration": 1},
+            run=RunPatch(iteration=1),
         )
         await backend.commit(lease, state, step, [])  # no events: only the checkpoint id guards it
         monkeypatch.undo()
@@ -972,7 +974,7 @@ async def test_a_queued_run_whose_reply_was_lost_is_not_refused_after_a_worker_t
         async def worker_takes_it_over() -> None:
             [(taken, run_id)] = await worker.claim_queued("worker", None, 1)
             state = await worker.load_state(run_id)
-            await worker.commit(taken, state, Delta(Phase.PREPARE_MODEL_CALL, run={"iteration": 1}), [])
+            await worker.commit(taken, state, Delta(Phase.PREPARE_MODEL_CALL, run=RunPatch(iteration=1)), [])
 
         lossy = _LossyPool(app._pool, "last_checkpoint", worker_takes_it_over)
         monkeypatch.setattr(app, "_pool", lossy)
@@ -1257,9 +1259,9 @@ async def test_queued_runs_are_claimed_once_each_by_concurrent_workers(pg_databa
         # A checkpoint keeps a running run queued; one that ends it takes it off the queue.
         lease = await app.claim("s5", "app")
         state = await app.load_state("r5")
-        await app.commit(lease, state, Delta(Phase.PREPARE_MODEL_CALL, run={"iteration": 1}), [])
+        await app.commit(lease, state, Delta(Phase.PREPARE_MODEL_CALL, run=RunPatch(iteration=1)), [])
         assert (await app.queue_stats()).depth == 1
-        await app.commit(lease, state, Delta(Phase.FINISH, run={"status": RunStatus.CANCELLED}), [])
+        await app.commit(lease, state, Delta(Phase.FINISH, run=RunPatch(status=RunStatus.CANCELLED)), [])
         assert (await app.queue_stats()).depth == 0
 
 

@@ -31,7 +31,7 @@ from harnessx import (
     UnknownExecutionKey,
 )
 from harnessx._messages import request_messages
-from harnessx._state import Delta, Phase
+from harnessx._state import Delta, Phase, RunPatch
 
 
 async def test_run_completes_with_checkpoint_hook_on_every_boundary(
@@ -348,7 +348,9 @@ async def test_stale_writer_gets_lease_lost_and_writes_nothing(target: BackendTa
         state = await holder.load_state(result.run_id)
         before = await holder.read_events(result.run_id, 0, 10_000)
         delta = Delta(
-            Phase.FINISH, messages=[{"role": "user", "content": "zombie write"}], run={"output": "zombie"}
+            Phase.FINISH,
+            messages=[{"role": "user", "content": "zombie write"}],
+            run=RunPatch(output="zombie"),
         )
         with pytest.raises(LeaseLostError):
             await holder.commit(stale, state, delta, [])

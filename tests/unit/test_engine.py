@@ -168,7 +168,7 @@ def test_a_dispatched_manual_call_waits_for_reconciliation_after_a_crash() -> No
     after = run.crash()
     stopped = after.step()
     # Never dispatched again on its own: the run waits for a person.
-    assert isinstance(stopped, Delta) and stopped.run["status"] is RunStatus.AWAITING_INPUT
+    assert isinstance(stopped, Delta) and stopped.run.status is RunStatus.AWAITING_INPUT
     assert kinds(stopped) == [RunEventType.RECOVERY_REQUIRED, RunEventType.RUN_RESULT]
     assert stopped.events[0].data["execution_key"] == key(run)
     assert stopped.events[0].data["policy"] == "manual"
@@ -180,7 +180,7 @@ def test_a_dispatched_manual_call_waits_for_reconciliation_after_a_crash() -> No
     again = after.crash()
     assert [kinds(d) for d in again.deltas[len(after.deltas) :]] == [[]]
     waits = again.step()
-    assert isinstance(waits, Delta) and waits.run["status"] is RunStatus.AWAITING_INPUT
+    assert isinstance(waits, Delta) and waits.run.status is RunStatus.AWAITING_INPUT
     assert again.state.tools[key(run)].status is ToolStatus.UNCERTAIN
 
 
@@ -263,7 +263,7 @@ def test_in_a_mixed_batch_only_the_manual_call_waits_after_a_crash() -> None:
         assert complete == CompleteResult(key(run, index))
         after.commit(after.engine.completed_result(after.state, key(run, index), ToolResult("", "done")))
     stopped = after.step()
-    assert isinstance(stopped, Delta) and stopped.run["status"] is RunStatus.AWAITING_INPUT
+    assert isinstance(stopped, Delta) and stopped.run.status is RunStatus.AWAITING_INPUT
     assert [p.execution_key for p in after.state.result().pending] == [key(run, 2)]
 
 
@@ -275,7 +275,7 @@ def test_a_manual_call_that_timed_out_waits_like_one_cut_off_by_a_crash() -> Non
     run.commit(timed_out)
     after = run.crash()
     stopped = after.step()
-    assert isinstance(stopped, Delta) and stopped.run["status"] is RunStatus.AWAITING_INPUT
+    assert isinstance(stopped, Delta) and stopped.run.status is RunStatus.AWAITING_INPUT
 
 
 # ------------------------------------------------------------------ raw result committed
@@ -335,7 +335,7 @@ def answer(run: Committed) -> None:
     assert isinstance(run.engine.next_step(run.state), CallModel)
     run.commit(run.engine.model_responded(run.state, ProviderResponse(text="All reports are written.")))
     done = run.step()
-    assert isinstance(done, Delta) and done.run["status"] is RunStatus.COMPLETED
+    assert isinstance(done, Delta) and done.run.status is RunStatus.COMPLETED
 
 
 def test_a_completed_run_is_read_from_its_saved_result_and_has_nothing_to_resume() -> None:
@@ -368,7 +368,7 @@ def test_a_run_that_failed_with_a_call_in_flight_is_settled_before_it_is_continu
     assert after.state.tools[key(run)].status is ToolStatus.UNCERTAIN
     assert after.state.status is RunStatus.RUNNING
     stopped = after.step()
-    assert isinstance(stopped, Delta) and stopped.run["status"] is RunStatus.AWAITING_INPUT
+    assert isinstance(stopped, Delta) and stopped.run.status is RunStatus.AWAITING_INPUT
 
 
 # ----------------------------------------------------- a crash during a model call
