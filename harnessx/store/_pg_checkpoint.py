@@ -1,8 +1,9 @@
 """The PostgreSQL checkpoint: which statement a checkpoint runs, and its parameters.
 
-Every checkpoint is one execution of the ``checkpoint`` query (see postgres.sql), cut down to
-the checkpoint's shape, because the server sets up every step of a statement, used or not,
-at some cost each, and arrays cost more than plain values on both sides of the wire:
+Every checkpoint is one statement, one round trip: a data-modifying ``WITH`` whose steps are
+the blocks of ``sql/postgres_checkpoint.sql``. The statement is cut to the checkpoint's shape,
+because the server sets up every step of a statement, used or not, at some cost each, and
+arrays cost more than plain values on both sides of the wire:
 
 - a step that has nothing to write (no new run, message, tool call or event) is left out;
 - a step that writes exactly one row, the common case (one tool call moves, one event is
@@ -10,131 +11,302 @@ at some cost each, and arrays cost more than plain values on both sides of the w
 - a checkpoint that changes nothing of a running run but its phase and event count writes
   them to the session row alone (schema 3): its run step reads instead of updating, as even
   an UPDATE that matches no row costs the server nearly as much as one that does;
-- only a recorded run's checkpoint has the journal step (schema 4), and only it sends that
-  step's parameters, which the step types itself: a run that is not recorded pays nothing;
-- likewise only a checkpoint that stores a large tool result (schema 6) has that step.
+- only a recorded run's checkpoint has the journal step (schema 4), only a checkpoint that
+  stores a large tool result (schema 6) the results step, and a parameter that no kept step
+  uses is not sent at all.
 
-Statements are built once per shape and cached; asyncpg prepares each once per connection.
+What is declared once, here: every parameter by name with its type (``SCALARS``), every
+row set with its columns (``_ROW_SETS``), and which blocks make up a shape (``_STEPS``). The
+blocks name parameters (``:run``, ``:tools.status``; see the file's header), so a shape's
+statement is numbered and typed by ``render`` — no positions are written anywhere, and a new
+column is one entry in its row set (plus the value the codec gives it). Statements are put
+together once per shape and cached; asyncpg prepares each once per connection.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
 from harnessx._state import ToolEntry
 from harnessx.store._codec import dumps, event_data, result_keys, tool_entry_bodies, tool_entry_columns
-from harnessx.store._queries import load_queries
+from harnessx.store._queries import load_queries, when
 from harnessx.store._scheduling import Schedule
 
 __all__ = [
     "PROGRESS_NOT_HELD",
+    "ROW_SETS",
+    "SCALARS",
     "SESSION_EXISTS",
+    "CheckpointStatement",
+    "Shape",
+    "all_shapes",
     "checkpoint",
     "checkpoint_statement",
     "journal_columns",
-    "without_steps",
+    "render",
 ]
 
-Q = load_queries("postgres")
-# The parameters of each row-writing step (see postgres.sql): the moved tool calls' columns
-# (in tool_entry_columns order) and the new events' columns, one array each, or one value
-# each when there is one row.
-_TOOL_PARAMS = range(7, 17)
-_EVENT_PARAMS = range(17, 23)
-# The run fields ($24-$31) when only events are appended.
-_NO_RUN_FIELDS = (None,) * 8
-# The run step of a progress-only checkpoint: the run row is not written, so the main query's
-# check that the step found the run becomes a check that the session row holds its progress.
-_PROGRESS_RUN = "run AS (\n    SELECT $5 AS id FROM fence f WHERE f.current\n)"
 # The SQLSTATE of a progress-only checkpoint the session row cannot take: send it again whole.
 PROGRESS_NOT_HELD = "HX003"
 # The SQLSTATE of create_session_run for a session that exists already (nothing written).
 SESSION_EXISTS = "HX004"
 
 
+@dataclass(frozen=True)
+class RowSet:
+    """Rows a checkpoint writes, sent one array per column (``columns``: name and element
+    type, in the order the codec gives a row's values); ``single``: a shape that writes
+    exactly one row sends plain values instead."""
+
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    single: bool
+
+
+# Every parameter that is not a row set's, with its type. The run's fields after the delta
+# (status ... usage_incomplete) are all NULL when only events are appended; ``release`` gives
+# the lease up in the same commit (a queued new run, or an execution's last checkpoint);
+# the channels are NULL when nobody is to be woken; priority ... delay are a new queued
+# run's schedule (NULL priority: its agent's default; NULL delay: claimable at once).
+SCALARS: dict[str, str] = {
+    "session": "text",
+    "owner": "text",
+    "generation": "bigint",
+    "checkpoint_id": "text",
+    "run": "text",
+    "messages": "json[]",
+    "last_seq": "bigint",
+    "status": "text",
+    "phase": "text",
+    "iteration": "bigint",
+    "usage": "jsonb",
+    "output": "text",
+    "stop_reason": "text",
+    "error": "json",
+    "usage_incomplete": "boolean",
+    "request_message": "text",
+    "request_id": "text",
+    "release": "boolean",
+    "events_channel": "text",
+    "work_channel": "text",
+    "priority": "integer",
+    "concurrency_key": "text",
+    "tenant": "text",
+    "delay": "float8",
+}
+_RUN_FIELDS = ("status", "phase", "iteration", "usage", "output", "stop_reason", "error", "usage_incomplete")
+
+ROW_SETS: dict[str, RowSet] = {
+    # tool_entry_columns' order.
+    "tools": RowSet(
+        "tools",
+        (
+            ("execution_key", "text"),
+            ("iteration", "bigint"),
+            ("idx", "bigint"),
+            ("call", "json"),
+            ("policy", "text"),
+            ("status", "text"),
+            ("attempt", "bigint"),
+            ("approved", "boolean"),
+            ("raw_result", "json"),
+            ("result", "json"),
+        ),
+        single=True,
+    ),
+    # _event_row's order.
+    "events": RowSet(
+        "events",
+        (
+            ("seq", "bigint"),
+            ("event_id", "text"),
+            ("type", "text"),
+            ("step_id", "text"),
+            ("attempt_id", "text"),
+            ("data", "json"),
+        ),
+        single=True,
+    ),
+    # journal_columns' order.
+    "journal": RowSet(
+        "journal",
+        (
+            ("id", "text"),
+            ("kind", "text"),
+            ("step_id", "text"),
+            ("attempt_id", "text"),
+            ("execution_key", "text"),
+            ("recorded_at", "text"),
+            ("payload", "json"),
+        ),
+        single=False,
+    ),
+    # tool_entry_bodies' rows with their call's key first.
+    "results": RowSet(
+        "results", (("execution_key", "text"), ("kind", "text"), ("body", "text")), single=False
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a checkpoint writes. ``tools`` and ``events`` count rows: 0 (the step is left
+    out), 1 (plain values) or 2 (arrays: two or more rows). ``progress_only``: of the run,
+    only the phase and the event count change (never for a new run)."""
+
+    new_run: bool = False
+    messages: bool = False
+    tools: int = 0
+    events: int = 0
+    progress_only: bool = False
+    journal: bool = False
+    results: bool = False
+
+    def __post_init__(self) -> None:
+        if self.new_run and self.progress_only:
+            raise ValueError("a new run's checkpoint writes its run row")
+        if not (0 <= self.tools <= 2 and 0 <= self.events <= 2):
+            raise ValueError("tools and events count rows as 0, 1 or 2 (two or more)")
+
+    def rows(self, row_set: str) -> int:
+        """0, 1 or 2 (two or more) rows of ``row_set``."""
+        return {"tools": self.tools, "events": self.events, "journal": 2, "results": 2}[row_set]
+
+    @property
+    def flags(self) -> frozenset[str]:
+        """The ``-- when:`` names the blocks' conditional lines test."""
+        writes_run = not self.new_run and not self.progress_only
+        return frozenset(
+            name
+            for name, on in (
+                ("new_run", self.new_run),
+                ("run", writes_run),
+                ("progress", self.progress_only),
+                ("writes_run", not self.progress_only),
+            )
+            if on
+        )
+
+
+# The statement's WITH items in order, each as (item name, block in postgres_checkpoint.sql,
+# whether a shape has it); then the main query, which reads only ``fence`` and ``run``.
+_STEPS: tuple[tuple[str, str, Callable[[Shape], bool]], ...] = (
+    ("fence", "fence", lambda s: True),
+    ("new_run", "new_run", lambda s: s.new_run),
+    ("run", "run", lambda s: not s.new_run and not s.progress_only),
+    ("run", "run_progress", lambda s: s.progress_only),
+    ("messages_added", "messages_added", lambda s: s.messages),
+    ("tools_moved", "tools_moved", lambda s: bool(s.tools)),
+    ("events_added", "events_added", lambda s: bool(s.events)),
+    ("journal_added", "journal_added", lambda s: s.journal),
+    ("results_added", "results_added", lambda s: s.results),
+)
+
+# Numbering order: the scalars, then each row set's columns.
+_ORDER = {
+    key: number
+    for number, key in enumerate(
+        [*SCALARS, *(f"{rs.name}.{column}" for rs in ROW_SETS.values() for column, _ in rs.columns)]
+    )
+}
+# :name, :set.column, :set.column[] (never the second colon of a ``::type`` cast).
+_PLACEHOLDER = re.compile(r"(?<![:\w]):([a-z_]+)(?:\.([a-z_]+)(\[\])?)?")
+
+
+@dataclass(frozen=True)
+class CheckpointStatement:
+    """One shape's statement and the parameter names it takes, in order (``$1`` first)."""
+
+    shape: Shape
+    text: str
+    params: tuple[str, ...]
+
+    def arguments(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(values[name] for name in self.params)
+
+
+def render(blocks: Sequence[tuple[str, str]], main: str, shape: Shape) -> CheckpointStatement:
+    """``WITH`` the ``(name, body)`` items, then ``main``, with every placeholder numbered in
+    declaration order and typed for ``shape``. Unknown names are an error."""
+    found: dict[str, None] = {}
+
+    def scan(match: re.Match[str]) -> str:
+        name, column, _ = match.groups()
+        if column is None:
+            if name not in SCALARS:
+                raise ValueError(f"unknown checkpoint parameter :{name}")
+            found[name] = None
+            return match.group(0)
+        row_set = _row_set(name)
+        for col, _type in row_set.columns if column in ("columns", "each") else ((column, ""),):
+            key = f"{name}.{col}"
+            if key not in _ORDER:
+                raise ValueError(f"unknown checkpoint parameter :{key}")
+            if column != "columns":
+                found[key] = None
+        return match.group(0)
+
+    texts = [body for _, body in blocks] + [main]
+    for text in texts:
+        _PLACEHOLDER.sub(scan, text)
+    params = tuple(sorted(found, key=_ORDER.__getitem__))
+    numbers = {key: number for number, key in enumerate(params, 1)}
+
+    def one(row_set: RowSet, column: str, whole: bool) -> str:
+        key = f"{row_set.name}.{column}"
+        element = dict(row_set.columns)[column]
+        if row_set.single and shape.rows(row_set.name) == 1:
+            if whole:
+                raise ValueError(f":{key}[] of a row set that may be sent as plain values")
+            return f"${numbers[key]}::{element}"
+        array = f"${numbers[key]}::{element}[]"
+        return array if whole else f"unnest({array})"
+
+    def substitute(match: re.Match[str]) -> str:
+        name, column, whole = match.groups()
+        if column is None:
+            return f"${numbers[name]}::{SCALARS[name]}"
+        row_set = _row_set(name)
+        if column == "columns":
+            return ", ".join(col for col, _ in row_set.columns)
+        if column == "each":
+            return ", ".join(one(row_set, col, False) for col, _ in row_set.columns)
+        return one(row_set, column, bool(whole))
+
+    items = [f"{name} AS (\n{_PLACEHOLDER.sub(substitute, body)}\n)" for name, body in blocks]
+    text = "WITH " + ",\n".join(items) + "\n" + _PLACEHOLDER.sub(substitute, main)
+    return CheckpointStatement(shape, text, params)
+
+
+def _row_set(name: str) -> RowSet:
+    if name not in ROW_SETS:
+        raise ValueError(f"unknown checkpoint row set :{name}")
+    return ROW_SETS[name]
+
+
 @functools.cache
-def checkpoint_statement(
-    new_run: bool,
-    messages: bool,
-    tools: int,
-    events: int,
-    progress_only: bool = False,
-    journal: bool = False,
-    results: bool = False,
-) -> str:
-    """The checkpoint query for one shape. ``tools`` and ``events`` count rows: 0 (the step
-    is left out), 1 (plain values) or 2 (arrays: two or more rows); ``journal``: the
-    statement appends journal records (parameters 42-48); ``results``: it stores large tool
-    results (the three parameters after the last one before them)."""
-    if new_run and progress_only:
-        raise ValueError("a new run's checkpoint writes its run row")
-    unused = {
-        *(() if new_run else ("new_run",)),
-        *(() if messages else ("messages_added",)),
-        *(() if tools else ("tools_moved",)),
-        *(() if events else ("events_added",)),
-        *(() if journal else ("journal_added",)),
-        *(() if results else ("results_added",)),
-    }
-    replaced = {"run": _PROGRESS_RUN} if progress_only else {}
-    statement = without_steps(Q["checkpoint"], unused, replaced)
-    if results and not journal:
-        # Parameters must be numbered without gaps: the results step's follow $41.
-        for old, new in ((49, 42), (50, 43), (51, 44)):
-            statement = statement.replace(f"${old}::", f"${new}::")
-    single = [*(_TOOL_PARAMS if tools == 1 else ()), *(_EVENT_PARAMS if events == 1 else ())]
-    return _single_valued(statement, single)
+def checkpoint_statement(shape: Shape) -> CheckpointStatement:
+    """The checkpoint statement for ``shape``."""
+    blocks = load_queries("postgres_checkpoint")
+    flags = shape.flags
+    kept = [(name, when(blocks[block], flags)) for name, block, has in _STEPS if has(shape)]
+    return render(kept, when(blocks["main"], flags), shape)
 
 
-def without_steps(statement: str, names: set[str], replaced: dict[str, str] | None = None) -> str:
-    """``statement`` without the ``WITH`` items ``names``, which nothing in it may read, and
-    with the items named in ``replaced`` replaced by the given text. Each item starts with a
-    line ``<name> AS (`` (the first one after ``WITH``) and ends with a line ``),`` (the
-    last one ``)``), both unindented."""
-    replaced = replaced or {}
-    head, sep, rest = statement.partition("WITH ")
-    if head or not sep:
-        raise ValueError("the statement does not start with WITH")
-    items: list[list[str]] = []
-    item: list[str] | None = None
-    main: list[str] = []
-    for line in rest.splitlines():
-        if item is None and not main and re.fullmatch(r"[a-z_]+ AS \(", line):
-            item = [line]
-        elif item is not None:
-            if line in ("),", ")"):
-                item.append(")")
-                items.append(item)
-                item = None
-            else:
-                item.append(line)
-        elif items and not line.startswith("--"):
-            main.append(line)
-    found = {item[0].split()[0] for item in items}
-    if item is not None or not names <= found or not replaced.keys() <= found:
-        raise ValueError(f"cannot find the WITH items {sorted({*names, *replaced})} in the statement")
-    kept = [
-        replaced.get(name, "\n".join(item)) for item in items if (name := item[0].split()[0]) not in names
-    ]
-    return "WITH " + ",\n".join(kept) + "\n" + "\n".join(main)
-
-
-def _single_valued(statement: str, params: Sequence[int]) -> str:
-    """``statement`` with each array parameter in ``params`` taken as one plain value: its
-    type loses its ``[]`` and ``unnest($n)`` becomes ``$n`` (the statement uses such
-    parameters in no other way)."""
-    for number in params:
-        typed = re.compile(rf"\${number}::([a-z]+)\[\]")
-        if len(typed.findall(statement)) != 1:
-            raise ValueError(f"parameter ${number} is not declared once as an array")
-        statement = typed.sub(rf"${number}::\1", statement)
-        statement = statement.replace(f"unnest(${number})", f"${number}")
-    return statement
+def all_shapes() -> Iterator[Shape]:
+    """Every shape a checkpoint can take (a large result comes only with a tool call)."""
+    for new_run, messages, tools, events, progress, journal, results in itertools.product(
+        (False, True), (False, True), (0, 1, 2), (0, 1, 2), (False, True), (False, True), (False, True)
+    ):
+        if not (new_run and progress) and not (results and not tools):
+            yield Shape(new_run, messages, tools, events, progress, journal, results)
 
 
 def checkpoint(
@@ -160,7 +332,7 @@ def checkpoint(
     (as a queued new run's does)."""
     progress_only = progress_only and new_run is None
     bodies = [(entry.execution_key, kind, text) for entry in tools for kind, text in tool_entry_bodies(entry)]
-    shape = (
+    shape = Shape(
         new_run is not None,
         bool(messages),
         min(len(tools), 2),
@@ -169,45 +341,54 @@ def checkpoint(
         bool(journal),
         bool(bodies),
     )
-    statement = checkpoint_statement(*shape)
+    statement = checkpoint_statement(shape)
     queued = bool(new_run and new_run["queued"])
-    last_seq = max((int(event.cursor or 0) for event in events), default=0)
-    return (
-        statement,
-        (
-            lease.session_id,
-            lease.owner,
-            lease.generation,
-            checkpoint_id,
-            run_id,
-            [dumps(message) for message in messages],
-            *_tool_params(tools),
-            *_event_params(events, result_keys(tools)),
-            last_seq,
-            *(_NO_RUN_FIELDS if run is None else run),
-            new_run["request_message"] if new_run else None,
-            new_run["request_id"] if new_run else None,
-            queued or release,
-            # One wake-up per checkpoint that adds events or a run, and one for queued work.
-            events_channel if events or new_run else None,
-            work_channel if queued else None,
-            progress_only,
-            *_schedule_params(new_run.get("schedule") if queued and new_run else None),
-            *(journal_columns(journal) if journal else ()),
-            *(_columns(bodies, 3) if bodies else ()),
-        ),
-    )
+    schedule: Schedule | None = new_run.get("schedule") if queued and new_run else None
+    values: dict[str, Any] = {
+        "session": lease.session_id,
+        "owner": lease.owner,
+        "generation": lease.generation,
+        "checkpoint_id": checkpoint_id,
+        "run": run_id,
+        "messages": [dumps(message) for message in messages],
+        "last_seq": max((int(event.cursor or 0) for event in events), default=0),
+        **dict(zip(_RUN_FIELDS, run or (None,) * len(_RUN_FIELDS), strict=True)),
+        "request_message": new_run["request_message"] if new_run else None,
+        "request_id": new_run["request_id"] if new_run else None,
+        "release": queued or release,
+        # One wake-up per checkpoint that adds events or a run, and one for queued work.
+        "events_channel": events_channel if events or new_run else None,
+        "work_channel": work_channel if queued else None,
+        "priority": schedule.priority if schedule else None,
+        "concurrency_key": schedule.concurrency_key if schedule else None,
+        "tenant": schedule.group if schedule else None,
+        "delay": schedule.wait if schedule else None,
+    }
+    if tools:
+        _put_rows(values, shape, "tools", [tool_entry_columns(entry) for entry in tools])
+    if events:
+        keys = result_keys(tools)
+        _put_rows(values, shape, "events", [_event_row(event, keys) for event in events])
+    if journal:
+        _put_rows(values, shape, "journal", _journal_rows(journal))
+    if bodies:
+        _put_rows(values, shape, "results", bodies)
+    return statement.text, statement.arguments(values)
 
 
-def _schedule_params(schedule: Schedule | None) -> tuple[Any, ...]:
-    """A new queued run's priority, concurrency key, tenant and delay ($38-$41)."""
-    if schedule is None:
-        return (None, None, None, None)
-    return (schedule.priority, schedule.concurrency_key, schedule.group, schedule.wait)
+def _put_rows(values: dict[str, Any], shape: Shape, name: str, rows: Sequence[Sequence[Any]]) -> None:
+    """``rows`` of row set ``name`` into ``values``: one value per column when the shape
+    sends the one row as plain values, else one list per column."""
+    row_set = ROW_SETS[name]
+    keys = [f"{name}.{column}" for column, _ in row_set.columns]
+    if row_set.single and shape.rows(name) == 1:
+        values.update(zip(keys, rows[0], strict=True))
+    else:
+        values.update(zip(keys, _columns(rows, len(keys)), strict=True))
 
 
 def _event_row(event: RunEvent, keys: Mapping[str, str]) -> tuple[Any, ...]:
-    """seq, event_id, type, step_id, attempt_id, data: the events columns ($17-$22)."""
+    """The events row set's columns of one event."""
     return (
         int(event.cursor or 0),
         event.event_id,
@@ -218,27 +399,18 @@ def _event_row(event: RunEvent, keys: Mapping[str, str]) -> tuple[Any, ...]:
     )
 
 
-def journal_columns(journal: Sequence[JournalRecord]) -> list[list[Any]]:
-    """id, kind, step_id, attempt_id, execution_key, recorded_at, payload ($42-$48)."""
-    rows = [
+def _journal_rows(journal: Sequence[JournalRecord]) -> list[tuple[Any, ...]]:
+    return [
         (r.id, r.kind, r.step_id, r.attempt_id, r.execution_key, r.recorded_at, dumps(r.payload))
         for r in journal
     ]
-    return _columns(rows, 7)
 
 
-def _tool_params(tools: Sequence[ToolEntry]) -> Sequence[Any]:
-    if len(tools) == 1:
-        return tool_entry_columns(tools[0])
-    return _columns([tool_entry_columns(entry) for entry in tools], len(_TOOL_PARAMS))
+def journal_columns(journal: Sequence[JournalRecord]) -> list[list[Any]]:
+    """The journal row set's columns, one list each (as create_session_run takes them)."""
+    return _columns(_journal_rows(journal), len(ROW_SETS["journal"].columns))
 
 
-def _event_params(events: Sequence[RunEvent], keys: Mapping[str, str]) -> Sequence[Any]:
-    if len(events) == 1:
-        return _event_row(events[0], keys)
-    return _columns([_event_row(event, keys) for event in events], len(_EVENT_PARAMS))
-
-
-def _columns(table: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
+def _columns(table: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
     """Rows to one list per column (``width`` empty lists when there are no rows)."""
     return [list(column) for column in zip(*table, strict=True)] if table else [[] for _ in range(width)]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import itertools
 import json
 import re
 import sys
@@ -30,7 +29,7 @@ from harnessx.providers._base import ToolCall
 from harnessx.store import PostgresBackend
 from harnessx.store._listing import list_statement
 from harnessx.store._migrations import load_migrations
-from harnessx.store._pg_checkpoint import checkpoint_statement
+from harnessx.store._pg_checkpoint import ROW_SETS, SCALARS, Shape, all_shapes, checkpoint_statement
 from harnessx.store._postgres import redact_dsn, runtime_grants
 from harnessx.store._protocol import Lease, WorkerInfo
 from harnessx.store._queries import load_queries
@@ -202,32 +201,32 @@ async def test_every_named_query_is_valid_sql(pg_database: str) -> None:
                 await conn.prepare(query)
             except asyncpg.PostgresError as exc:  # pragma: no cover - the message is the point
                 pytest.fail(f"query {name!r} does not prepare: {exc}")
-        # Every shape of checkpoint statement too, with the full statement's parameters
-        # (a step's arrays become their element types when it writes one row).
-        whole = await conn.prepare(load_queries("postgres")["checkpoint"])
-        full = [param.name for param in whole.get_parameters()]
-        shapes = itertools.product(
-            (False, True), (False, True), (0, 1, 2), (0, 1, 2), (False, True), (False, True), (False, True)
-        )
-        for shape in (
-            shape for shape in shapes if not (shape[0] and shape[4]) and not (shape[6] and not shape[2])
-        ):
+        # Every shape of checkpoint statement too: each prepares, and the server types its
+        # parameters as declared (a row set's columns as their element types when the shape
+        # sends one row as plain values).
+        for shape in all_shapes():
+            statement = checkpoint_statement(shape)
             try:
-                statement = await conn.prepare(checkpoint_statement(*shape))
+                prepared = await conn.prepare(statement.text)
             except asyncpg.PostgresError as exc:  # pragma: no cover - the message is the point
                 pytest.fail(f"checkpoint statement {shape} does not prepare: {exc}")
-            single = {*(range(7, 17) if shape[2] == 1 else ()), *(range(17, 23) if shape[3] == 1 else ())}
-            expected = [
-                name.removesuffix("[]") if number in single else name for number, name in enumerate(full, 1)
-            ]
-            # The journal's parameters ($42-$48) exist only in a recorded run's statement, the
-            # large results' ($49-$51, or $42-$44 without the journal's) only where it stores one.
-            expected = [
-                *expected[:41],
-                *(expected[41:48] if shape[5] else ()),
-                *(expected[48:] if shape[6] else ()),
-            ]
-            assert [param.name for param in statement.get_parameters()] == expected, shape
+            expected = [declared_type(shape, name) for name in statement.params]
+            assert [param.name for param in prepared.get_parameters()] == expected, shape
+
+
+def declared_type(shape: Shape, name: str) -> str:
+    """The type name PostgreSQL reports for a checkpoint parameter as _pg_checkpoint declares it."""
+    if "." not in name:
+        declared = SCALARS[name]
+    else:
+        set_name, column = name.split(".")
+        row_set = ROW_SETS[set_name]
+        element = dict(row_set.columns)[column]
+        single = row_set.single and shape.rows(set_name) == 1
+        declared = element if single else f"{element}[]"
+    names = {"float8": "float8", "integer": "int4", "bigint": "int8", "boolean": "bool"}
+    element = declared.removesuffix("[]")
+    return names.get(element, element) + ("[]" if declared.endswith("[]") else "")
 
 
 async def test_schema_checks_name_the_versions_the_dsn_and_the_command(pg_database: str) -> None:

@@ -8,7 +8,7 @@ from importlib import resources
 import pytest
 
 from harnessx.store._listing import list_statement
-from harnessx.store._pg_checkpoint import _single_valued, checkpoint_statement, without_steps
+from harnessx.store._pg_checkpoint import ROW_SETS, Shape, all_shapes, checkpoint_statement, render
 from harnessx.store._queries import load_queries, parse_queries
 
 DIALECTS = ("sqlite", "postgres")
@@ -147,6 +147,7 @@ def test_the_dialects_share_names_except_where_documented() -> None:
     sqlite, postgres = set(load_queries("sqlite")), set(load_queries("postgres"))
     # Same operation, same name; an SQLite query missing on PostgreSQL must say what replaces it.
     assert sqlite - postgres == set(SQLITE_ONLY_QUERIES)
+    postgres.add("checkpoint")  # put together per shape from postgres_checkpoint.sql
     migration = package_text("migrations", "postgres", "0001_initial.sql")
     for name, replacement in SQLITE_ONLY_QUERIES.items():
         assert replacement in postgres or f"CREATE FUNCTION {replacement}(" in migration, name
@@ -159,6 +160,7 @@ def test_postgres_queries_never_name_the_schema() -> None:
 
 
 CHECKPOINT_STEPS = (
+    "fence",
     "new_run",
     "run",
     "messages_added",
@@ -167,94 +169,81 @@ CHECKPOINT_STEPS = (
     "journal_added",
     "results_added",
 )
-OPTIONAL_STEPS = (
-    "new_run",
-    "messages_added",
-    "tools_moved",
-    "events_added",
-    "journal_added",
-    "results_added",
-)
-SHAPES = [
-    (new_run, messages, tools, events, progress_only, journal, results)
-    for new_run in (False, True)
-    for messages in (False, True)
-    for tools in (0, 1, 2)
-    for events in (0, 1, 2)
-    for progress_only in (False, True)
-    for journal in (False, True)
-    for results in (False, True)
-    if not (new_run and progress_only) and not (results and not tools)
-]
-TOOL_PARAMS, EVENT_PARAMS, JOURNAL_PARAMS = range(7, 17), range(17, 23), range(42, 49)
+SHAPES = list(all_shapes())
 
 
 def with_items(statement: str) -> list[str]:
-    return re.findall(r"^(?:WITH )?([a-z_]+) AS \($", statement, re.MULTILINE)
+    return re.findall(r"^(?:WITH |,\n)?([a-z_]+) AS \($", statement, re.MULTILINE)
 
 
-@pytest.mark.parametrize(
-    ("new_run", "messages", "tools", "events", "progress_only", "journal", "results"), SHAPES
-)
-def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(
-    new_run: bool, messages: bool, tools: int, events: int, progress_only: bool, journal: bool, results: bool
-) -> None:
-    full = load_queries("postgres")["checkpoint"]
-    assert with_items(full) == ["parameters", "fence", *CHECKPOINT_STEPS]
-    statement = checkpoint_statement(new_run, messages, tools, events, progress_only, journal, results)
+def test_the_checkpoint_blocks_are_each_used_and_name_declared_parameters() -> None:
+    blocks = load_queries("postgres_checkpoint")
+    assert set(blocks) == {*CHECKPOINT_STEPS, "run_progress", "main"}
+    # Positions are never written by hand: every parameter is named.
+    assert not any(re.search(r"\$[0-9]", body) for body in blocks.values())
+    statement = checkpoint_statement(Shape(messages=True, tools=2, events=2, journal=True, results=True))
+    params = set(statement.params)
+    for name, row_set in ROW_SETS.items():
+        assert {f"{name}.{column}" for column, _ in row_set.columns} <= params, name
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=repr)
+def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(shape: Shape) -> None:
+    statement = checkpoint_statement(shape)
+    text = statement.text
     wanted = {
-        "new_run": new_run,
-        "run": True,  # the main query reads it: a commit whose run step wrote nothing fails
-        "messages_added": messages,
-        "tools_moved": bool(tools),
-        "events_added": bool(events),
-        "journal_added": journal,
-        "results_added": results,
+        "fence": True,
+        "new_run": shape.new_run,
+        "run": not shape.new_run,  # the main query reads it: a commit whose run step wrote nothing fails
+        "messages_added": shape.messages,
+        "tools_moved": bool(shape.tools),
+        "events_added": bool(shape.events),
+        "journal_added": shape.journal,
+        "results_added": shape.results,
     }
-    assert with_items(statement) == ["parameters", "fence", *(s for s in CHECKPOINT_STEPS if wanted[s])]
-    # Progress alone: the run step only reads (the run row is not written).
-    run_step = statement[statement.index("\nrun AS (") :].split("\n)", 1)[0]
-    assert ("UPDATE runs" not in run_step) is progress_only
-    # The main query is kept whole, and reads none of the steps that may be left out.
-    main = full[full.index("\nSELECT CASE") :]
-    assert statement.endswith(main)
-    assert not any(re.search(rf"\bFROM {step}\b", main) for step in OPTIONAL_STEPS)
+    assert with_items(text) == [step for step in CHECKPOINT_STEPS if wanted[step]]
+    if not shape.new_run:  # progress alone: the run step only reads (the run row is not written)
+        run_step = text[text.index("\nrun AS (") :].split("\n)", 1)[0]
+        assert ("UPDATE runs" not in run_step) is shape.progress_only
+    # Numbered $1.. without gaps, in the order the parameters are listed, each once typed.
+    numbers = {int(n) for n in re.findall(r"\$([0-9]+)", text)}
+    assert numbers == set(range(1, len(statement.params) + 1))
+    assert not re.search(r"\$[0-9]+(?![0-9]|::)", text), "an untyped parameter"
+    assert ":" not in re.sub(r"::[a-z0-9]+(\[\])?", "", text), "a placeholder left over"
     # A step with one row takes plain values; with several, arrays to unnest.
-    single = {*(TOOL_PARAMS if tools == 1 else ()), *(EVENT_PARAMS if events == 1 else ())}
-    for number in range(1, 42):
-        declared = re.search(rf"\${number}::([a-z]+(?:\[\])?)", statement)
-        assert declared is not None, number
-        is_array = declared.group(1).endswith("[]")
-        if number in single:
-            assert not is_array and f"unnest(${number})" not in statement, number
-        elif number in (*TOOL_PARAMS, *EVENT_PARAMS):
-            assert is_array, number
-            if (number in TOOL_PARAMS and tools) or (number in EVENT_PARAMS and events):
-                assert f"unnest(${number})" in statement, number
-    # The journal's parameters exist only in a recorded run's statement (which types them).
-    for number in JOURNAL_PARAMS:
-        assert (f"unnest(${number}::" in statement) is journal or (results and not journal and number <= 44)
-    # The large results' parameters follow the last one before them, without a gap.
-    first = 49 if journal else 42
-    for number in range(first, first + 3):
-        assert (f"unnest(${number}::text[])" in statement) is results, number
-    assert f"${first + 3 if results else first}" not in statement
+    for name, rows in (("tools", shape.tools), ("events", shape.events)):
+        for column, element in ROW_SETS[name].columns:
+            key = f"{name}.{column}"
+            if not rows:
+                assert key not in statement.params
+                continue
+            number = statement.params.index(key) + 1
+            expected = f"${number}::{element}" if rows == 1 else f"unnest(${number}::{element}[])"
+            assert expected in text and (rows == 1) is (f"${number}::{element}[]" not in text), key
+    # A row set or a schedule is sent only with the step that writes it.
+    assert any(p.startswith("journal.") for p in statement.params) is shape.journal
+    assert any(p.startswith("results.") for p in statement.params) is shape.results
+    assert ("priority" in statement.params) is shape.new_run
 
 
-def test_leaving_out_a_step_the_statement_lacks_is_an_error() -> None:
-    with pytest.raises(ValueError, match="cannot find the WITH items"):
-        without_steps(load_queries("postgres")["checkpoint"], {"no_such_step"})
-    with pytest.raises(ValueError, match="cannot find the WITH items"):
-        without_steps(load_queries("postgres")["checkpoint"], set(), {"no_such_step": "x"})
-    with pytest.raises(ValueError, match="does not start with WITH"):
-        without_steps("SELECT 1", set())
+def test_a_checkpoint_shape_or_block_that_cannot_be_is_an_error() -> None:
     with pytest.raises(ValueError, match="writes its run row"):
-        checkpoint_statement(True, False, 0, 0, True)
-
-
-def test_a_parameter_made_single_valued_must_be_declared_once_as_an_array() -> None:
-    with pytest.raises(ValueError, match=r"parameter \$1 is not declared once as an array"):
-        _single_valued("WITH parameters AS (SELECT $1::text)\nSELECT 1", [1])
+        Shape(new_run=True, progress_only=True)
+    with pytest.raises(ValueError, match="0, 1 or 2"):
+        Shape(tools=3)
+    shape = Shape()
+    with pytest.raises(ValueError, match="unknown checkpoint parameter :nothing"):
+        render([("fence", "SELECT :nothing")], "SELECT 1", shape)
+    with pytest.raises(ValueError, match=r"unknown checkpoint parameter :tools\.nothing"):
+        render([("fence", "SELECT :tools.nothing")], "SELECT 1", shape)
+    with pytest.raises(ValueError, match="unknown checkpoint row set :nothing"):
+        render([("fence", "SELECT :nothing.id")], "SELECT 1", shape)
+    with pytest.raises(ValueError, match="may be sent as plain values"):
+        render([("fence", "SELECT :tools.idx[]")], "SELECT 1", Shape(tools=1))
+    # A cast is not a placeholder.
+    assert render([("fence", "SELECT 1::bigint, :run")], "SELECT 2", shape).text == (
+        "WITH fence AS (\nSELECT 1::bigint, $1::text\n)\nSELECT 2"
+    )
 
 
 LISTING_FILTERS = ("status", "not_queued", "queued", "agent_ref", "session_id", "run_id", "request_id",
