@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from harnessx._errors import HarnessError, LeadershipLostError
 from harnessx._results import UNFINISHED_STATUSES
 from harnessx._retention import PassReport, RetentionPolicy, prune_pass
-from harnessx.store._protocol import Leadership, Orphan, Owner, PruneBatch, Store
+from harnessx.store._protocol import Leadership, Orphan, Owner, PruneBatch, Store, WorkerInfo
 from supervisor._metrics import SupervisorMetrics
 
 __all__ = ["ROLE", "Supervisor", "SupervisorConfig"]
@@ -114,7 +114,8 @@ class Supervisor:
                     await self._sleep(self.config.leader_retry)
                     continue
                 try:
-                    await self.scan(term)
+                    if not await self.scan(term):
+                        continue  # stepped down: try to lead again at once
                     self._last_scan_ok = time.monotonic()
                     self._store_problem = None
                     self._start_retention(term)
@@ -135,14 +136,11 @@ class Supervisor:
                 self._set_term(None)
 
     async def _lead(self) -> Leadership | None:
-        """This supervisor's term, after checking it still holds or trying to take one;
-        ``None`` while another leads or the store cannot be reached."""
+        """This supervisor's term (the scan checks that it still holds), or a new one if it
+        can take one; ``None`` while another leads or the store cannot be reached."""
+        if self.term is not None:
+            return self.term
         try:
-            if self.term is not None:
-                if await self.store.holds_leadership(self.term):
-                    return self.term
-                # The lock went with a dropped connection, or a newer leader took over.
-                await self._step_down(self.term, "its lock is gone or a newer leader took over")
             term = await self.store.try_leadership(ROLE)
         except HarnessError as exc:
             # The store is unreachable for longer than its own retries last (a database
@@ -193,14 +191,23 @@ class Supervisor:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
 
-    async def scan(self, term: Leadership) -> None:
+    async def scan(self, term: Leadership) -> bool:
         """One pass as the leader of ``term``: recover orphans, track earlier recoveries,
-        count workers, report. ``LeadershipLostError`` once a newer leader has taken over."""
+        count workers, report; ``False`` (stepped down) if the term no longer holds.
+        Everything it reads is one statement (``Store.pool_scan``); it writes only what it
+        recovers and the periodic reports. ``LeadershipLostError`` when a write finds a
+        newer leader (deposed between the read and the write)."""
         started = time.perf_counter()
-        for orphan in await self.store.find_orphans():
+        view = await self.store.pool_scan(term, list(self._pending))
+        if not view.holds:
+            # The lock went with a dropped connection, or a newer leader took over.
+            await self._step_down(term, "its lock is gone or a newer leader took over")
+            return False
+        # Tracked before recovering, so that a run requeued now is first looked at next scan.
+        self._track_recoveries(view.tracked)
+        for orphan in view.orphans:
             await self._recover(term, orphan)
-        await self._track_recoveries()
-        await self._check_workers(term)
+        await self._check_workers(term, view.workers)
         if time.monotonic() - self._last_queue >= self.config.queue_interval:
             await self._queue()
             self._last_queue = time.monotonic()
@@ -221,6 +228,7 @@ class Supervisor:
             # Fenced like every leader write: a deposed leader's record is refused.
             await self.store.record_scan(term, scans=self._scans, recovered=self._recovered)
             self._last_record = time.monotonic()
+        return True
 
     async def _recover(self, term: Leadership, orphan: Orphan) -> None:
         self.metrics.orphans_detected.labels(reason=orphan.reason).inc()
@@ -250,24 +258,24 @@ class Supervisor:
             extra={**extra, "run_id": run_id},
         )
 
-    async def _track_recoveries(self) -> None:
+    def _track_recoveries(self, tracked: dict[str, tuple[str, bool]]) -> None:
+        """Requeued runs a worker has claimed since (recovered), or that are gone or
+        finished (no longer waited for), as this scan read them."""
         now = time.monotonic()
         for run_id, pending in list(self._pending.items()):
-            session = await self.store.get_session(pending.session_id)
-            run = await self.store.get_run(run_id)
-            if session is not None and session.lease_owner is not None:
+            status, leased = tracked.get(run_id, (None, False))
+            if leased:
                 self.metrics.recovery_seconds.observe(now - pending.detected)
                 del self._pending[run_id]
-            elif session is None or run is None or run.status not in UNFINISHED_STATUSES:
+            elif status not in UNFINISHED_STATUSES:  # gone (None) or finished
                 del self._pending[run_id]
         self.metrics.orphans_pending.set(len(self._pending))
         oldest = min((p.detected for p in self._pending.values()), default=None)
         self.metrics.oldest_unrecovered.set(now - oldest if oldest is not None else 0.0)
 
-    async def _check_workers(self, term: Leadership) -> None:
+    async def _check_workers(self, term: Leadership, workers: list[WorkerInfo]) -> None:
         live = 0
-        # One statement judges every worker's liveness (not a lookup per worker per scan).
-        for worker in await self.store.running_workers():
+        for worker in workers:
             if worker.alive:
                 live += 1
                 continue

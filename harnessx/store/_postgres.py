@@ -96,6 +96,7 @@ from harnessx.store._core import (
     session_record,
     too_many_records,
     unfinished_run,
+    worker_info,
 )
 from harnessx.store._deadlines import LeaseDeadlines
 from harnessx.store._migrations import (
@@ -137,6 +138,7 @@ from harnessx.store._records import (
     LoadedRun,
     NewSession,
     Orphan,
+    PoolScan,
     Recovery,
     StuckRun,
     WorkerInfo,
@@ -784,6 +786,31 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
             return term
 
     async def holds_leadership(self, term: Leadership) -> bool:
+        if not await self._lock_held(term):
+            return False
+        row = await self._run(
+            "checking leadership", lambda conn: conn.fetchrow(Q["leadership_term"], term.role)
+        )
+        return await self._is_latest(term, row)
+
+    async def pool_scan(self, term: Leadership, tracked: Sequence[str]) -> PoolScan:
+        if not await self._lock_held(term):
+            return PoolScan(holds=False)
+        latest, orphans, workers, runs = await self._run(
+            "scanning the pool", lambda conn: conn.fetchrow(Q["pool_scan"], term.role, list(tracked))
+        )
+        if not await self._is_latest(term, latest):
+            return PoolScan(holds=False)
+        return PoolScan(
+            holds=True,
+            orphans=[Orphan(sid, owner, int(gen), ref, reason) for sid, owner, gen, ref, reason in orphans],
+            workers=[worker_info(row, bool(row[8])) for row in workers],
+            tracked={run_id: (status, bool(leased)) for run_id, status, leased in runs},
+        )
+
+    async def _lock_held(self, term: Leadership) -> bool:
+        """Whether this process still holds ``term``'s lock, as far as it can tell without
+        asking the server."""
         async with self._liveness_lock:
             held = self._leaderships.get(term.role)
             if held is None or held[1] != term:
@@ -793,10 +820,12 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
                 # may lead now.
                 del self._leaderships[term.role]
                 return False
-        row = await self._run(
-            "checking leadership", lambda conn: conn.fetchrow(Q["leadership_term"], term.role)
-        )
-        if row is not None and (int(row[0]), str(row[1])) == (term.epoch, term.holder):
+        return True
+
+    async def _is_latest(self, term: Leadership, latest: Row | None) -> bool:
+        """Whether the role's stored term ``latest`` (epoch, holder) is ``term``; if not,
+        let go of the lock."""
+        if latest is not None and (int(latest[0]), str(latest[1])) == (term.epoch, term.holder):
             return True
         # A newer term exists: our lock means nothing now (and its connection may be gone).
         with contextlib.suppress(HarnessError):

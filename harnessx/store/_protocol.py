@@ -34,6 +34,7 @@ from harnessx.store._records import (
     NewSession,
     Orphan,
     Owner,
+    PoolScan,
     PruneBatch,
     PruneCursor,
     QueueStats,
@@ -82,6 +83,7 @@ __all__ = [
     "NewSession",
     "Orphan",
     "Owner",
+    "PoolScan",
     "PoolStore",
     "PruneBatch",
     "PruneCursor",
@@ -336,6 +338,11 @@ class LeadershipStore(Protocol):
     async def holds_leadership(self, term: Leadership) -> bool:
         """Whether ``term`` still holds: its lock is held (a dropped database connection
         loses it) and no newer epoch is stored."""
+
+    async def pool_scan(self, term: Leadership, tracked: Sequence[str]) -> PoolScan:
+        """One supervisor scan's reads as leader of ``term`` in one statement (see
+        ``PoolScan``); ``tracked``: the runs it requeued and waits to see claimed. Like
+        ``holds_leadership``, a term found deposed is let go of."""
 
     async def release_leadership(self, term: Leadership) -> None: ...
 

@@ -27,6 +27,7 @@ __all__ = [
     "NewSession",
     "Orphan",
     "Owner",
+    "PoolScan",
     "PruneBatch",
     "PruneCursor",
     "QueueStats",
@@ -300,6 +301,21 @@ class Orphan:
     generation: int
     agent_ref: str | None
     reason: str  # "dead" or "expired"
+
+
+@dataclass
+class PoolScan:
+    """What one supervisor scan reads, all in one statement: whether the leader's ``term``
+    still holds (its lock and the latest stored epoch), the orphan leases (as
+    ``find_orphans``), the running workers with their liveness (as ``running_workers``), and,
+    for each run whose recovery the leader tracks, its status and whether its session is
+    leased again (``tracked``; a run or session that is gone is absent). Nothing but
+    ``holds`` is read once the term is known not to hold."""
+
+    holds: bool
+    orphans: list[Orphan] = field(default_factory=list)
+    workers: list[WorkerInfo] = field(default_factory=list)
+    tracked: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
 
 @dataclass

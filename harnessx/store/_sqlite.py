@@ -20,7 +20,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,6 +44,7 @@ from harnessx.store._codec import (
     final_result,
     has_result_refs,
     journal_record_from_row,
+    loads,
     result_keys,
     run_record,
     run_values,
@@ -63,6 +64,7 @@ from harnessx.store._core import (
     session_record,
     too_many_records,
     unfinished_run,
+    worker_info,
 )
 from harnessx.store._deadlines import LeaseDeadlines
 from harnessx.store._migrations import MigrationReport, check_applied, check_objects, pending, report
@@ -83,6 +85,7 @@ from harnessx.store._records import (
     NewSession,
     Orphan,
     Owner,
+    PoolScan,
     Recovery,
     StuckRun,
     WorkerInfo,
@@ -895,21 +898,27 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, StoreCore)
         return await self._call(body)
 
     async def find_orphans(self) -> list[Orphan]:
-        def body(conn: sqlite3.Connection) -> list[Orphan]:
-            now = time.time()
-            alive: dict[str, bool] = {}
-            found = []
-            for session_id, owner, generation, expires, agent_ref in conn.execute(Q["leased_sessions"]):
-                process = Owner.process_of(owner)
-                if process not in alive:
-                    alive[process] = self._process_alive(process)
-                if not alive[process]:
-                    found.append(Orphan(session_id, owner, int(generation), agent_ref, "dead"))
-                elif expires is not None and expires <= now:
-                    found.append(Orphan(session_id, owner, int(generation), agent_ref, "expired"))
-            return found
+        now = time.time()
+        rows = await self._call(lambda conn: conn.execute(Q["leased_sessions"]).fetchall())
+        return self._orphans(
+            (sid, owner, gen, ref, expires is not None and expires <= now)
+            for sid, owner, gen, expires, ref in rows
+        )
 
-        return await self._call(body)
+    def _orphans(self, leased: Iterable[Sequence[Any]]) -> list[Orphan]:
+        """Of the ``(session, owner, generation, agent_ref, expired)`` leases, those whose
+        holder lost its liveness lock ('dead') or that expired: one lock probe per process."""
+        alive: dict[str, bool] = {}
+        found = []
+        for session_id, owner, generation, agent_ref, expired in leased:
+            process = Owner.process_of(owner)
+            if process not in alive:
+                alive[process] = self._process_alive(process)
+            if not alive[process]:
+                found.append(Orphan(session_id, owner, int(generation), agent_ref, "dead"))
+            elif expired:
+                found.append(Orphan(session_id, owner, int(generation), agent_ref, "expired"))
+        return found
 
     def _check_term(self, conn: sqlite3.Connection, term: Leadership) -> None:
         """Inside a leader's write transaction: refuse it unless ``term`` is still the latest."""
@@ -980,6 +989,30 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, StoreCore)
             return True
         await self.release_leadership(term)
         return False
+
+    async def pool_scan(self, term: Leadership, tracked: Sequence[str]) -> PoolScan:
+        held = self._leaderships.get(term.role)
+        if held is None or held[1] != term:
+            return PoolScan(holds=False)
+        args = (term.role, time.time(), dumps(list(tracked)))
+        latest, leased, workers, runs = await self._call(
+            lambda conn: conn.execute(Q["pool_scan"], args).fetchone()
+        )
+        latest = loads(latest, "the leadership term") if latest is not None else None
+        if latest is None or (int(latest[0]), str(latest[1])) != (term.epoch, term.holder):
+            await self.release_leadership(term)  # as holds_leadership: the stored epoch tells
+            return PoolScan(holds=False)
+        return PoolScan(
+            holds=True,
+            orphans=self._orphans(loads(leased, "the leased sessions")),
+            workers=[
+                worker_info(row, self._process_alive(str(row[0]))) for row in loads(workers, "the workers")
+            ],
+            tracked={
+                run_id: (status, bool(leased_again))
+                for run_id, status, leased_again in loads(runs, "the tracked runs")
+            },
+        )
 
     async def release_leadership(self, term: Leadership) -> None:
         held = self._leaderships.get(term.role)

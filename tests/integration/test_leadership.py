@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from pool_support import cut_leader_connection
 
 from harnessx._errors import LeadershipLostError
 from harnessx._state import Delta, Phase
-from harnessx.store._protocol import Leadership, Lease, Store, WorkerInfo
+from harnessx.store._protocol import Leadership, Lease, PoolScan, Store, WorkerInfo
 from harnessx.store._queries import load_queries
 from harnessx.testing import quote_ident
 from supervisor import Supervisor, SupervisorConfig
@@ -120,14 +121,20 @@ async def test_a_leader_that_misses_its_deposition_steps_down_at_its_first_refus
         old = Supervisor(old_store, SupervisorConfig(scan_interval=0.02, leader_retry=0.02))
         await orphan_run(target.open(), "s1", "r1")
 
-        async def still_holds(term: Leadership) -> bool:
-            return True  # as if each check passed just before the deposition
+        real_scan = old_store.pool_scan
+
+        async def still_holds(term: Leadership, tracked: Sequence[str]) -> PoolScan:
+            # As if each scan's check passed just before the deposition.
+            view = await real_scan(term, tracked)
+            if not view.holds:
+                view = PoolScan(True, await old_store.find_orphans(), await old_store.running_workers())
+            return view
 
         running = asyncio.create_task(old.run())
         try:
             while not old.is_leader:
                 await asyncio.sleep(0.01)
-            monkeypatch.setattr(old_store, "holds_leadership", still_holds)
+            monkeypatch.setattr(old_store, "pool_scan", still_holds)
             await depose(target)
             assert await new_store.try_leadership(ROLE) is not None
             # An orphan the old leader finds only after the takeover.

@@ -207,3 +207,55 @@ async def test_runtimes_on_one_store_share_its_copy_of_the_rate_limits(target: B
         await runtime._ready()
         assert runtime._executor is not None and runtime._executor.rates is RateGate.shared(backend)
         await runtime.stop()
+
+
+async def test_a_supervisor_scan_is_one_statement_however_many_runs_and_workers(
+    target: BackendTarget,
+) -> None:
+    """Every scan_interval (100 ms) the leader checks its term, finds orphans, follows the
+    runs it requeued and judges every worker: one statement, not one per run or worker."""
+    from harnessx._state import Delta, Phase
+    from harnessx.store._protocol import WorkerInfo
+    from supervisor import Supervisor, SupervisorConfig
+    from supervisor._supervisor import ROLE
+
+    hour = 3600.0  # no periodic report falls in the counted scan
+    config = SupervisorConfig(
+        record_interval=hour, queue_interval=hour, shape_interval=hour, housekeeping_interval=hour,
+        stuck_interval=hour,
+    )  # fmt: skip
+    workers = [target.open() for _ in range(2)]
+    async with counted(target) as (backend, counter):
+        for n in range(3):  # a pool session whose holder died: recovered, then tracked
+            holder = target.open()
+            await holder.initialize()
+            await holder.create_session(f"s{n}", "sales:v1", {})
+            lease = await holder.claim(f"s{n}", "h")
+            start = Delta(Phase.PREPARE_MODEL_CALL, messages=[{"role": "user", "content": "hi"}])
+            await holder.create_run(lease, f"r{n}", None, "hi", start)
+            await holder.register_worker(WorkerInfo(holder.process_id, "host", 1000 + n, ["sales:v1"], 1))
+            await holder.aclose()
+        for worker in workers:  # live workers
+            await worker.initialize()
+            await worker.register_worker(WorkerInfo(worker.process_id, "host", 4242, ["sales:v1"], 1))
+        supervisor = Supervisor(backend, config)
+        term = await backend.try_leadership(ROLE)
+        assert term is not None
+        assert await supervisor.scan(term)  # recovers the orphans, marks their holders dead
+        assert await supervisor.scan(term)  # every statement prepared
+        assert sorted(supervisor._pending) == ["r0", "r1", "r2"]  # no worker claims them
+        counter.reset()
+        assert await supervisor.scan(term)
+        assert counter.count == 1, counter.describe()
+        assert sorted(supervisor._pending) == ["r0", "r1", "r2"]
+        assert supervisor.metrics.workers_live._value.get() == 2
+        assert supervisor.metrics.workers_dead._value.get() == 3
+        # A tracked run a worker claims is recovered, still in one statement.
+        await workers[0].claim("s0", "w")
+        counter.reset()
+        assert await supervisor.scan(term)
+        assert counter.count == 1, counter.describe()
+        assert sorted(supervisor._pending) == ["r1", "r2"]
+        assert supervisor.metrics.registry.get_sample_value("harnessx_orphan_recovery_seconds_count") == 1
+    for worker in workers:
+        await worker.aclose()

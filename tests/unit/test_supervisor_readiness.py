@@ -4,13 +4,14 @@ health window: noticing that the leadership lock went with the store can take lo
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from harnessx import StorageError
 from harnessx.store import SQLiteBackend
-from harnessx.store._protocol import Orphan
+from harnessx.store._protocol import Leadership, PoolScan
 from supervisor import Supervisor, SupervisorConfig
 
 
@@ -20,14 +21,14 @@ async def test_a_failing_scan_makes_the_leader_unready_until_a_scan_succeeds(
     async with SQLiteBackend(tmp_path / "runs.db") as store:
         supervisor = Supervisor(store, SupervisorConfig(scan_interval=0.01, leader_retry=0.01))
         failing = True
-        real_find_orphans = store.find_orphans
+        real_scan = store.pool_scan
 
-        async def find_orphans() -> list[Orphan]:
+        async def pool_scan(term: Leadership, tracked: Sequence[str]) -> PoolScan:
             if failing:
                 raise StorageError("cannot reach the store (injected)")
-            return await real_find_orphans()
+            return await real_scan(term, tracked)
 
-        monkeypatch.setattr(store, "find_orphans", find_orphans)
+        monkeypatch.setattr(store, "pool_scan", pool_scan)
         task = asyncio.create_task(supervisor.run())
         try:
             async with asyncio.timeout(10):

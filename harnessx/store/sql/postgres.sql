@@ -422,6 +422,41 @@ UPDATE workers SET heartbeat_at = now(), draining = $2 WHERE id = $1;
 -- A worker records that it has stopped (the supervisor marks dead ones: mark_worker_dead).
 UPDATE workers SET stopped_at = now() WHERE id = $1 AND stopped_at IS NULL;
 
+-- name: pool_scan
+-- The supervisor's scan in one statement: role $1's latest term (epoch, holder), every orphan
+-- lease (as find_orphans), every running worker with its liveness (as running_workers) and,
+-- for each run in $2 whose recovery the leader tracks, its status and whether its session is
+-- leased again. One read of the lock table serves both liveness checks.
+WITH live AS MATERIALIZED (
+    SELECT l.classid, l.objid
+    FROM pg_catalog.pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+), leased AS (
+    SELECT s.id, s.lease_owner, s.generation, s.agent_ref, s.lease_expires_at,
+           harnessx_liveness_key(split_part(s.lease_owner, '/', 1)) AS key
+    FROM sessions s WHERE s.lease_owner IS NOT NULL
+), judged AS (
+    SELECT id, lease_owner, generation, agent_ref, lease_expires_at,
+           EXISTS (SELECT 1 FROM live
+                   WHERE live.classid = ((key >> 32) & 4294967295)::oid
+                     AND live.objid = (key & 4294967295)::oid) AS alive
+    FROM leased
+), running AS (
+    SELECT w.*, harnessx_liveness_key(w.id) AS key FROM workers w WHERE w.stopped_at IS NULL
+)
+SELECT (SELECT ROW(t.epoch, t.holder) FROM leadership t WHERE t.role = $1),
+       ARRAY(SELECT ROW(id, lease_owner, generation, agent_ref, CASE WHEN alive THEN 'expired' ELSE 'dead' END)
+             FROM judged WHERE NOT alive OR lease_expires_at <= clock_timestamp() ORDER BY id),
+       ARRAY(SELECT ROW(id, host, pid, agents::text, concurrency, extract(epoch FROM started_at)::float8,
+                        extract(epoch FROM heartbeat_at)::float8, draining,
+                        EXISTS (SELECT 1 FROM live
+                                WHERE live.classid = ((key >> 32) & 4294967295)::oid
+                                  AND live.objid = (key & 4294967295)::oid))
+             FROM running ORDER BY started_at),
+       ARRAY(SELECT ROW(r.id, r.status, s.lease_owner IS NOT NULL)
+             FROM runs r JOIN sessions s ON s.id = r.session_id WHERE r.id = ANY($2::text[]));
+
 -- name: running_workers
 -- Workers not known to have stopped, each with whether its process still holds its liveness
 -- lock: one statement (one read of the lock table) however many workers there are.

@@ -282,6 +282,23 @@ UPDATE workers SET heartbeat_at = ?, draining = ? WHERE id = ?;
 -- A worker records that it has stopped; the supervisor, that a dead one has (fenced by its term).
 UPDATE workers SET stopped_at = ? WHERE id = ? AND stopped_at IS NULL;
 
+-- name: pool_scan
+-- The supervisor's scan in one statement (each part as JSON): role ?1's latest term (epoch,
+-- holder), every leased session (as leased_sessions, with whether its lease expired by ?2),
+-- every running worker (as running_workers) and, for each run in the JSON array ?3 whose
+-- recovery the leader tracks, its status and whether its session is leased again. The
+-- backend checks the liveness lock files.
+SELECT (SELECT json_array(t.epoch, t.holder) FROM leadership t WHERE t.role = ?1),
+       (SELECT json_group_array(json_array(s.id, s.lease_owner, s.generation, s.agent_ref,
+                                           s.lease_expires_at IS NOT NULL AND s.lease_expires_at <= ?2))
+        FROM sessions s WHERE s.lease_owner IS NOT NULL),
+       (SELECT json_group_array(json_array(w.id, w.host, w.pid, w.agents, w.concurrency, w.started_at,
+                                           w.heartbeat_at, w.draining))
+        FROM (SELECT * FROM workers WHERE stopped_at IS NULL ORDER BY started_at) w),
+       (SELECT json_group_array(json_array(r.id, r.status, s.lease_owner IS NOT NULL))
+        FROM runs r JOIN sessions s ON s.id = r.session_id
+        WHERE r.id IN (SELECT value FROM json_each(?3)));
+
 -- name: running_workers
 -- Workers not known to have stopped (the backend checks each one's liveness lock file).
 SELECT id, host, pid, agents, concurrency, started_at, heartbeat_at, draining
