@@ -140,11 +140,13 @@ class SessionRecord:
     """Whether the session's runs are flight-recorded (fixed when it is created)."""
 
 
-# Our phases by the original harnessx's names for the same boundaries.
+# Our phases by the original harnessx's names for the same boundaries. The original's
+# phase names the step that comes next: once the calls are prepared (an approval stop
+# included) that is "tools".
 _ORIGINAL_PHASES = {
     "prepare_model_call": "prepare_model",
     "model_call": "model",
-    "prepare_tools": "prepare_tools",
+    "prepare_tools": "tools",
     "dispatch": "tools",
     "raw_result": "tools",
     "completed_result": "tools",

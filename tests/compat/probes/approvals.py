@@ -10,7 +10,15 @@ from typing import Any
 
 from _probe import caught, emit, event
 
-from harnessx import Agent, AgentRuntime, PermissionLevel, ProviderResponse, SQLiteBackend, ToolCall
+from harnessx import (
+    Agent,
+    AgentRuntime,
+    HookEvent,
+    PermissionLevel,
+    ProviderResponse,
+    SQLiteBackend,
+    ToolCall,
+)
 from harnessx.providers import LLMProvider
 
 
@@ -29,8 +37,13 @@ class Provider(LLMProvider):
         return 0
 
 
+# (status, phase) of each CHECKPOINT hook, in order.
+checkpoints: list[list[str]] = []
+
+
 def agent() -> Agent:
     a = Agent(provider=Provider())
+    a.hooks.on(HookEvent.CHECKPOINT, lambda ctx: checkpoints.append([ctx.data["status"], ctx.data["phase"]]))
 
     @a.tools.register(permission=PermissionLevel.ASK, replay_policy="manual")
     def create_note(text: str) -> str:
@@ -58,6 +71,9 @@ async def main(folder: str) -> None:
                 "pending_frozen": type(pending).__dataclass_params__.frozen,  # type: ignore[attr-defined]
             }
             observed["events"] = [event(e) for e in events]
+            stopped = await backend.latest_run(waiting.session_id)
+            observed["stopped_record"] = [stopped["status"], stopped["phase"]]
+            observed["last_checkpoint_at_the_stop"] = checkpoints[-1]
             try:
                 await runtime.resolve_tool(pending, retry=True)
             except Exception as error:
@@ -75,6 +91,9 @@ async def main(folder: str) -> None:
                 "status": approved.status.value,
                 "output": approved.output,
             }
+            finished = await backend.latest_run(waiting.session_id)
+            observed["finished_record"] = [finished["status"], finished["phase"]]
+            observed["last_checkpoint_at_the_end"] = checkpoints[-1]
             observed["approve_without_resume"] = None
         async with AgentRuntime(agent(), backend=backend) as runtime:
             waiting = await runtime.run("note it")
