@@ -6,7 +6,6 @@ import asyncio
 import copy
 import os
 import re
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -18,6 +17,7 @@ from harnessx._driver import Driver, RunSettings
 from harnessx._engine import Engine
 from harnessx._errors import ConfigurationError, RuntimeStateError
 from harnessx._hooks import HookManager
+from harnessx._ids import uuid7
 from harnessx._memory import ConversationMemory
 from harnessx._messages import close_open_calls
 from harnessx._middleware import MiddlewarePipeline
@@ -118,7 +118,7 @@ class Agent:
         self.middleware = middleware or MiddlewarePipeline()
         self.extensions = list(extensions or [])
         install_builtin_tools(self.tools, planning=self.config.planning)
-        self._session_id = str(uuid.uuid4())
+        self._session_id = uuid7()
         self.session_metadata: dict[str, Any] = {}
         self.total_usage = TokenUsage()
         self.lifetime_iterations = 0
@@ -272,7 +272,7 @@ class Agent:
             history = self.memory.history()
             state = RunState(
                 session_id=self.session_id,
-                run_id=str(uuid.uuid4()),
+                run_id=uuid7(),
                 messages=history,
                 history_length=len(history),
             )

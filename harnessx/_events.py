@@ -24,11 +24,11 @@ A store keeps ``encode_data``'s JSON form and ``decode_data`` turns it back into
 from __future__ import annotations
 
 import dataclasses
-import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from harnessx._ids import uuid7
 from harnessx._results import RunResult, ToolResult
 from harnessx.providers._base import ToolCall, ToolCallDelta
 
@@ -93,7 +93,7 @@ _PAYLOAD: dict[RunEventType, type] = {
 
 
 def new_event_id() -> str:
-    return str(uuid.uuid4())
+    return uuid7()
 
 
 @dataclass

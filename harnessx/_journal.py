@@ -15,7 +15,6 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,6 +22,7 @@ from typing import Any
 
 from harnessx._errors import StorageError
 from harnessx._events import RunEvent
+from harnessx._ids import uuid7
 from harnessx._results import ToolResult
 from harnessx._state import UNCHANGED, Delta, Phase, RunState, ToolEntry
 from harnessx.providers._base import ProviderResponse, StopReason
@@ -85,7 +85,7 @@ class JournalRecord:
     step_id: str
     attempt_id: str
     execution_key: str | None = None
-    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    id: str = field(default_factory=uuid7)
     recorded_at: str = field(default_factory=_now)
 
     def __post_init__(self) -> None:

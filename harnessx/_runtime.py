@@ -34,6 +34,7 @@ from harnessx._errors import (
 from harnessx._events import RunEvent, RunEventType
 from harnessx._executor import Execution, RunExecutor
 from harnessx._handle import RunHandle
+from harnessx._ids import uuid7
 from harnessx._journal import JournalRecord, RunJournal
 from harnessx._leases import LeaseKeeper
 from harnessx._observe import follow_events
@@ -238,7 +239,7 @@ class AgentRuntime:
         runtime stops without one."""
         store = await self._ready()
         await self._write_session()
-        sid = session_id or str(uuid.uuid4())
+        sid = session_id or uuid7()
         existing = await store.get_session(sid) if session_id else None
         if existing is not None:
             self._check_compatible(sid, existing.fingerprint)
@@ -364,7 +365,7 @@ class AgentRuntime:
                 return self._existing_handle(existing, message, request_id)
         if self._active is not None and not self._active.task.done():
             raise SessionBusyError(f"session {sid} already has an unfinished run ({self._active.run_id})")
-        run_id = str(uuid.uuid4())
+        run_id = uuid7()
         probe = RunState(session_id=sid, run_id=run_id)
         if new is not None:
             # The session, its lease and the run in one statement; the run's state is what

@@ -16,13 +16,13 @@ import os
 import re
 import shutil
 import tempfile
-import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from harnessx._errors import ConfigurationError
+from harnessx._ids import uuid7
 from harnessx.providers._base import TokenUsage
 
 __all__ = ["SNAPSHOT_VERSION", "CheckpointData", "PersistentMemory", "RuntimeStatus", "SessionState"]
@@ -96,7 +96,7 @@ class PersistentMemory:
         now = datetime.now(UTC).isoformat()
         state.updated_at = now
         state.created_at = state.created_at or now
-        state.session_id = state.session_id or str(uuid.uuid4())
+        state.session_id = state.session_id or uuid7()
         path = self._file(state.session_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(state.to_dict(), indent=2, allow_nan=False)
