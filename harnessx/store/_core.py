@@ -205,7 +205,7 @@ class StoreCore:
 
     def _forget(self, lease: Lease) -> None:
         """This process no longer holds ``lease`` (released, lost, given up)."""
-        self._deadlines.forget(lease.session_id)
+        self._deadlines.forget(lease)
 
     # -------------------------------------------------- opening and closing
 
@@ -273,7 +273,7 @@ class StoreCore:
         self._extended([lease for lease in leases if lease.session_id in held], sent)
         for lease in leases:
             if lease.session_id not in held:
-                self._deadlines.forget(lease.session_id)
+                self._deadlines.forget(lease)
         controls = {sid: control for sid, _, _, control in rows if control}
         return Renewal(held=held, lost={lease.session_id for lease in leases} - held, controls=controls)
 

@@ -32,8 +32,12 @@ class LeaseDeadlines:
         if held is None or held[0] != lease or held[1] < until:
             self._until[lease.session_id] = (lease, until)
 
-    def forget(self, session_id: str) -> None:
-        self._until.pop(session_id, None)
+    def forget(self, lease: Lease) -> None:
+        """``lease`` no longer holds (released, lost): a newer lease on its session, claimed
+        since by this process, keeps its deadline."""
+        held = self._until.get(lease.session_id)
+        if held is not None and held[0] == lease:
+            del self._until[lease.session_id]
 
     def clear(self) -> None:
         """Every lease may be taken over at once (this process lost its liveness lock)."""

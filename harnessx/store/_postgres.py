@@ -905,7 +905,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
 
     def _forget(self, lease: Lease) -> None:
         self._progress.pop(lease.session_id, None)
-        self._deadlines.forget(lease.session_id)
+        self._deadlines.forget(lease)
 
     # ----------------------------------------------------------------- runs
 
@@ -970,7 +970,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
             request_id=new_run.get("request_id") if new_run else None,
         )
         if release:
-            self._deadlines.forget(lease.session_id)
+            self._deadlines.forget(lease)
         elif not (new_run and new_run["queued"]):  # a queued run's checkpoint gave the lease up
             if len(self._progress) >= _PROGRESS_HINTS:
                 self._progress.clear()  # leases lost without a release leave theirs behind

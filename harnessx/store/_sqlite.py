@@ -709,7 +709,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, StoreCore)
 
         await self._call(self._write, body)
         if release:
-            self._deadlines.forget(lease.session_id)
+            self._deadlines.forget(lease)
         if events:
             self._notify(state.run_id)
 

@@ -1,7 +1,8 @@
 """Testing helpers that ship with harnessx: a throwaway PostgreSQL cluster, a Temporal dev
 server and a Redis server for tests, benchmarks and the chaos suite (no Docker needed; the
 server binaries must be installed), and a real model server (llama.cpp's llama-server,
-built by bench/real_model_setup.sh)."""
+built by bench/real_model_setup.sh); and the store conformance kit, the checks any ``Store``
+implementation must pass (``STORE_CHECKS``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,13 @@ from harnessx.testing._cluster import (
     quote_ident,
     run_psql,
 )
+from harnessx.testing._conformance import (
+    STORE_CHECKS,
+    StoreCheck,
+    StoreConformanceError,
+    StoreFactory,
+    check_store,
+)
 from harnessx.testing._llama import LlamaServer, LlamaServerError, real_model_dir
 from harnessx.testing._services import (
     RedisServer,
@@ -24,13 +32,18 @@ from harnessx.testing._services import (
 )
 
 __all__ = [
+    "STORE_CHECKS",
     "ClusterError",
     "LlamaServer",
     "LlamaServerError",
     "RedisServer",
     "ServiceError",
+    "StoreCheck",
+    "StoreConformanceError",
+    "StoreFactory",
     "TemporalDevServer",
     "ThrowawayCluster",
+    "check_store",
     "dsn_with_database",
     "find_pg_bin",
     "find_redis_server",
