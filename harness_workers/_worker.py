@@ -442,12 +442,9 @@ class Worker:
         requests = await self.store.pending_controls()
         for execution in list(self.active.values()):
             request = requests.get(execution.session_id)
-            if request == "cancel":
-                execution.control.request_cancel()
-            elif request == "pause":
-                execution.control.request_pause()
-            else:
+            if request is None:
                 continue
+            execution.control.request(request)
             await self.store.set_control(execution.session_id, None)
 
     async def _stats_loop(self) -> None:

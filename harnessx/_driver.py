@@ -15,7 +15,7 @@ import copy
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, assert_never, overload
 
 import httpx
 
@@ -55,6 +55,7 @@ from harnessx.providers._base import (
     ToolCallDelta,
     call_create,
 )
+from harnessx.store._records import ControlRequest
 
 __all__ = [
     "Driver",
@@ -109,6 +110,16 @@ class RunControl:
         self.cancel_requested = True
         self._signal.set()
         self._stopping.set()
+
+    def request(self, request: ControlRequest) -> None:
+        """Act on a control request another process left on the session."""
+        match request:
+            case "pause":
+                self.request_pause()
+            case "cancel":
+                self.request_cancel()
+            case _:
+                assert_never(request)
 
     async def wait_unless_stopped(self, seconds: float) -> bool:
         """Wait ``seconds``; ``False`` as soon as a pause, cancel or hand-off is requested."""

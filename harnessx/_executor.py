@@ -26,6 +26,7 @@ from harnessx._results import RunResult, RunStatus
 from harnessx._state import Delta, RunState
 from harnessx.providers._base import TokenUsage
 from harnessx.store._protocol import Lease, RunRecord, Store
+from harnessx.store._records import ControlRequest
 
 __all__ = ["Execution", "RunExecutor"]
 
@@ -197,11 +198,8 @@ class RunExecutor:
             if me is not None:
                 me.cancel()
 
-        def on_control(_: Lease, request: str) -> None:
-            if request == "cancel":
-                control.request_cancel()
-            elif request == "pause":
-                control.request_pause()
+        def on_control(_: Lease, request: ControlRequest) -> None:
+            control.request(request)
 
         self.keeper.hold(lease, on_lost, on_control)
         requeued = False

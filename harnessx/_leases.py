@@ -10,13 +10,14 @@ from collections.abc import Callable
 
 from harnessx._errors import StorageError
 from harnessx.store._protocol import Lease, Store
+from harnessx.store._records import ControlRequest
 
 __all__ = ["LeaseKeeper"]
 
 logger = logging.getLogger("harnessx.leases")
 
 OnLost = Callable[[Lease], None]
-OnControl = Callable[[Lease, str], None]
+OnControl = Callable[[Lease, ControlRequest], None]
 # (succeeded, seconds the round trip took, leases found lost)
 OnRenewal = Callable[[bool, float, int], None]
 

@@ -26,6 +26,7 @@ from harnessx._results import UNFINISHED_STATUSES, RunStatus, ToolResult
 from harnessx._runtime import AgentRuntime
 from harnessx._state import ToolStatus
 from harnessx.store._protocol import Action, RunRecord, SessionRecord, Store
+from harnessx.store._records import ControlRequest
 
 __all__ = ["ACTIONS", "Done", "Operator", "default_actor"]
 
@@ -193,7 +194,7 @@ class Operator:
             await self._requeue(session)
         return Done(action, f"run {record.id} is queued for any worker", True)
 
-    async def _control(self, session: SessionRecord, request: str) -> None:
+    async def _control(self, session: SessionRecord, request: ControlRequest) -> None:
         runtime = _DecidingRuntime(backend=self.store)
         try:
             await runtime.start(session.id)  # the stored session, as it was started

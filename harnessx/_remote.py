@@ -21,6 +21,7 @@ from harnessx._handle import RunHandle
 from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import PendingTool, RunResult, ToolResult
 from harnessx._runtime import AgentRuntime, RuntimeConfig, is_remote
+from harnessx.store._records import ControlRequest
 
 if TYPE_CHECKING:
     from harnessx._recorder import BundleLimits, ExportPolicy
@@ -284,7 +285,7 @@ class RemoteRuntime(AgentRuntime):
 
     # ------------------------------------------------------------ controls
 
-    async def _control(self, request: Literal["pause", "cancel"]) -> None:
+    async def _control(self, request: ControlRequest) -> None:
         remote = await self._ready_remote()
         await remote.control(self._require_session(), request)
 

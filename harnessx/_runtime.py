@@ -53,6 +53,7 @@ from harnessx._results import (
 from harnessx._state import Delta, RunState, ToolStatus
 from harnessx._stream import OnReset, RunStream
 from harnessx.store._protocol import Lease, NewSession, RunRecord, SessionRecord, Store
+from harnessx.store._records import ControlRequest
 from harnessx.store._scheduling import Schedule, delay_of
 from harnessx.store._sqlite import SQLiteBackend
 
@@ -726,7 +727,7 @@ class AgentRuntime:
         """Cancel cooperatively; threads or remote effects may outlive the run."""
         await self._control("cancel")
 
-    async def _control(self, request: Literal["pause", "cancel"]) -> None:
+    async def _control(self, request: ControlRequest) -> None:
         store = await self._ready()
         sid = self._require_session()
         active = self._active

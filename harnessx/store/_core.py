@@ -20,6 +20,7 @@ from harnessx._errors import ConfigurationError, LeaseLostError, SessionBusyErro
 from harnessx.store._codec import loads, run_record
 from harnessx.store._deadlines import LeaseDeadlines
 from harnessx.store._records import (
+    ControlRequest,
     Lease,
     Owner,
     QueueStats,
@@ -28,6 +29,7 @@ from harnessx.store._records import (
     SessionRecord,
     SessionSummary,
     WorkerInfo,
+    control_request,
 )
 
 __all__ = [
@@ -121,7 +123,7 @@ def session_record(row: Row) -> SessionRecord:
         owner,
         int(generation),
         expires,
-        control,
+        control_request(control),
         bool(recording),
     )
 
@@ -274,7 +276,7 @@ class StoreCore:
         for lease in leases:
             if lease.session_id not in held:
                 self._deadlines.forget(lease)
-        controls = {sid: control for sid, _, _, control in rows if control}
+        controls = {sid: request for sid, _, _, control in rows if (request := control_request(control))}
         return Renewal(held=held, lost={lease.session_id for lease in leases} - held, controls=controls)
 
     async def release(self, lease: Lease) -> None:
@@ -283,10 +285,10 @@ class StoreCore:
             "releasing a lease", "release_lease", lease.session_id, lease.owner, lease.generation
         )
 
-    async def pending_controls(self) -> dict[str, str]:
+    async def pending_controls(self) -> dict[str, ControlRequest]:
         low, high = Owner.range_of(self.process_id)
         rows = await self._all("reading control requests", "pending_controls", low, high)
-        return {str(sid): str(control) for sid, control in rows}
+        return {str(sid): request for sid, control in rows if (request := control_request(control))}
 
     # -------------------------------------------------- sessions
 
@@ -294,7 +296,7 @@ class StoreCore:
         row = await self._one("reading a session", "get_session", session_id)
         return session_record(row) if row is not None else None
 
-    async def set_control(self, session_id: str, control: str | None) -> None:
+    async def set_control(self, session_id: str, control: ControlRequest | None) -> None:
         await self._change("setting a control request", "set_control", control, session_id)
 
     async def recent_sessions(self, limit: int) -> list[SessionSummary]:

@@ -25,6 +25,7 @@ from harnessx.store._original import OriginalSession
 from harnessx.store._records import (
     Action,
     Archiver,
+    ControlRequest,
     IncidentSnapshot,
     Leadership,
     LeaderState,
@@ -168,9 +169,9 @@ class SessionStore(Protocol):
 
     async def process_alive(self, owner: str) -> bool: ...
 
-    async def set_control(self, session_id: str, control: str | None) -> None: ...
+    async def set_control(self, session_id: str, control: ControlRequest | None) -> None: ...
 
-    async def pending_controls(self) -> dict[str, str]:
+    async def pending_controls(self) -> dict[str, ControlRequest]:
         """Pause/cancel requests for sessions this process holds leases on."""
 
     async def recent_sessions(self, limit: int) -> list[SessionSummary]: ...

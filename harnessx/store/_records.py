@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from harnessx._errors import CorruptStateError, LeadershipLostError
 from harnessx._results import RunStatus
 from harnessx._state import RunState, ToolEntry
 
 __all__ = [
+    "CONTROL_REQUESTS",
     "Action",
+    "ControlRequest",
     "Archiver",
     "IncidentSnapshot",
     "LeaderState",
@@ -42,6 +44,7 @@ __all__ = [
     "SessionSummary",
     "StuckRun",
     "WorkerInfo",
+    "control_request",
     "leadership_lost",
     "with_step_tools",
 ]
@@ -127,6 +130,22 @@ class Recovery:
     at: float
 
 
+ControlRequest = Literal["pause", "cancel"]
+"""What another process asks of the one driving a session's run (``sessions.control``)."""
+
+CONTROL_REQUESTS: tuple[ControlRequest, ...] = ("pause", "cancel")
+
+
+def control_request(stored: object) -> ControlRequest | None:
+    """A session's stored control request; ``None`` for none, and for text that no harnessx
+    writes (which, as ever, nothing acts on)."""
+    if stored == "pause":
+        return "pause"
+    if stored == "cancel":
+        return "cancel"
+    return None
+
+
 @dataclass
 class SessionRecord:
     id: str
@@ -135,7 +154,7 @@ class SessionRecord:
     lease_owner: str | None
     generation: int
     lease_expires_at: float | None
-    control: str | None
+    control: ControlRequest | None
     recording: bool = False
     """Whether the session's runs are flight-recorded (fixed when it is created)."""
 
@@ -464,4 +483,4 @@ class Renewal:
 
     held: set[str]
     lost: set[str]
-    controls: dict[str, str]
+    controls: dict[str, ControlRequest]
