@@ -23,8 +23,8 @@ from click.core import ParameterSource
 from harnessx._errors import ConfigurationError
 from harnessx._logging import configure_logging
 from harnessx._redaction import redact
+from harnessx.store._factory import store_for
 from harnessx.store._protocol import Store
-from harnessx.store._sqlite import SQLiteBackend
 
 __all__ = [
     "install_signal_handlers",
@@ -89,8 +89,8 @@ def store_options(fn: F) -> F:
     command = click.option(
         "--dsn",
         envvar="HARNESSX_DSN",
-        help="PostgreSQL DSN [env HARNESSX_DSN, which keeps its password out of the process list]; "
-        "without it, SQLite.",
+        help="The store's DSN: postgresql://... or sqlite:///PATH [env HARNESSX_DSN, which keeps its "
+        "password out of the process list]; without it, SQLite at --sqlite.",
     )(command)
     return cast(F, command)
 
@@ -240,25 +240,20 @@ def open_store(
     auto_migrate: bool,
     read_only: bool = False,
 ) -> Store:
-    """A PostgreSQL store when ``dsn`` is given, else SQLite at ``sqlite_path`` (not yet opened).
+    """The store a command's options name (not yet opened): the one factory, ``store_for``,
+    given ``--dsn`` (a ``postgresql://`` or ``sqlite:///`` DSN) or else ``--sqlite``.
 
     ``read_only``: for inspecting; it creates nothing (a missing SQLite file is an error) and
     reads even from a read-only file system. The connect timeout is the command's
     ``--connect-timeout``."""
-    if dsn:
-        from harnessx.store import PostgresBackend
-
-        ctx = click.get_current_context(silent=True)
-        backend: Store = PostgresBackend(
-            dsn,
-            schema=schema,
-            lease_seconds=lease_seconds,
-            auto_migrate=auto_migrate and not read_only,
-            connect_timeout=ctx.meta.get(_CONNECT_TIMEOUT, CONNECT_TIMEOUT) if ctx else CONNECT_TIMEOUT,
-        )
-        return backend
-    return SQLiteBackend(
-        sqlite_path, lease_seconds=lease_seconds, auto_migrate=auto_migrate, read_only=read_only
+    ctx = click.get_current_context(silent=True)
+    return store_for(
+        dsn or sqlite_path,
+        schema=schema,
+        lease_seconds=lease_seconds,
+        auto_migrate=auto_migrate,
+        read_only=read_only,
+        connect_timeout=ctx.meta.get(_CONNECT_TIMEOUT, CONNECT_TIMEOUT) if ctx else CONNECT_TIMEOUT,
     )
 
 

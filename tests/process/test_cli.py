@@ -207,6 +207,40 @@ def test_an_explicit_sqlite_flag_wins_over_harnessx_dsn(tmp_path: Path) -> None:
         assert "hunter2" not in log.read_text()
 
 
+def test_harnessx_dsn_may_name_a_sqlite_file_for_every_command(tmp_path: Path) -> None:
+    env = {**os.environ, "HARNESSX_DSN": "sqlite:///pool.sqlite3", "HARNESSX_LOG_FORMAT": "text"}
+    done = run_env(["harnessx", "migrate"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "pool.sqlite3").exists()
+    assert run_env(["harnessx", "status"], env, tmp_path).stdout == "no sessions\n"
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        worker = subprocess.Popen(
+            [
+                str(BIN / "harness-worker"),
+                "--agents",
+                "harnessx._demo:pool_registry",
+                "--metrics-addr",
+                "off",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for_line(log, "registered", worker)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    assert (tmp_path / "pool.sqlite3.owners").is_dir()  # the worker's store was that file
+    refused = run_env(
+        ["harnessx", "status"], {**env, "HARNESSX_DSN": "mysql://root:Hunter2@db/app"}, tmp_path
+    )
+    assert refused.returncode == 1 and "no store for mysql://" in refused.stderr
+    assert "Hunter2" not in refused.stderr and "Traceback" not in refused.stderr
+
+
 # ------------------------------------------------- inspecting creates nothing
 
 
