@@ -19,6 +19,7 @@ from harnessx._operator import Done, Operator, default_actor
 from harnessx._processes import store_options
 from harnessx._results import UNFINISHED_STATUSES, RunStatus
 from harnessx._run_detail import RunDetail, read_run
+from harnessx._state import ExecutionKey
 from harnessx.store._listing import STATUSES, decode_key, encode_key
 from harnessx.store._protocol import RunFilter, RunRow, Store
 
@@ -287,7 +288,7 @@ def resolve(
 
 async def _check_session(store: Store, session_id: str, key: str) -> None:
     _same_session(key, session_id)
-    record = await store.get_run(key.split(":", 1)[0])
+    record = await store.get_run(ExecutionKey.run_of(key))
     if record is not None and record.session_id != session_id:
         raise ConfigurationError(f"tool call {key} belongs to session {record.session_id}, not {session_id}")
 

@@ -21,7 +21,7 @@ from harnessx._config import AgentConfig
 from harnessx._events import RunEvent, RunEventType
 from harnessx._messages import from_blocks
 from harnessx._results import FINISHED_STATUSES, RunStatus, ToolResult
-from harnessx._state import Delta, Phase, RunPatch, RunState, ToolEntry, ToolStatus
+from harnessx._state import Delta, ExecutionKey, Phase, RunPatch, RunState, ToolEntry, ToolStatus
 from harnessx.providers._base import TokenUsage, ToolCall
 from harnessx.store._original import OriginalRun, OriginalSession
 from harnessx.store._protocol import Store
@@ -191,14 +191,8 @@ def _entries(run: OriginalRun) -> list[ToolEntry]:
         positions.update((str(b.get("id")), i) for i, b in enumerate(calls))
     out = []
     for key, raw in merged.items():
-        run_id, _, rest = key.partition(":")
-        number, _, call_id = rest.partition(":")
-        if (
-            run_id != run.id
-            or not number.isdigit()
-            or int(number) < 1
-            or not isinstance(raw.get("call"), dict)
-        ):
+        parsed = ExecutionKey.parse(key)
+        if parsed is None or parsed.run_id != run.id or not isinstance(raw.get("call"), dict):
             continue
         status = str(raw.get("status"))
         if status not in {s.value for s in ToolStatus}:
@@ -206,8 +200,8 @@ def _entries(run: OriginalRun) -> list[ToolEntry]:
         out.append(
             ToolEntry(
                 execution_key=key,
-                iteration=int(number) - 1,  # the key counts from 1, the engine from 0
-                index=positions.get(call_id, 0),
+                iteration=parsed.iteration,
+                index=positions.get(parsed.call_id, 0),
                 call=ToolCall.from_dict(raw["call"]),
                 policy=str(raw.get("policy") or "manual"),
                 status=ToolStatus(status),

@@ -24,7 +24,7 @@ from harnessx._errors import ConfigurationError, HarnessError, UnknownExecutionK
 from harnessx._registry import AgentRef
 from harnessx._results import UNFINISHED_STATUSES, RunStatus, ToolResult
 from harnessx._runtime import AgentRuntime
-from harnessx._state import ToolStatus
+from harnessx._state import ExecutionKey, ToolStatus
 from harnessx.store._protocol import Action, RunRecord, SessionRecord, Store
 from harnessx.store._records import ControlRequest
 
@@ -213,7 +213,7 @@ class Operator:
     # ------------------------------------------------------------------ helpers
 
     async def _pending(self, key: str, status: ToolStatus, wanted: str) -> tuple[RunRecord, SessionRecord]:
-        run_id = key.split(":", 1)[0]
+        run_id = ExecutionKey.run_of(key)
         record = await self.store.get_run(run_id)
         if record is None:
             raise UnknownExecutionKey(f"no run has a tool call with execution key {key!r}")

@@ -21,6 +21,7 @@ from harnessx._handle import RunHandle
 from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import PendingTool, RunResult, ToolResult
 from harnessx._runtime import AgentRuntime, RuntimeConfig, is_remote
+from harnessx._state import ExecutionKey
 from harnessx.store._records import ControlRequest
 
 if TYPE_CHECKING:
@@ -272,7 +273,7 @@ class RemoteRuntime(AgentRuntime):
 
     async def _decide_remote(self, key: str, decision: dict[str, Any]) -> str:
         remote = await self._ready_remote()
-        run_id = key.split(":", 1)[0]
+        run_id = ExecutionKey.run_of(key)
         session_id = self._run_sessions.get(run_id) or await remote.session_of(run_id) or self._session_id
         if session_id is None:
             raise UnknownExecutionKey(

@@ -50,7 +50,7 @@ from harnessx._results import (
     RunStatus,
     ToolResult,
 )
-from harnessx._state import Delta, RunState, ToolStatus
+from harnessx._state import Delta, ExecutionKey, RunState, ToolStatus
 from harnessx._stream import OnReset, RunStream
 from harnessx.store._protocol import Lease, NewSession, RunRecord, SessionRecord, Store
 from harnessx.store._records import ControlRequest
@@ -688,7 +688,7 @@ class AgentRuntime:
     async def _decide(self, target: str | PendingTool, decide: Any, decision: dict[str, Any]) -> str:
         store = await self._ready()
         key = target.execution_key if isinstance(target, PendingTool) else str(target)
-        run_id = key.split(":", 1)[0]
+        run_id = ExecutionKey.run_of(key)
         record = await store.get_run(run_id)
         if record is None:
             raise UnknownExecutionKey(key, f"no run has a tool call with execution key {key!r}")

@@ -22,6 +22,7 @@ __all__ = [
     "STATE_VERSION",
     "UNCHANGED",
     "Delta",
+    "ExecutionKey",
     "Phase",
     "RunPatch",
     "RunState",
@@ -58,10 +59,49 @@ class ToolStatus(StrEnum):
     UNCERTAIN = "uncertain"
 
 
+@dataclass(frozen=True)
+class ExecutionKey:
+    """A tool call's identity, ``run:iteration:call`` as text, the iteration counted from 1
+    as harnessx 0.9.1 does (``iteration`` here is the engine's, from 0). This type is the
+    only place that builds or reads that text; keys are stored, shown and passed around as
+    the text (``ToolEntry.execution_key``, ``PendingTool.execution_key``). Keys stored
+    before 0.2 counted from 0; they stay as stored (``legacy``)."""
+
+    run_id: str
+    iteration: int
+    call_id: str
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.iteration + 1}:{self.call_id}"
+
+    @property
+    def legacy(self) -> str:
+        """The text of the same key as builds before 0.2 wrote it (iteration from 0)."""
+        return f"{self.run_id}:{self.iteration}:{self.call_id}"
+
+    def names(self, key: str) -> bool:
+        """Whether ``key`` is this call's key, in either form."""
+        return key == str(self) or key == self.legacy
+
+    @classmethod
+    def parse(cls, key: str) -> ExecutionKey | None:
+        """The key ``key`` spells, or ``None`` when it is not ``run:N:call`` with N from 1."""
+        run_id, _, rest = key.partition(":")
+        number, _, call_id = rest.partition(":")
+        if not (run_id and number.isdigit() and int(number) >= 1):
+            return None
+        return cls(run_id, int(number) - 1, call_id)
+
+    @staticmethod
+    def run_of(key: str) -> str:
+        """The run a key (of either form, or any text a caller passed as one) names: the
+        text before its first colon."""
+        return key.partition(":")[0]
+
+
 def execution_key(run_id: str, iteration: int, tool_call_id: str) -> str:
-    """``run:iteration:call``, the iteration counted from 1 as harnessx 0.9.1 does (the
-    engine counts from 0). Keys stored before 0.2 counted from 0; they stay as stored."""
-    return f"{run_id}:{iteration + 1}:{tool_call_id}"
+    """The text of ``ExecutionKey(run_id, iteration, tool_call_id)``."""
+    return str(ExecutionKey(run_id, iteration, tool_call_id))
 
 
 @dataclass

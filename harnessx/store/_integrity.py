@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from harnessx._results import RunStatus
-from harnessx._state import Phase, RunState, ToolStatus, execution_key
+from harnessx._state import ExecutionKey, Phase, RunState, ToolStatus
 from harnessx._tools import ReplayPolicy
 
 __all__ = ["MESSAGE_ROLES", "call_problem", "message_problem", "state_problem"]
@@ -84,8 +84,7 @@ def state_problem(state: RunState) -> str | None:
 
 def _entry_problem(state: RunState, entry: Any) -> str | None:
     # Keys written before 0.2 counted iterations from 0; both forms name the same call.
-    legacy = f"{state.run_id}:{entry.iteration}:{entry.call.id}"
-    if entry.execution_key not in (execution_key(state.run_id, entry.iteration, entry.call.id), legacy):
+    if not ExecutionKey(state.run_id, entry.iteration, entry.call.id).names(entry.execution_key):
         return "its key does not match its run, iteration and call id"
     if not 0 <= entry.iteration <= state.iteration:
         return f"iteration {entry.iteration} is outside the run's 0..{state.iteration}"
