@@ -17,8 +17,12 @@ binds but every claim checks, the key as its fair-share tenant, and a model rate
   or as many plain runs: the claim statement's latency (``claim_queued`` of 8, p50/p99) and
   two workers' steps per second while they drain it.
 
-The on and off rounds alternate (off, on, off, on) and each figure is the median of its two
-rounds, so that a machine's drift weighs on both alike.
+``--modes`` adds the parts of *on* alone: ``sched`` (priorities, the key's limit and its
+tenant, no rate limit) and ``rate`` (plain runs, the rate limit only), to say which part costs
+what. The rounds alternate (off, on, off, on, ...) and each figure is the median of its
+rounds, so that a machine's drift weighs on every mode alike. ``--profile DIR`` records each
+throughput round's workers with py-spy (``pip install py-spy``; root or ptrace rights) into
+DIR as collapsed stacks, to read where a worker's time goes.
 """
 
 from __future__ import annotations
@@ -45,12 +49,19 @@ from harnessx.store._protocol import Store
 
 KEYS = 50
 DEEP_KEYS = 1000
+MODES = {
+    # mode: (priorities, keys and tenants under a limit; a model rate limit)
+    "off": (False, False),
+    "on": (True, True),
+    "sched": (True, False),
+    "rate": (False, True),
+}
 
 
-async def scheduled(store: Store, on: bool, index: int) -> tuple[AgentRuntime, Any]:
+async def scheduled(store: Store, mode: str, index: int) -> tuple[AgentRuntime, Any]:
     runtime = AgentRuntime(AgentRef("safe", "v1"), backend=store, execution="pool")
     await runtime.start()
-    if on:
+    if MODES[mode][0]:
         key = f"key:{index % KEYS}"
         handle = await runtime.submit(f"job {index}", priority=random.randint(-5, 5), concurrency_key=key)
     else:
@@ -58,24 +69,44 @@ async def scheduled(store: Store, on: bool, index: int) -> tuple[AgentRuntime, A
     return runtime, handle
 
 
-async def set_limits(store: Store, on: bool) -> None:
-    if on:
+async def set_limits(store: Store, mode: str) -> None:
+    keyed, rated = MODES[mode]
+    if keyed:
         await store.set_concurrency_limit("key:*", 10_000)
-        await store.set_rate_limit("scripted/*", 1e9, 1e12)
     else:
         await store.remove_concurrency_limit("key:*")
+    if rated:
+        await store.set_rate_limit("scripted/*", 1e9, 1e12)
+    else:
         await store.remove_rate_limit("scripted/*")
 
 
-async def claim_latency(store: Store, fleet: Fleet, on: bool, claims: int, timestamps: Any) -> list[float]:
-    await set_limits(store, on)
+def profile(folder: Path | None, name: str, workers: list[subprocess.Popen[bytes]]) -> list[Any]:
+    """py-spy recording each worker into ``folder`` until it exits (nothing without a folder)."""
+    if folder is None:
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    spy = Path(sys.executable).parent / "py-spy"
+    return [
+        subprocess.Popen(
+            [str(spy), "record", "--pid", str(w.pid), "--format", "raw", "--rate", "200", "--nonblocking",
+             "-o", str(folder / f"{name}-worker{i}.txt")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i, w in enumerate(workers)
+    ]  # fmt: skip
+
+
+async def claim_latency(store: Store, fleet: Fleet, mode: str, claims: int, timestamps: Any) -> list[float]:
+    await set_limits(store, mode)
     fleet.worker()
     fleet.worker()
     await live_workers(store, 2)
     await asyncio.sleep(6.0)  # idle polling, and the rate gate's copy of the limits is fresh
     run_ids = []
     for index in range(claims):
-        runtime, handle = await scheduled(store, on, index)
+        runtime, handle = await scheduled(store, mode, index)
         await handle.result()
         await runtime.stop()
         run_ids.append(handle.run_id)
@@ -84,19 +115,23 @@ async def claim_latency(store: Store, fleet: Fleet, on: bool, claims: int, times
     return [first - created for created, first in await timestamps(run_ids)]
 
 
-async def throughput(store: Store, fleet: Fleet, on: bool, runs: int) -> float:
-    await set_limits(store, on)
-    for _ in range(2):
-        fleet.worker(concurrency=8)
+async def throughput(
+    store: Store, fleet: Fleet, mode: str, runs: int, spied: Path | None = None, name: str = ""
+) -> float:
+    await set_limits(store, mode)
+    workers = [fleet.worker(concurrency=8) for _ in range(2)]
     await live_workers(store, 2)
     await asyncio.sleep(6.0)
+    spies = profile(spied, name, workers)
     started = time.perf_counter()
-    submitted = [await scheduled(store, on, index) for index in range(runs)]
+    submitted = [await scheduled(store, mode, index) for index in range(runs)]
     await asyncio.gather(*(handle.result() for _, handle in submitted))
     elapsed = time.perf_counter() - started
     for runtime, _ in submitted:
         await runtime.stop()
     fleet.stop()
+    for spy in spies:
+        spy.wait(timeout=60)
     return runs * STEPS_PER_RUN / elapsed
 
 
@@ -259,32 +294,43 @@ async def one_store(
     return store, store_args, store_env, timestamps
 
 
-def report_rounds(args: argparse.Namespace, label: str, rounds: dict[str, dict[bool, list[Any]]]) -> None:
+def report_rounds(args: argparse.Namespace, label: str, rounds: dict[str, dict[str, list[Any]]]) -> None:
+    modes = args.modes
+    others = [m for m in modes if m != "off"]
     print(f"store: {label}; machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}")
     print()
-    print("| measure | scheduling off | scheduling on | on / off |")
-    print("|---|---|---|---|")
+    print(f"| measure | {' | '.join(modes)} | {' | '.join(f'{m} / off' for m in others)} |")
+    print(f"|---|{'---|' * (len(modes) + len(others))}")
+
+    def row(what: str, values: dict[str, float], scale: float, digits: int) -> None:
+        cells = [f"{values[m] * scale:.{digits}f}" for m in modes]
+        ratios = [f"{values[m] / values['off']:.2f}" for m in others]
+        print(f"| {what} | {' | '.join(cells)} | {' | '.join(ratios)} |")
+
     for name, q in (("p50", 0.5), ("p99", 0.99)):
-        off = statistics.median(percentile(s, q) for s in rounds["claims"][False])
-        on_ = statistics.median(percentile(s, q) for s in rounds["claims"][True])
-        print(f"| claim latency {name}, creation -> first event (ms) | {off * 1000:.1f} | {on_ * 1000:.1f} | "
-              f"{on_ / off:.2f} |")  # fmt: skip
-    off_steps = statistics.median(rounds["steps"][False])
-    on_steps = statistics.median(rounds["steps"][True])
-    print(f"| checkpointed steps / s, 2 workers, {args.runs} runs | {off_steps:.0f} | {on_steps:.0f} | "
-          f"{on_steps / off_steps:.2f} |")  # fmt: skip
-    off_rounds = [round(s) for s in rounds["steps"][False]]
-    on_rounds = [round(s) for s in rounds["steps"][True]]
+        values = {m: statistics.median(percentile(s, q) for s in rounds["claims"][m]) for m in modes}
+        row(f"claim latency {name}, creation -> first event (ms)", values, 1000, 1)
+    values = {m: statistics.median(rounds["steps"][m]) for m in modes}
+    row(f"checkpointed steps / s, 2 workers, {args.runs} runs", values, 1, 0)
+    # Each round against the off rounds either side of it (the machine drifts).
+    print()
+    for m in others:
+        paired = [
+            on_ / statistics.mean(rounds["steps"]["off"][i : i + 2])
+            for i, on_ in enumerate(rounds["steps"][m])
+        ]
+        print(f"{m}: steps/s rounds {[round(s) for s in rounds['steps'][m]]}, "
+              f"each / its neighbouring off rounds {[f'{p:.2f}' for p in paired]}")  # fmt: skip
     print(
-        f"\n(each: the median of {args.rounds} rounds; {args.claims} claims a round; "
-        f"steps/s rounds {off_rounds} off, {on_rounds} on)"
+        f"off: steps/s rounds {[round(s) for s in rounds['steps']['off']]}\n"
+        f"(each figure: the median of {args.rounds} rounds; {args.claims} claims a round)"
     )
 
 
 async def main(args: argparse.Namespace) -> None:
-    rounds: dict[str, dict[bool, list[Any]]] = {
-        "claims": {False: [], True: []},
-        "steps": {False: [], True: []},
+    rounds: dict[str, dict[str, list[Any]]] = {
+        "claims": {m: [] for m in args.modes},
+        "steps": {m: [] for m in args.modes},
     }
     deep: dict[bool, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as folder_name, ExitStack() as stack:
@@ -300,11 +346,15 @@ async def main(args: argparse.Namespace) -> None:
         async with store:
             fleet = Fleet(store_args, folder, store_env)
             try:
-                for on in [False, True] * args.rounds:
-                    rounds["claims"][on].append(
-                        await claim_latency(store, fleet, on, args.claims, timestamps)
-                    )
-                    rounds["steps"][on].append(await throughput(store, fleet, on, args.runs))
+                for index in range(args.rounds):
+                    for mode in args.modes:
+                        rounds["claims"][mode].append(
+                            await claim_latency(store, fleet, mode, args.claims, timestamps)
+                        )
+                        steps = await throughput(
+                            store, fleet, mode, args.runs, args.profile, f"{mode}{index}"
+                        )
+                        rounds["steps"][mode].append(steps)
             finally:
                 fleet.stop()
         if args.rounds:
@@ -349,4 +399,14 @@ if __name__ == "__main__":
     parser.add_argument("--queued", type=int, default=100_000, help="runs in the deep queue (0: skip it)")
     parser.add_argument("--deep-claims", type=int, default=100)
     parser.add_argument("--drain-seconds", type=float, default=15.0)
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument(
+        "--modes",
+        type=lambda text: ["off", *(m for m in text.split(",") if m != "off")],
+        default=["off", "on"],
+        help="the modes each round measures, of off,on,sched,rate (off always; default off,on)",
+    )
+    parser.add_argument("--profile", type=Path, help="record throughput rounds' workers with py-spy here")
+    parsed = parser.parse_args()
+    if unknown := set(parsed.modes) - set(MODES):
+        parser.error(f"unknown --modes {sorted(unknown)}: pick from {','.join(MODES)}")
+    asyncio.run(main(parsed))

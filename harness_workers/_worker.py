@@ -156,6 +156,7 @@ class Worker:
             for task in side:
                 task.cancel()
             await asyncio.gather(*side, return_exceptions=True)
+            await self.executor.rates.flush()  # the tokens its last calls owe the buckets (logged if not)
             await self.keeper.aclose()
             with contextlib.suppress(HarnessError):
                 await self.store.stop_worker(self.id)

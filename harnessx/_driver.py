@@ -365,6 +365,7 @@ class Driver:
         async def retrying(attempt: int, exc: BaseException) -> None:
             if journal is not None:
                 journal.model_failed(exc)
+            await self._vendor_refused(admission, exc)
             # Whatever the failed attempt streamed is void; its usage may not be known.
             await self.commit(state, self.engine.attempt_reset(state, attempt))
 
@@ -379,12 +380,13 @@ class Driver:
         except Exception as exc:
             if journal is not None:
                 journal.model_failed(exc)
+            await self._vendor_refused(admission, exc)
             logger.warning("model call for run %s failed: %s", state.run_id, exc)
             await self._hook(HookEvent.ERROR, error=str(exc))
             await self.commit(state, self.engine.model_failed(state, exc))
             return
         if admission is not None and self.rates is not None and response.usage is not None:
-            await self.rates.settle(admission, response.usage)
+            self.rates.settle(admission, response.usage)  # owed, sent off the call's path
         middleware = self.settings.middleware
         if journal is not None:
             journal.model_replied(response, stage="response")
@@ -406,6 +408,17 @@ class Driver:
             await self._hook(
                 HookEvent.RECOVERY, reason="paused_turn", attempt=1, reply_budget=request.max_tokens
             )
+
+    async def _vendor_refused(self, admission: Admission | None, exc: BaseException) -> None:
+        """A vendor's own limit refused a call the fleet's limit let through (429 with
+        Retry-After): the whole fleet's calls of the bucket wait that out, not only this
+        call's retry (which waits it too, under the RetryPolicy)."""
+        if admission is None or self.rates is None:
+            return
+        provider = self._known_provider()
+        seconds = retry_after(exc, provider)
+        if seconds is not None and is_rate_limited(exc, provider):
+            await self.rates.pause(admission, seconds)
 
     async def _wait_for_budget(self, state: RunState, admission: Admission) -> bool:
         """Wait for the start a rate limit gave this call, with nothing open to the vendor

@@ -3,10 +3,20 @@ limits*).
 
 Before a model call of a durable run, the driver asks the ``RateGate`` for the call's
 *bucket* (``provider/model``, e.g. ``openai/gpt-4o``). When a limit governs the bucket the
-gate reserves the call's start through the store, which every worker shares, and the driver
-waits for that start with no request open to the vendor: the wait is a ``waiting`` event
-(``on: rate_limit``) and a metric. After the reply, the tokens the call really used settle
-the reservation, which counted what the request was expected to use.
+gate reserves the call's start through the store, which every worker shares (one statement),
+and the driver waits for that start with no request open to the vendor: the wait is a
+``waiting`` event (``on: rate_limit``) and a metric.
+
+After the reply, the tokens the call really used *settle* the reservation, which counted what
+the request was expected to use. That is not on the call's path: the difference is owed in
+this process and goes to the store with the bucket's next reservation from here (in the same
+statement), or on its own at most ``SETTLE_SECONDS`` after the reply when no reservation
+took it first. A process that dies loses at most the differences of its calls of the last
+``SETTLE_SECONDS``; usually they give budget back (a call reserves all of its ``max_tokens``),
+so losing them errs on the limit's side.
+
+A vendor's 429 with ``Retry-After`` on a reserved call pauses the bucket for the whole fleet
+(``pause``): every worker's next reservations of it start no earlier.
 
 The limits themselves are read from the store at most every ``refresh_seconds``, so a model
 call of a bucket that nothing limits costs no round trip.
@@ -37,6 +47,9 @@ logger = logging.getLogger("harnessx.rates")
 REFRESH_SECONDS = 5.0
 """How stale the gate's copy of the limits may be: a limit set or removed with ``harnessx
 limits rate`` applies to every worker's next model calls within this long."""
+SETTLE_SECONDS = 1.0
+"""The longest a call's token difference stays in this process before it reaches the store:
+the bound on how far the shared bucket may lag what the fleet's calls really used."""
 
 
 def bucket_of(provider: LLMProvider, model: str | None) -> str:
@@ -85,13 +98,25 @@ class RateGate:
             gate = _SHARED[store] = cls(store)
         return gate
 
-    def __init__(self, store: Store, *, refresh_seconds: float = REFRESH_SECONDS) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        refresh_seconds: float = REFRESH_SECONDS,
+        settle_seconds: float = SETTLE_SECONDS,
+    ) -> None:
         self.store = store
         self.refresh_seconds = refresh_seconds
+        self.settle_seconds = settle_seconds
         self.observers: list[Callable[[str, float], None]] = []
         self._limits: list[RateLimit] = []
         self._read_at = -math.inf
         self._refreshing: asyncio.Task[None] | None = None
+        # Tokens the calls of each bucket used beyond (negative: short of) their
+        # reservations, not yet in the store; and the task that sends them if no
+        # reservation of the bucket does first.
+        self._owed: dict[str, int] = {}
+        self._settling: asyncio.Task[None] | None = None
 
     async def refresh(self) -> None:
         """Read the limits now (a worker does when it starts, so that its first model calls
@@ -121,7 +146,8 @@ class RateGate:
             self._read_at = time.monotonic() - self.refresh_seconds + 1.0  # again in a second
 
     async def admit(self, provider: LLMProvider, request: ModelRequest) -> Admission | None:
-        """Reserve the start of ``request``'s call; ``None`` when no limit governs it."""
+        """Reserve the start of ``request``'s call; ``None`` when no limit governs it. What
+        earlier calls of the bucket owe is settled in the same statement."""
         bucket = bucket_of(provider, request.model)
         limit = await self.limit_for(bucket)
         if limit is None:
@@ -133,7 +159,15 @@ class RateGate:
             tokens = estimate_tokens(request.system, request.messages, request.tools) + (
                 request.max_tokens or 0
             )
-        taken = await self.store.reserve_rate(bucket, tokens)
+        owed = self._owed.pop(bucket, 0)
+        try:
+            taken = await self.store.reserve_rate(bucket, tokens, owed)
+        except BaseException:
+            # Whether it reached the store is not known: owing more again errs on the
+            # limit's side, giving budget back twice would not.
+            if owed > 0:
+                self._owe(bucket, owed)
+            raise
         if taken is None:  # the limit was removed since the gate last read them
             return None
         if taken.wait > 0:
@@ -141,13 +175,51 @@ class RateGate:
                 observe(bucket, taken.wait)
         return Admission(bucket, tokens, taken.wait, taken.start, time.monotonic() + taken.wait)
 
-    async def settle(self, admission: Admission, usage: TokenUsage) -> None:
-        """Correct the reservation by the tokens the call reported using. A store failure
-        here is only logged: the reservation stands, which errs on the side of the limit."""
+    def settle(self, admission: Admission, usage: TokenUsage) -> None:
+        """Owe the store the difference between the tokens the call reported using and what
+        it reserved; it goes with the bucket's next reservation from this process, or within
+        ``settle_seconds`` (nothing on the call's path waits for it)."""
         used = usage.total_tokens
-        if not admission.tokens or used <= 0 or used == admission.tokens:
+        if admission.tokens and used > 0 and used != admission.tokens:
+            self._owe(admission.bucket, used - admission.tokens)
+
+    def _owe(self, bucket: str, tokens: int) -> None:
+        self._owed[bucket] = self._owed.get(bucket, 0) + tokens
+        if self._settling is None or self._settling.done():
+            self._settling = asyncio.create_task(self._settle_soon(), name="harnessx-rate-settle")
+
+    async def _settle_soon(self) -> None:
+        while self._owed:  # what a failed flush still owes is tried again
+            await asyncio.sleep(self.settle_seconds)
+            try:
+                await self.flush()
+            except Exception as exc:  # a store closed meanwhile: nobody awaits this task
+                logger.warning("could not settle model calls' tokens: %s", exc)
+                return
+
+    async def flush(self) -> None:
+        """Send every bucket's owed tokens to the store now (a worker does as it stops). A
+        store failure is only logged: what fewer tokens would have given back stays spent,
+        which errs on the side of the limit; what more tokens owe is kept for later."""
+        while self._owed:
+            bucket, tokens = self._owed.popitem()
+            try:
+                await self.store.settle_rate(bucket, tokens)
+            except StorageError as exc:
+                logger.warning("could not settle model calls' tokens in bucket %s: %s", bucket, exc)
+                if tokens > 0:
+                    self._owe(bucket, tokens)
+                return
+
+    async def pause(self, admission: Admission, seconds: float) -> None:
+        """The vendor refused the admitted call with ``Retry-After: seconds``: no call of its
+        bucket starts, anywhere in the fleet, before that has passed. A store failure is
+        only logged (the refused call's own retry still waits it out)."""
+        if not (seconds > 0 and math.isfinite(seconds)):
             return
         try:
-            await self.store.settle_rate(admission.bucket, used - admission.tokens)
+            await self.store.pause_rate(admission.bucket, seconds)
         except StorageError as exc:
-            logger.warning("could not settle a model call's tokens in bucket %s: %s", admission.bucket, exc)
+            logger.warning(
+                "could not pause bucket %s for the vendor's Retry-After: %s", admission.bucket, exc
+            )

@@ -311,6 +311,8 @@ class AgentRuntime:
         finally:
             if self._keeper is not None:
                 await self._keeper.aclose()
+            if self._executor is not None:
+                await self._executor.rates.flush()  # what its calls owe the rate buckets (logged if not)
             self._state = RuntimeState.STOPPED
             self._last_status = {**last, "state": RuntimeState.STOPPED.value}
             try:

@@ -4,7 +4,8 @@ and records, from its own side, when each request arrived, which model it named,
 it reports using, and how many requests were open at once.
 
 It runs in the test's event loop, or (``python tests/fake_vendor.py LOG``) in a process of its
-own that prints its base URL and appends each call to LOG as a JSON line: a test process
+own that prints its base URL and appends each call to LOG as a JSON line (``LOG N
+RETRY_AFTER``: throttling its first N requests): a test process
 busy following many runs would stamp arrivals late, in bunches. Worker processes reach it
 over loopback through ``OpenAIProvider(base_url=...)``. ``throttle(n, retry_after)`` makes
 the next ``n`` requests get a 429 with that ``Retry-After``, as a vendor over its limit does.
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["FakeVendor", "VendorCall", "logged_calls", "most_in_window"]
+__all__ = ["FakeVendor", "VendorCall", "all_logged", "logged_calls", "most_in_window"]
 
 COMPLETION_TOKENS = 20
 
@@ -169,11 +170,15 @@ def most_in_window(calls: list[VendorCall], window: float, *, tokens: bool = Fal
 
 def logged_calls(log: Path, model: str) -> list[VendorCall]:
     """The calls a vendor process served for ``model``, from its log."""
-    calls = [VendorCall(**json.loads(line)) for line in log.read_text().splitlines() if line.strip()]
-    return [call for call in calls if call.model == model and call.status == 200]
+    return [call for call in all_logged(log) if call.model == model and call.status == 200]
 
 
-async def _serve_forever(log: Path) -> None:
+def all_logged(log: Path) -> list[VendorCall]:
+    """Every request a vendor process saw, refused ones too, from its log."""
+    return [VendorCall(**json.loads(line)) for line in log.read_text().splitlines() if line.strip()]
+
+
+async def _serve_forever(log: Path, throttled: int, retry_after: str) -> None:
     with log.open("a", encoding="utf-8") as out:
 
         def write(call: VendorCall) -> None:
@@ -181,10 +186,19 @@ async def _serve_forever(log: Path) -> None:
             out.flush()
 
         vendor = FakeVendor(on_call=write)
+        vendor.throttle(throttled, retry_after)
         await vendor.start()
         print(vendor.base_url, flush=True)
         await asyncio.Event().wait()  # until the test kills this process
 
 
 if __name__ == "__main__":
-    asyncio.run(_serve_forever(Path(sys.argv[1])))
+    # LOG [N RETRY_AFTER]: the first N requests get a 429 with that Retry-After.
+    arguments = sys.argv[1:]
+    asyncio.run(
+        _serve_forever(
+            Path(arguments[0]),
+            int(arguments[1]) if len(arguments) > 1 else 0,
+            arguments[2] if len(arguments) > 2 else "1",
+        )
+    )

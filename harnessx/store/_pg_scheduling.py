@@ -23,10 +23,7 @@ from harnessx.store._scheduling import (
     check_pattern,
     check_rate,
     check_weight,
-    governing_rate,
     matching_pattern,
-    reserve_rate,
-    token_seconds,
 )
 
 __all__ = ["PostgresScheduling"]
@@ -141,32 +138,27 @@ class PostgresScheduling:
 
         return await self._run("listing rate buckets", read)
 
-    async def reserve_rate(self, bucket: str, tokens: int) -> RateReservation | None:
-        async def reserve(conn: Any) -> RateReservation | None:
-            async with conn.transaction():
-                limit = await _governing(conn, bucket)
-                if limit is None:
-                    return None
-                # The row lock makes reservations of one bucket take turns; the arithmetic
-                # is the SQLite store's (_scheduling.reserve_rate), on the database's clock.
-                requests_at, tokens_at, now = await conn.fetchrow(Q["rate_bucket"], bucket)
-                taken = reserve_rate(limit, float(requests_at), float(tokens_at), float(now), tokens)
-                waited = 1 if taken.wait > 0 else 0
-                await conn.execute(
-                    Q["reserve_rate"], bucket, taken.requests_at, taken.tokens_at, taken.wait, waited
-                )
-                return taken
-
-        return await self._run("reserving a model call's rate budget", reserve)
+    async def reserve_rate(self, bucket: str, tokens: int, settle: int = 0) -> RateReservation | None:
+        # One statement (harnessx_reserve_rate): the bucket's row is locked inside the server
+        # only, so reservations of one bucket take turns without waiting on each other's
+        # round trips; the arithmetic is _scheduling.reserve_rate's, on the database's clock.
+        row = await self._run(
+            "reserving a model call's rate budget",
+            lambda conn: conn.fetchrow(Q["reserve_rate"], bucket, tokens, settle),
+        )
+        if row is None:
+            return None
+        wait, start, requests_at, tokens_at = row
+        return RateReservation(float(wait), float(start), float(requests_at), float(tokens_at))
 
     async def settle_rate(self, bucket: str, tokens: int) -> None:
-        async def settle(conn: Any) -> None:
-            limit = await _governing(conn, bucket)
-            if limit is not None and tokens:
-                await conn.execute(Q["settle_rate"], bucket, token_seconds(limit, tokens))
+        if tokens:
+            await self._run(
+                "settling model calls' tokens", lambda conn: conn.execute(Q["settle_rate"], bucket, tokens)
+            )
 
-        await self._run("settling a model call's tokens", settle)
-
-
-async def _governing(conn: Any, bucket: str) -> RateLimit | None:
-    return governing_rate([RateLimit.of_row(row) for row in await conn.fetch(Q["list_rate_limits"])], bucket)
+    async def pause_rate(self, bucket: str, seconds: float) -> float | None:
+        until = await self._run(
+            "pausing a rate bucket", lambda conn: conn.fetchval(Q["pause_rate"], bucket, float(seconds))
+        )
+        return None if until is None else float(until)

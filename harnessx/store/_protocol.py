@@ -411,14 +411,21 @@ class SchedulingStore(Protocol):
     async def rate_buckets(self) -> list[RateBucket]:
         """Every bucket used so far, the limit governing it and its waits."""
 
-    async def reserve_rate(self, bucket: str, tokens: int) -> RateReservation | None:
+    async def reserve_rate(self, bucket: str, tokens: int, settle: int = 0) -> RateReservation | None:
         """Reserve the start of one model call of about ``tokens`` tokens in ``bucket``:
         how long to wait before starting it (``wait``, 0: now) and when that is (``start``,
         by the store's clock); ``None`` when no limit governs the bucket. Atomic across the
-        fleet: every reservation gets a start of its own."""
+        fleet: every reservation gets a start of its own. ``settle``: tokens earlier calls of
+        the bucket used beyond (negative: short of) their reservations, settled first, in
+        the same statement (see ``settle_rate``)."""
 
     async def settle_rate(self, bucket: str, tokens: int) -> None:
-        """A call of ``bucket`` used ``tokens`` more (negative: fewer) than it reserved."""
+        """Calls of ``bucket`` used ``tokens`` more (negative: fewer) than they reserved."""
+
+    async def pause_rate(self, bucket: str, seconds: float) -> float | None:
+        """No call of ``bucket`` starts in the next ``seconds`` (a vendor's Retry-After), for
+        the whole fleet; a later pause already set stands. When the pause ends (the store's
+        clock, epoch seconds); ``None`` if the bucket was never reserved from."""
 
 
 class ConsoleStore(Protocol):

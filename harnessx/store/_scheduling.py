@@ -221,19 +221,26 @@ def check_rate(
 
 
 def reserve_rate(
-    limit: RateLimit, requests_at: float, tokens_at: float, now: float, tokens: int
+    limit: RateLimit,
+    requests_at: float,
+    tokens_at: float,
+    now: float,
+    tokens: int,
+    paused_until: float = 0.0,
 ) -> RateReservation:
     """Reserve one model call of ``tokens`` tokens from a bucket (GCRA, the generic cell
     rate algorithm, as a virtual schedule).
 
     ``requests_at`` and ``tokens_at`` are the bucket's theoretical arrival times: when the
     bucket would be empty again if calls kept coming at its rate. A call may start once
-    both are at most ``burst_seconds`` ahead of it; it moves them on by one request's share
-    of a minute (60 / rpm) and by its tokens' (tokens * 60 / tpm). Every caller reserves its
-    own start in turn, so callers that wait never race for the same moment, and in any
-    window of W seconds the calls started number at most (W + burst) * rpm / 60 + 1."""
+    both are at most ``burst_seconds`` ahead of it, and not before ``paused_until`` (a
+    vendor's Retry-After); it moves them on by one request's share of a minute (60 / rpm)
+    and by its tokens' (tokens * 60 / tpm). Every caller reserves its own start in turn, so
+    callers that wait never race for the same moment, and in any window of W seconds the
+    calls started number at most (W + burst) * rpm / 60 + 1. (PostgreSQL runs the same
+    arithmetic in ``harnessx_reserve_rate``, migration 0012.)"""
     burst = limit.burst_seconds
-    start = now
+    start = max(now, paused_until)
     if limit.requests_per_minute is not None:
         start = max(start, requests_at - burst)
     if limit.tokens_per_minute is not None and tokens > 0:

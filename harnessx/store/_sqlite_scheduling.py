@@ -282,14 +282,17 @@ class SQLiteScheduling:
 
         return await self._call(body)
 
-    async def reserve_rate(self, bucket: str, tokens: int) -> RateReservation | None:
+    async def reserve_rate(self, bucket: str, tokens: int, settle: int = 0) -> RateReservation | None:
+        # One write transaction, which SQLite lets in one at a time: the limit, the bucket's
+        # row and its new times are read and written with no other reservation in between.
         def body(conn: sqlite3.Connection) -> RateReservation | None:
             limit = _governing(conn, bucket)
             if limit is None:
                 return None
             row = conn.execute(Q["rate_bucket"], (bucket,)).fetchone()
-            requests_at, tokens_at = (float(row[0]), float(row[1])) if row is not None else (0.0, 0.0)
-            taken = reserve_rate(limit, requests_at, tokens_at, time.time(), tokens)
+            requests_at, tokens_at, paused = (float(v) for v in row) if row is not None else (0.0, 0.0, 0.0)
+            tokens_at += token_seconds(limit, settle)
+            taken = reserve_rate(limit, requests_at, tokens_at, time.time(), tokens, paused)
             waited = 1 if taken.wait > 0 else 0
             conn.execute(Q["reserve_rate"], (bucket, taken.requests_at, taken.tokens_at, taken.wait, waited))
             return taken
@@ -303,6 +306,13 @@ class SQLiteScheduling:
                 conn.execute(Q["settle_rate"], (bucket, token_seconds(limit, tokens)))
 
         await self._call(self._write, body)
+
+    async def pause_rate(self, bucket: str, seconds: float) -> float | None:
+        def body(conn: sqlite3.Connection) -> float | None:
+            row = conn.execute(Q["pause_rate"], (bucket, time.time() + float(seconds))).fetchone()
+            return None if row is None else float(row[0])
+
+        return await self._call(self._write, body)
 
 
 def _governing(conn: sqlite3.Connection, bucket: str) -> RateLimit | None:

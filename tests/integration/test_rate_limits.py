@@ -163,3 +163,72 @@ async def test_a_vendors_retry_after_is_still_honoured_under_a_limit(
     refused, served = vendor.calls
     assert (refused.status, served.status) == (429, 200)
     assert served.at - refused.at >= 1.0
+
+
+async def test_a_reservation_settles_what_earlier_calls_owe_in_the_same_statement(
+    target: BackendTarget,
+) -> None:
+    async with target.open() as store:
+        await store.set_rate_limit("openai/gpt-4o", None, 600)  # ten tokens a second
+        first = await store.reserve_rate("openai/gpt-4o", 100)  # holds the bucket 10 s
+        assert first is not None and first.wait == 0
+        # The first call used 10 of its 100: the next reservation brings that with it.
+        second = await store.reserve_rate("openai/gpt-4o", 10, -90)
+        assert second is not None and second.start == pytest.approx(first.start + 1)
+        assert second.tokens_at == pytest.approx(first.start + 2)
+
+
+async def test_a_paused_bucket_starts_no_call_before_the_pause_ends(target: BackendTarget) -> None:
+    async with target.open() as store, target.open(auto_migrate=False) as other:
+        await store.set_rate_limit("openai/*", 6000, None)  # a call every 10 ms
+        assert await store.pause_rate("openai/gpt-4o", 5) is None  # never reserved from: no bucket
+        first = await store.reserve_rate("openai/gpt-4o", 0)
+        assert first is not None and first.wait == 0
+        began = time.time()
+        until = await store.pause_rate("openai/gpt-4o", 5)  # a vendor said: Retry-After 5
+        assert until is not None and began <= until <= time.time() + 5.01
+        assert await store.pause_rate("openai/gpt-4o", 1) == pytest.approx(until)  # the later stands
+        # Another worker's next calls of the bucket wait it out, one after another.
+        taken = [await other.reserve_rate("openai/gpt-4o", 0) for _ in range(3)]
+        starts = [t.start for t in taken if t is not None]
+        assert starts == pytest.approx([until, until + 0.01, until + 0.02])
+        assert all(t is not None and t.wait > 4 for t in taken)
+        # Other buckets of the same limit are not paused.
+        other_model = await other.reserve_rate("openai/gpt-4o-mini", 0)
+        assert other_model is not None and other_model.wait == 0
+
+
+async def test_the_gate_settles_a_calls_tokens_off_its_path_within_a_bound(target: BackendTarget) -> None:
+    from harnessx._middleware import ModelRequest
+    from harnessx._rate_gate import RateGate
+    from harnessx.providers._base import TokenUsage
+
+    async with target.open() as store:
+        await store.set_rate_limit("openai/*", None, 600)  # ten tokens a second
+        gate = RateGate(store, settle_seconds=0.2)
+        provider = OpenAIProvider(
+            "gpt-owed", api_key="sk-test-not-a-secret", base_url="http://127.0.0.1:9/v1"
+        )
+        try:
+            request = ModelRequest(model="gpt-owed", messages=[], system="", tools=[], max_tokens=100)
+            admission = await gate.admit(provider, request)
+            assert admission is not None and admission.tokens >= 100
+            before = await store.reserve_rate("openai/gpt-owed", 0)  # no tokens: reads tokens_at
+            assert before is not None
+            gate.settle(admission, TokenUsage(input_tokens=5, output_tokens=5))  # no round trip here
+            # Owed for at most settle_seconds, then in the store on its own.
+            deadline = time.monotonic() + 30
+            while True:
+                now = await store.reserve_rate("openai/gpt-owed", 0)
+                assert now is not None
+                if now.tokens_at < before.tokens_at:
+                    break
+                assert time.monotonic() < deadline, "the owed tokens never reached the store"
+                await asyncio.sleep(0.05)
+            assert now.tokens_at == pytest.approx(before.tokens_at - (admission.tokens - 10) * 0.1)
+            # Owed again: the next reservation takes it, and nothing is left to send.
+            gate.settle(admission, TokenUsage(input_tokens=5, output_tokens=5))
+            again = await gate.admit(provider, request)
+            assert again is not None and gate._owed == {}
+        finally:
+            await provider.aclose()

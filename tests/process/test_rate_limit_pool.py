@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from durable_support import BackendTarget
-from fake_vendor import logged_calls, most_in_window
+from fake_vendor import all_logged, logged_calls, most_in_window
 from pool_support import Pool
 
 from harnessx import AgentRef, AgentRuntime
@@ -38,11 +38,18 @@ def pool(target: BackendTarget, tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def vendor(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+def throttled() -> tuple[int, str]:
+    """How many first requests the vendor refuses with a 429, and its Retry-After."""
+    return (0, "1")
+
+
+@pytest.fixture
+def vendor(tmp_path: Path, throttled: tuple[int, str]) -> Iterator[tuple[str, Path]]:
     """A vendor process: its base URL and the log of the calls it served."""
     log = tmp_path / "vendor.jsonl"
+    script = str(Path(__file__).resolve().parents[1] / "fake_vendor.py")
     process = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve().parents[1] / "fake_vendor.py"), str(log)],
+        [sys.executable, script, str(log), str(throttled[0]), throttled[1]],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -139,6 +146,70 @@ async def test_a_rate_limit_holds_across_three_worker_processes(
     assert sum(counted) >= 6, counted
     listing = limits(pool, "list")
     assert "openai/gpt-rpm" in listing and "openai/gpt-tpm" in listing
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("throttled", [(1, "3")])
+async def test_a_vendors_retry_after_pauses_the_bucket_for_every_worker(
+    pool: Pool, vendor: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vendor refuses the fleet's first call with 429, Retry-After: 3. The calls other
+    workers make next wait those 3 s out too, not only the refused call's own retry,
+    although the fleet's limit (100 a second) would let them all go at once."""
+    base_url, log = vendor
+    monkeypatch.setenv("HX_VENDOR_URL", base_url)
+    limits(pool, "rate", "openai/gpt-pause", "--rpm", "6000")
+    # One run at a time a worker: the refused run keeps its worker while it waits to retry,
+    # so the runs submitted next go to the other two.
+    for index in range(3):
+        pool.worker(f"w{index}", concurrency=1)
+    await pool.wait_for_workers(3)
+    async with pool.target.open(auto_migrate=False) as store:
+
+        async def submit(message: str) -> None:
+            runtime = AgentRuntime(AgentRef("vendor-pause", "v1"), backend=store, execution="pool")
+            await runtime.start()
+            await runtime.submit(message)
+            await runtime.stop()
+
+        await submit("refused first")
+        deadline = time.monotonic() + 120
+        while not [call for call in all_logged(log) if call.status == 429]:
+            assert time.monotonic() < deadline, "the vendor never saw the first call"
+            await asyncio.sleep(0.05)
+        for index in range(4):
+            await submit(f"paused {index}")
+    deadline = time.monotonic() + 180
+    while (
+        statuses := sorted(status for (status,) in await rows(pool.target, "SELECT status FROM runs"))
+    ).count("running"):
+        assert time.monotonic() < deadline, statuses
+        await asyncio.sleep(0.5)
+    assert statuses == ["completed"] * 5
+    (refused,) = [call for call in all_logged(log) if call.status == 429]
+    served = logged_calls(log, "gpt-pause")
+    assert refused.prompt == "refused first" and len(served) == 5
+    # No call of the bucket reached the vendor before its Retry-After was over: the retry
+    # of the refused call, and the other workers' calls, which waited in their reservations.
+    assert min(call.at for call in served) >= refused.at + 3 - 0.05, (refused.at, [c.at for c in served])
+    owners = dict(
+        await rows(
+            pool.target, "SELECT r.request_message, c.owner FROM runs r JOIN run_claims c ON c.run_id = r.id"
+        )
+    )
+    # The two other workers took the first two runs submitted after the 429 (the refused
+    # run held its worker), and waited in their reservations for the pause to end.
+    others = [call for call in served if owners[call.prompt] != owners["refused first"]]
+    assert len(others) >= 2, owners
+    waited = {
+        message
+        for message, data in await rows(
+            pool.target,
+            "SELECT r.request_message, CAST(e.data AS TEXT) FROM events e JOIN runs r ON r.id = e.run_id "
+            "WHERE e.type = 'waiting' AND CAST(e.data AS TEXT) LIKE '%rate_limit%'",
+        )
+    }
+    assert len(waited) >= 2 and waited <= {f"paused {index}" for index in range(4)}, waited
 
 
 async def rows(target: BackendTarget, query: str) -> list[tuple[Any, ...]]:

@@ -750,21 +750,30 @@ DELETE FROM rate_limits WHERE pattern = $1 RETURNING pattern;
 -- Every model rate limit.
 SELECT pattern, requests_per_minute, tokens_per_minute, burst_seconds FROM rate_limits ORDER BY pattern;
 
--- name: rate_bucket
--- Lock a bucket (creating it on first use) and read its theoretical arrival times and the
--- database's clock, in epoch seconds: reservations of one bucket take turns on its row.
-INSERT INTO rate_buckets (name) VALUES ($1)
-ON CONFLICT (name) DO UPDATE SET name = excluded.name
-RETURNING requests_at, tokens_at, extract(epoch FROM clock_timestamp())::float8;
-
 -- name: reserve_rate
--- Record a reservation: the bucket's new arrival times, and a wait of $4 seconds ($5: it waited).
-UPDATE rate_buckets SET requests_at = $2, tokens_at = $3, waits = waits + $5, waited = waited + $4
-WHERE name = $1;
+-- Reserve one model call of $2 tokens from bucket $1 after settling $3 tokens of earlier
+-- calls (harnessx_reserve_rate, migration 0012): one statement, on the database's clock.
+-- No row: no limit governs the bucket.
+SELECT wait, start, requests_at, tokens_at FROM harnessx_reserve_rate($1, $2, $3);
 
 -- name: settle_rate
--- A call used $2 seconds' worth of tokens more (negative: fewer) than it reserved.
-UPDATE rate_buckets SET tokens_at = tokens_at + $2 WHERE name = $1;
+-- Earlier calls of bucket $1 used $2 tokens more (negative: fewer) than they reserved: move
+-- its token arrival time by their share of the governing limit's tokens per minute.
+UPDATE rate_buckets b SET tokens_at = b.tokens_at + $2 * 60.0 / l.tokens_per_minute
+FROM (
+    SELECT tokens_per_minute FROM rate_limits
+    WHERE pattern = $1 OR (right(pattern, 1) = '*' AND starts_with($1, left(pattern, -1)))
+    ORDER BY pattern = $1 DESC, length(pattern) DESC
+    LIMIT 1
+) l
+WHERE b.name = $1 AND l.tokens_per_minute IS NOT NULL;
+
+-- name: pause_rate
+-- A vendor said to come back in $2 seconds: no call of bucket $1 starts before then (a later
+-- pause already set stands). Returns when the pause ends, by the database's clock.
+UPDATE rate_buckets SET paused_until = greatest(paused_until, extract(epoch FROM clock_timestamp()) + $2)
+WHERE name = $1
+RETURNING paused_until;
 
 -- name: list_rate_buckets
 -- Every bucket used so far, with how many calls waited for its budget and for how long.

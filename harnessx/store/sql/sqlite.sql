@@ -537,8 +537,8 @@ DELETE FROM rate_limits WHERE pattern = ? RETURNING pattern;
 SELECT pattern, requests_per_minute, tokens_per_minute, burst_seconds FROM rate_limits ORDER BY pattern;
 
 -- name: rate_bucket
--- A bucket's theoretical arrival times (absent: never used).
-SELECT requests_at, tokens_at FROM rate_buckets WHERE name = ?;
+-- A bucket's theoretical arrival times and pause (absent: never used).
+SELECT requests_at, tokens_at, paused_until FROM rate_buckets WHERE name = ?;
 
 -- name: reserve_rate
 -- Record a reservation: the bucket's new arrival times, and a wait of ?4 seconds (?5: it waited).
@@ -547,8 +547,13 @@ ON CONFLICT (name) DO UPDATE SET requests_at = excluded.requests_at, tokens_at =
     waits = waits + excluded.waits, waited = waited + excluded.waited;
 
 -- name: settle_rate
--- A call used ?2 seconds' worth of tokens more (negative: fewer) than it reserved.
+-- Earlier calls used ?2 seconds' worth of tokens more (negative: fewer) than they reserved.
 UPDATE rate_buckets SET tokens_at = tokens_at + ?2 WHERE name = ?1;
+
+-- name: pause_rate
+-- A vendor said to come back at ?2 (epoch seconds): no call of bucket ?1 starts before then
+-- (a later pause already set stands). Returns when the pause ends.
+UPDATE rate_buckets SET paused_until = max(paused_until, ?2) WHERE name = ?1 RETURNING paused_until;
 
 -- name: list_rate_buckets
 -- Every bucket used so far, with how many calls waited for its budget and for how long.
