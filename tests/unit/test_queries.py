@@ -63,6 +63,7 @@ SQLITE_ONLY_QUERIES = {
         ),
         "claim_queued",
     ),
+    "rate_bucket": "reserve_rate",  # PostgreSQL's reservation is one statement
     "leased_sessions": "find_orphans",
     "drop_orphan_lease": "recover_orphan",
     "requeue_session": "recover_orphan",
