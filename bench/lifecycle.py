@@ -4,12 +4,14 @@ statements cost on a loaded database next to an empty one.
     python bench/lifecycle.py                                  # SQLite and a throwaway PostgreSQL
     python bench/lifecycle.py --backends postgres --history 200000
     python bench/lifecycle.py --dsn postgresql://…             # an existing server (two schemas)
+    python bench/lifecycle.py --sizes-only --runs 100          # bytes per run only, in seconds
 
 For each backend it reports:
 
 - bytes per run, by table (heap, indexes and TOAST on PostgreSQL; b-tree pages from
-  ``dbstat`` on SQLite): ``--runs`` real runs of two shapes, each in its own session — a tool
-  call and a short answer, and a 960-character answer streamed in 16-character pieces;
+  ``dbstat`` on SQLite): ``--runs`` real runs of three shapes, each in its own session — a
+  tool call and a short answer, a 960-character answer streamed in 16-character pieces, and a
+  tool's 8,000-character result (``--sizes-only`` stops here);
 - the load: ``--history`` copies of those sessions made with SQL (``harnessx.testing``'s
   ``replicate``), spread over the last 60 days, then vacuumed and analysed;
 - large/empty: the median cost of a queue claim, a checkpoint (a tool's raw result, as
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import re
 import statistics
 import sys
@@ -43,7 +46,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from checkpoint import bench_agent, checkpoint_maker
 
-from harnessx import Agent, AgentConfig, AgentRef, AgentRuntime, ScriptedProvider, SQLiteBackend
+from harnessx import (
+    Agent,
+    AgentConfig,
+    AgentRef,
+    AgentRuntime,
+    ProviderResponse,
+    ScriptedProvider,
+    SQLiteBackend,
+    ToolCall,
+)
 from harnessx._state import Delta, Phase
 from harnessx.testing._history import replicate
 from supervisor import Supervisor, SupervisorConfig
@@ -59,9 +71,53 @@ def streaming_agent() -> Agent:
     return Agent(config=AgentConfig(system_prompt="You explain."), provider=provider)
 
 
+# Text that compresses as prose does, not as a repeated line would (PostgreSQL compresses
+# values over 2 KB): words drawn at random from a small vocabulary.
+_WORDS = [
+    "the",
+    "report",
+    "region",
+    "sales",
+    "quarter",
+    "growth",
+    "margin",
+    "customer",
+    "order",
+    "revenue",
+    "cost",
+    "team",
+]
+_rng = random.Random(16)
+PAGE = " ".join(_rng.choice(_WORDS) + str(_rng.randrange(1000)) for _ in range(2000))[:8000]
+
+
+def medium_result_agent() -> Agent:
+    """A tool whose 8,000-character result is under both the conversation's preview limit
+    (12,000) and the size stored apart (16 KiB): every copy of it is stored whole."""
+
+    def script(request: Any) -> ProviderResponse | str:
+        if not request.tool_results:
+            return ProviderResponse(text="Fetching.", tool_calls=[ToolCall("c", "fetch_page", {"n": 1})])
+        return "Page read."
+
+    agent = Agent(provider=ScriptedProvider(script, chunk_size=64))
+
+    @agent.tools.register()
+    def fetch_page(n: int) -> str:
+        """Fetch a page.
+
+        Args:
+            n: Page number.
+        """
+        return PAGE
+
+    return agent
+
+
 SHAPES: dict[str, Callable[[], Agent]] = {
     "tool call + short answer": bench_agent,
     "960-char answer streamed in 16-char pieces": streaming_agent,
+    "a tool's 8,000-char result": medium_result_agent,
 }
 
 
@@ -280,6 +336,8 @@ async def bench(
                 for t, b in sorted(tables.items(), key=lambda kv: -kv[1])
             )
             print(f"- {shape}: {total / 1024:.1f} KB: {parts}")
+        if args.sizes_only:
+            return
         start = time.perf_counter()
         await replicate(loaded, templates, args.history, days=60.0)
         took = time.perf_counter() - start
@@ -348,5 +406,6 @@ if __name__ == "__main__":
     parser.add_argument("--history", type=int, default=100_000, help="finished runs of history to load")
     parser.add_argument("--rate", type=float, default=100.0, help="checkpoints a second around the prune")
     parser.add_argument("--idle", type=int, default=2000, help="checkpoints timed idle, before the prune")
+    parser.add_argument("--sizes-only", action="store_true", help="stop after the bytes per run")
     parser.add_argument("--samples", type=int, default=300, help="timed samples per operation and side")
     asyncio.run(main(parser.parse_args()))

@@ -22,6 +22,7 @@ from harnessx.store._legacy import NEEDS_CALL, upgrade_event
 from harnessx.store._protocol import Action, RunRecord, RunRow
 
 __all__ = [
+    "INLINE_RESULT",
     "LARGE_RESULT",
     "action_from_row",
     "corrupt_run",
@@ -50,6 +51,12 @@ __all__ = [
 # then carry a small reference in place of the text. Shorter results
 # stay inline, so an ordinary checkpoint writes what it always wrote.
 LARGE_RESULT = 16_384
+# A tool result longer than this (and up to LARGE_RESULT) is stored whole once on its tool
+# call's row: a final result that is the raw one unchanged names the raw column
+# (["tool_results", "raw", ...]) and the tool_result event refers to the call, instead of
+# repeating the text; the conversation keeps its own copy (or preview). Both are the shapes
+# large results already use, so every harnessx of this schema reads them.
+INLINE_RESULT = 1_024
 # In a tool_calls column the reference is a JSON list, ["tool_results", kind, is_error,
 # tool_call_id], not an object: a harnessx of the previous schema, still running during a
 # rollout, refuses such a row as corrupt (a result that is not an object) instead of reading
@@ -318,10 +325,20 @@ def _dereferenced(part: Any, key: str, bodies: Mapping[tuple[str, str], str], ra
 def has_result_refs(tool_rows: Sequence[Sequence[Any]]) -> bool:
     """Whether any of these tool_calls rows keeps a result apart (their raw_result and
     result columns are the 9th and 10th)."""
-    marker = f'["{_COLUMN_REF}"'
-    return any(
-        str(row[8] or "").startswith(marker) or str(row[9] or "").startswith(marker) for row in tool_rows
-    )
+    return any(str(row[8] or "").startswith(_MARKER) or _names_a_body(row[9]) for row in tool_rows)
+
+
+_MARKER = f'["{_COLUMN_REF}"'
+
+
+def _names_a_body(result: Any) -> bool:
+    """Whether a final result column refers to a tool_results row: one naming the raw result
+    needs none unless the raw column does (which is read with it)."""
+    text = str(result or "")
+    if not text.startswith(_MARKER):
+        return False
+    part = _safe_loads(text)
+    return not (isinstance(part, list) and len(part) > 1 and part[1] == "raw")
 
 
 def final_result(raw_result: Any, result: Any, key: str, bodies: Mapping[tuple[str, str], str]) -> str | None:
@@ -338,23 +355,26 @@ def final_result(raw_result: Any, result: Any, key: str, bodies: Mapping[tuple[s
 
 def result_keys(tools: Sequence[ToolEntry]) -> dict[str, str]:
     """For the tool entries a write commits: the execution key of each call (by call id)
-    whose final result arrives now and is stored apart, for ``event_data``."""
+    whose final result arrives now and is longer than ``INLINE_RESULT``, for
+    ``event_data``: its event refers to the call's row instead of repeating the text."""
     return {
         entry.call.id: entry.execution_key
         for entry in tools
-        if entry.status is ToolStatus.COMPLETED and _large(entry.result)
+        if entry.status is ToolStatus.COMPLETED
+        and entry.result is not None
+        and len(entry.result.content) > INLINE_RESULT
     }
 
 
 def event_data(event: RunEvent, keys: Mapping[str, str] | None = None) -> str:
     """An event's payload as the ``data`` column stores it (``encode_data``). A
-    ``tool_result`` event of a large result committed in the same write (``keys``, from
+    ``tool_result`` event of a result over ``INLINE_RESULT`` committed in the same write (``keys``, from
     ``result_keys``) refers to its tool call instead of repeating the text; the live event
     keeps it."""
     data = event.data
     if keys and event.type is RunEventType.TOOL_RESULT and isinstance(data, ToolResult):
         key = keys.get(data.tool_call_id)
-        if key is not None and len(data.content) > LARGE_RESULT:
+        if key is not None and len(data.content) > INLINE_RESULT:
             return dumps({**data.to_dict(), "content": None, _REF: "tool_call", _REF_KEY: key})
     return dumps(encode_data(event.type, data))
 
@@ -386,7 +406,8 @@ def tool_entry_columns(entry: ToolEntry) -> tuple[Any, ...]:
     reference to its tool_results row; see ``tool_entry_bodies``)."""
     raw, result = entry.raw_result, entry.result
     raw_ref = "raw" if _large(raw) else None
-    result_ref = ("raw" if _same(result, raw) else "result") if _large(result) else None
+    repeated = _same(result, raw) and result is not None and len(result.content) > INLINE_RESULT
+    result_ref = "raw" if repeated else "result" if _large(result) else None
     # The tool's settings ride with the call: both are written once, when the call is prepared.
     call = {
         **entry.call.to_dict(),

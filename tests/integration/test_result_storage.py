@@ -151,3 +151,121 @@ async def _execute(target: BackendTarget, sql: str, first: str, second: str) -> 
         await pg.execute(sql.format(p1="$1", p2="$2"), first, second)
     finally:
         await pg.close()
+
+
+MEDIUM = 8_000  # under the preview limit (12,000) and under what is stored apart (16 KiB)
+
+
+async def _rows(target: BackendTarget, sql: str, run_id: str) -> list[str]:
+    if target.kind == "sqlite":
+        conn = sqlite3.connect(target.location)
+        try:
+            statement = sql.replace("$1", "?")
+            return [str(value) for (value,) in conn.execute(statement, (run_id,) * statement.count("?"))]
+        finally:
+            conn.close()
+    pg = await asyncpg.connect(target.location, server_settings={"search_path": "harness_x"})
+    try:
+        return [str(value) for (value,) in await pg.fetch(sql, run_id)]
+    finally:
+        await pg.close()
+
+
+async def copies_stored(target: BackendTarget, run_id: str, text: str) -> dict[str, int]:
+    """How many whole copies of ``text`` each table holds for the run."""
+    columns = {
+        "tool_calls": "SELECT raw_result::text FROM tool_calls WHERE run_id = $1 "
+        "UNION ALL SELECT result::text FROM tool_calls WHERE run_id = $1",
+        "events": "SELECT data::text FROM events WHERE run_id = $1",
+        "messages": "SELECT body::text FROM messages WHERE run_id = $1",
+        "tool_results": "SELECT body FROM tool_results WHERE run_id = $1",
+    }
+    if target.kind == "sqlite":
+        columns = {table: sql.replace("::text", "") for table, sql in columns.items()}
+    return {
+        table: sum(value.count(text) for value in await _rows(target, sql, run_id))
+        for table, sql in columns.items()
+    }
+
+
+async def test_a_result_is_stored_whole_once_beside_the_conversation(target: BackendTarget) -> None:
+    """An 8,000-character result used to be stored four times (raw result, final result,
+    tool_result event, tool message): now once on its tool call's row and once in the
+    conversation the model reads, and every reader gets the whole of it back."""
+    result = big_result()[:MEDIUM]
+    provider = ScriptedProvider([ProviderResponse(tool_calls=[ToolCall("c", "dump", {})]), "Dumped."])
+    async with target.open() as backend, AgentRuntime(dumping_agent(result, provider), backend=backend) as rt:
+        handle = await rt.submit("Dump it.")
+        assert (await handle.result()).ok
+        live = [e async for e in handle.events()]
+        run_id, session_id = handle.run_id, handle.session_id
+    assert await copies_stored(target, run_id, result) == {
+        "tool_calls": 1,
+        "events": 0,
+        "messages": 1,
+        "tool_results": 0,
+    }
+    (shown,) = provider.requests[1].tool_results
+    assert shown["content"] == result  # the model saw all of it, as before
+    async with target.open() as backend:
+        (entry,) = (await backend.load_state(run_id)).tools.values()
+        assert entry.raw_result is not None and entry.raw_result.content == result
+        assert entry.result is not None and entry.result.content == result
+        (event,) = [e for e in await backend.read_events(run_id, 0) if e.type is RunEventType.TOOL_RESULT]
+        assert _content(event.data) == result and not event.data.is_error
+        assert event.event_id in {e.event_id for e in live}
+        assert await backend.tool_result(session_id, "c") == result
+        (listed,) = await backend.tool_calls(run_id)
+        assert listed.result is not None and listed.result.content == result
+
+
+async def test_a_result_middleware_changed_is_stored_and_read_as_changed(target: BackendTarget) -> None:
+    raw = big_result()[:MEDIUM]
+    final = "checked: " + raw[:2_000]
+    provider = ScriptedProvider([ProviderResponse(tool_calls=[ToolCall("c", "dump", {})]), "Dumped."])
+    agent = dumping_agent(raw, provider)
+    agent.middleware.add_result(lambda call, result: type(result)(result.tool_call_id, final, False))
+    async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
+        done = await runtime.run("Dump it.")
+    assert (await copies_stored(target, done.run_id, raw))["tool_calls"] == 1
+    assert (await copies_stored(target, done.run_id, final))["events"] == 0
+    async with target.open() as backend:
+        (entry,) = (await backend.load_state(done.run_id)).tools.values()
+        assert entry.raw_result is not None and entry.raw_result.content == raw
+        assert entry.result is not None and entry.result.content == final
+        events = await backend.read_events(done.run_id, 0)
+        (event,) = [e for e in events if e.type is RunEventType.TOOL_RESULT]
+        assert _content(event.data) == final
+        assert await backend.tool_result(done.session_id, "c") == final
+
+
+async def test_results_of_the_earlier_inline_shape_still_read(target: BackendTarget) -> None:
+    """Rows this schema wrote before results were stored once (an 8,000-character result
+    inline in both columns and in its event) read back as they did."""
+    text = big_result()[:MEDIUM]
+    provider = ScriptedProvider([ProviderResponse(tool_calls=[ToolCall("c", "dump", {})]), "Dumped."])
+    async with (
+        target.open() as backend,
+        AgentRuntime(dumping_agent("short", provider), backend=backend) as rt,
+    ):
+        done = await rt.run("Dump it.")
+    inline = '{"tool_call_id":"c","content":"' + text + '","is_error":false}'
+    for column in ("raw_result", "result"):
+        await _execute(
+            target, f"UPDATE tool_calls SET {column} = {{p1}} WHERE run_id = {{p2}}", inline, done.run_id
+        )
+    await _execute(
+        target,
+        "UPDATE events SET data = {p1} WHERE run_id = {p2} AND type = 'tool_result'",
+        inline,
+        done.run_id,
+    )
+    async with target.open() as backend:
+        (entry,) = (await backend.load_state(done.run_id)).tools.values()
+        assert entry.raw_result is not None and entry.raw_result.content == text
+        assert entry.result is not None and entry.result.content == text
+        (event,) = [
+            e for e in await backend.read_events(done.run_id, 0) if e.type is RunEventType.TOOL_RESULT
+        ]
+        assert _content(event.data) == text
+        assert await backend.tool_result(done.session_id, "c") == text
