@@ -16,11 +16,20 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self
 
-from harnessx._errors import ConfigurationError, LeaseLostError, SessionBusyError, StorageError
-from harnessx.store._codec import loads, run_record
+from harnessx._errors import (
+    ConfigurationError,
+    CorruptStateError,
+    LeaseLostError,
+    SessionBusyError,
+    StorageError,
+)
+from harnessx._state import ToolEntry
+from harnessx.store._codec import action_from_row, final_result, loads, run_record
 from harnessx.store._deadlines import LeaseDeadlines
 from harnessx.store._records import (
+    Action,
     ControlRequest,
+    LeaderState,
     Lease,
     Owner,
     QueueStats,
@@ -30,11 +39,15 @@ from harnessx.store._records import (
     SessionSummary,
     WorkerInfo,
     control_request,
+    with_step_tools,
 )
+from harnessx.store._scheduling import RunSchedule
 
 __all__ = [
     "Row",
     "StoreCore",
+    "final_tool_result",
+    "listed_worker",
     "lease_lost",
     "no_session",
     "not_recorded",
@@ -133,6 +146,32 @@ def session_summary(row: Row) -> SessionSummary:
     return SessionSummary(session_id, agent_ref, created_at, run_id, run_status, updated_at, bool(queued))
 
 
+def final_tool_result(key: str, rows: Sequence[Row]) -> str | None:
+    """A tool call's whole final result from its ``tool_call_results`` rows (``None``: no
+    such call)."""
+    if not rows:
+        return None
+    bodies = {(key, kind): text for _, _, kind, text in rows if kind is not None}
+    return final_result(rows[0][0], rows[0][1], key, bodies)
+
+
+def listed_worker(row: Row) -> WorkerInfo:
+    """A ``list_workers`` row as a worker, with the leases it holds."""
+    wid, host, pid, agents, concurrency, started, beat, draining, stopped, leases = row
+    return WorkerInfo(
+        wid,
+        host,
+        pid,
+        loads(agents, f"worker {wid}") or [],
+        concurrency,
+        started,
+        beat,
+        bool(draining),
+        stopped,
+        int(leases),
+    )
+
+
 def worker_info(row: Row, alive: bool) -> WorkerInfo:
     """A ``running_workers`` row (its first eight columns) as a worker."""
     wid, host, pid, agents, concurrency, started, beat, draining = row[:8]
@@ -217,7 +256,7 @@ class StoreCore:
 
         async def aclose(self) -> None: ...
 
-        async def _with_step_tools(self, record: RunRecord) -> RunRecord: ...
+        async def tool_calls(self, run_id: str) -> list[ToolEntry]: ...
 
     @classmethod
     async def connect(cls, *args: Any, **kwargs: Any) -> Self:
@@ -308,6 +347,17 @@ class StoreCore:
 
     # -------------------------------------------------- runs
 
+    async def _with_step_tools(self, record: RunRecord) -> RunRecord:
+        """``record`` with its current step's tool calls, when it stands in one. A call that
+        does not decode leaves them out: a record is still read (``load_state`` refuses the run)."""
+        if not record.in_tools_step:
+            return record
+        try:
+            entries = await self.tool_calls(record.id)
+        except CorruptStateError:
+            return record
+        return with_step_tools(record, entries)
+
     async def get_run(self, run_id: str) -> RunRecord | None:
         row = await self._one("reading a run", "get_run", run_id)
         return await self._with_step_tools(run_record(row)) if row else None
@@ -333,3 +383,30 @@ class StoreCore:
     async def queue_stats(self) -> QueueStats:
         rows = await self._all("reading queue stats", "queue_stats")
         return QueueStats({ref: (int(count), float(oldest)) for ref, count, oldest in rows})
+
+    async def schedule_of(self, run_id: str) -> RunSchedule | None:
+        row = await self._one("reading a run's schedule", "run_schedule", run_id)
+        if row is None:
+            return None
+        rid, priority, key, tenant, queued_at, not_before, claimed_at = row
+        return RunSchedule(str(rid), int(priority), key, str(tenant), queued_at, not_before, claimed_at)
+
+    # -------------------------------------------------- the console's reads
+
+    async def count_runs(self) -> dict[str, int]:
+        rows = await self._all("counting runs", "count_runs")
+        return {str(status): int(count) for status, count in rows}
+
+    async def list_workers(self, limit: int = 200) -> list[WorkerInfo]:
+        return [listed_worker(row) for row in await self._all("listing workers", "list_workers", limit)]
+
+    async def leader_states(self) -> list[LeaderState]:
+        return [LeaderState(*row) for row in await self._all("reading leadership", "leadership_state")]
+
+    async def run_actions(self, run_id: str, limit: int = 200) -> list[Action]:
+        return [
+            action_from_row(row) for row in await self._all("reading actions", "run_actions", run_id, limit)
+        ]
+
+    async def recent_actions(self, limit: int = 100) -> list[Action]:
+        return [action_from_row(row) for row in await self._all("reading actions", "recent_actions", limit)]

@@ -20,9 +20,12 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harnessx._errors import SchemaError, StorageError
+
+if TYPE_CHECKING:
+    from harnessx.store._pg_types import Connection
 
 __all__ = [
     "ORIGINAL_TABLES",
@@ -188,7 +191,7 @@ def read_sqlite(path: Path, prefix: str = SQLITE_PREFIX) -> list[OriginalSession
     return _assemble(sessions, runs, entries)
 
 
-async def read_postgres(conn: Any, schema: str) -> list[OriginalSession]:
+async def read_postgres(conn: Connection, schema: str) -> list[OriginalSession]:
     """The original's sessions in ``schema``, read on an asyncpg connection."""
     qualified = '"' + schema.replace('"', '""') + '"'
     sessions = await conn.fetch(f"SELECT id, payload::text FROM {qualified}.sessions")

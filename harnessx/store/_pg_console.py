@@ -6,22 +6,18 @@ import datetime as dt
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from harnessx._errors import CorruptStateError
 from harnessx._state import ToolEntry
-from harnessx.store._codec import action_from_row, dumps, has_result_refs, loads, run_row, tool_entries
+from harnessx.store._codec import dumps, has_result_refs, run_row, tool_entries
 from harnessx.store._listing import list_query
+from harnessx.store._pg_types import Connection
 from harnessx.store._protocol import (
     Action,
     Leadership,
-    LeaderState,
     Login,
     RunFilter,
     RunKey,
     RunPage,
-    RunRecord,
-    WorkerInfo,
     leadership_lost,
-    with_step_tools,
 )
 from harnessx.store._queries import load_queries
 
@@ -46,7 +42,7 @@ class PostgresConsole:
 
     if TYPE_CHECKING:
 
-        async def _run(self, what: str, op: Callable[[Any], Awaitable[T]]) -> T: ...
+        async def _run(self, what: str, op: Callable[[Connection], Awaitable[T]]) -> T: ...
 
     async def list_runs(self, where: RunFilter, *, limit: int = 50, before: RunKey | None = None) -> RunPage:
         query = list_query("postgres", where, limit=limit, before=before, time=_timestamp)
@@ -54,23 +50,8 @@ class PostgresConsole:
         runs = [run_row(tuple(row)) for row in rows[:limit]]
         return RunPage(runs, runs[-1].key if len(rows) > limit else None)
 
-    async def count_runs(self) -> dict[str, int]:
-        rows = await self._run("counting runs", lambda conn: conn.fetch(Q["count_runs"]))
-        return {str(status): int(count) for status, count in rows}
-
-    async def _with_step_tools(self, record: RunRecord) -> RunRecord:
-        """``record`` with its current step's tool calls, when it stands in one. A call that
-        does not decode leaves them out: a record is still read (``load_state`` refuses the run)."""
-        if not record.in_tools_step:
-            return record
-        try:
-            entries = await self.tool_calls(record.id)
-        except CorruptStateError:
-            return record
-        return with_step_tools(record, entries)
-
     async def tool_calls(self, run_id: str) -> list[ToolEntry]:
-        async def read(conn: Any) -> tuple[list[tuple[Any, ...]], dict[tuple[str, str], str]]:
+        async def read(conn: Connection) -> tuple[list[tuple[Any, ...]], dict[tuple[str, str], str]]:
             # The calls and their large results from one snapshot.
             async with conn.transaction(isolation="repeatable_read", readonly=True):
                 rows = [tuple(r) for r in await conn.fetch(Q["run_tool_calls"], run_id)]
@@ -81,28 +62,6 @@ class PostgresConsole:
 
         rows, bodies = await self._run("reading tool calls", read)
         return tool_entries(run_id, rows, bodies)
-
-    async def list_workers(self, limit: int = 200) -> list[WorkerInfo]:
-        rows = await self._run("listing workers", lambda conn: conn.fetch(Q["list_workers"], limit))
-        return [
-            WorkerInfo(
-                wid,
-                host,
-                pid,
-                loads(agents, f"worker {wid}") or [],
-                concurrency,
-                started,
-                beat,
-                bool(draining),
-                stopped,
-                int(leases),
-            )
-            for wid, host, pid, agents, concurrency, started, beat, draining, stopped, leases in rows
-        ]
-
-    async def leader_states(self) -> list[LeaderState]:
-        rows = await self._run("reading leadership", lambda conn: conn.fetch(Q["leadership_state"]))
-        return [LeaderState(*row) for row in rows]
 
     async def record_scan(self, term: Leadership, *, scans: int, recovered: int) -> None:
         status = await self._run(
@@ -131,16 +90,8 @@ class PostgresConsole:
         args = (action.id, action.outcome, dumps(action.detail))
         await self._run("recording how an action ended", lambda conn: conn.execute(Q["finish_action"], *args))
 
-    async def run_actions(self, run_id: str, limit: int = 200) -> list[Action]:
-        rows = await self._run("reading actions", lambda conn: conn.fetch(Q["run_actions"], run_id, limit))
-        return [action_from_row(tuple(row)) for row in rows]
-
-    async def recent_actions(self, limit: int = 100) -> list[Action]:
-        rows = await self._run("reading actions", lambda conn: conn.fetch(Q["recent_actions"], limit))
-        return [action_from_row(tuple(row)) for row in rows]
-
     async def add_login(self, id_hash: str, name: str, role: str, token_id: str, seconds: float) -> None:
-        async def add(conn: Any) -> None:
+        async def add(conn: Connection) -> None:
             await conn.execute(Q["purge_logins"])
             await conn.execute(Q["insert_login"], id_hash, name, role, token_id, float(seconds))
 

@@ -19,6 +19,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "(from a checkout of this project: pip install -e '.[postgres]')"
     ) from exc
 
+from harnessx.store._pg_types import Connection, Pool
+
 __all__ = [
     "BROKEN_CONNECTION",
     "CONNECT_TIMEOUT",
@@ -63,11 +65,12 @@ SCHEMA_MISSING = (
 )
 
 
-async def create_pool(size: int, options: dict[str, Any]) -> Any:
-    return await asyncpg.create_pool(min_size=1, max_size=size, reset=_keep_session, **options)
+async def create_pool(size: int, options: dict[str, Any]) -> Pool:
+    pool: Pool = await asyncpg.create_pool(min_size=1, max_size=size, reset=_keep_session, **options)
+    return pool
 
 
-async def _keep_session(conn: Any) -> None:
+async def _keep_session(conn: Connection) -> None:
     """The pool's reset on release: nothing. asyncpg's default sends 'pg_advisory_unlock_all;
     CLOSE ALL; UNLISTEN *; RESET ALL', one more round trip on every operation (it made a
     checkpoint 0.13 ms slower, a quarter of its cost), to undo session state that pooled
@@ -76,7 +79,7 @@ async def _keep_session(conn: Any) -> None:
     an open transaction before this is called."""
 
 
-async def on_pooled(pool: Any, op: Callable[[Any], Awaitable[T]]) -> T:
+async def on_pooled(pool: Pool, op: Callable[[Connection], Awaitable[T]]) -> T:
     """``op`` on a connection from ``pool``; a connection that broke under it is retired."""
     async with pool.acquire() as conn:
         try:
@@ -95,20 +98,20 @@ async def on_pooled(pool: Any, op: Callable[[Any], Awaitable[T]]) -> T:
             ) from exc
 
 
-def _is_closed(conn: Any) -> bool:
+def _is_closed(conn: Connection) -> bool:
     try:
         return bool(conn.is_closed())
     except asyncpg.InterfaceError:  # the pool has already detached it from its connection
         return True
 
 
-def _retire(conn: Any) -> None:
+def _retire(conn: Connection) -> None:
     """Make the pool replace a broken connection rather than hand it out again."""
     with contextlib.suppress(asyncpg.InterfaceError):  # asyncpg already detached it
         conn.terminate()
 
 
-async def close_quietly(resource: Any) -> None:
+async def close_quietly(resource: Connection | Pool | None) -> None:
     """Close a connection or pool; if that fails (it is already broken), just drop it."""
     if resource is None:
         return

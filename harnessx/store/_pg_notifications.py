@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from harnessx.store._pg_types import Connection
 from harnessx.store._waiters import RunWaiters
 
 __all__ = ["Notifications"]
@@ -42,7 +43,7 @@ class Notifications:
 
     def __init__(
         self,
-        connect: Callable[[], Awaitable[Any]],
+        connect: Callable[[], Awaitable[Connection]],
         watch: Callable[[str, float], Coroutine[Any, Any, None]],
         driver_errors: tuple[type[BaseException], ...],
         scrub: Callable[[str], str],
@@ -55,7 +56,7 @@ class Notifications:
         self._scrub = scrub
         self.events_channel: str | None = None  # set once the schema is known
         self.work_channel: str | None = None
-        self.connection: Any = None
+        self.connection: Connection | None = None
         self._listening: set[str] = set()  # channels LISTENed on ``connection``
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()  # one connection, set up and subscribed one step at a time
@@ -155,13 +156,13 @@ class Notifications:
             if fresh is not None:
                 await _close_quietly(fresh)
 
-    def _heard(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+    def _heard(self, conn: Connection, pid: int, channel: str, payload: str) -> None:
         if channel == self.work_channel:
             self.wake_work()
         else:
             self.wake_run(payload)
 
-    def _lost(self, conn: Any) -> None:
+    def _lost(self, conn: Connection) -> None:
         if self.connection is conn:
             self.connection, self._listening = None, set()
             # Notifications may have been missed, and a restored backup may have lost the
@@ -195,7 +196,7 @@ class Notifications:
         self.wake_all()
 
 
-async def _close_quietly(conn: Any) -> None:
+async def _close_quietly(conn: Connection | None) -> None:
     """Close a listening connection; if that fails (it is already broken), just drop it."""
     if conn is None:
         return

@@ -5,8 +5,9 @@ by ``claim_queued``; see docs/scheduling.md."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
+from harnessx.store._pg_types import Connection
 from harnessx.store._queries import load_queries
 from harnessx.store._scheduling import (
     AGENT_PREFIX,
@@ -16,7 +17,6 @@ from harnessx.store._scheduling import (
     RateBucket,
     RateLimit,
     RateReservation,
-    RunSchedule,
     TenantShare,
     check_key,
     check_max_running,
@@ -38,16 +38,7 @@ class PostgresScheduling:
 
     if TYPE_CHECKING:
 
-        async def _run(self, what: str, op: Callable[[Any], Awaitable[T]]) -> T: ...
-
-    async def schedule_of(self, run_id: str) -> RunSchedule | None:
-        row = await self._run(
-            "reading a run's schedule", lambda conn: conn.fetchrow(Q["run_schedule"], run_id)
-        )
-        if row is None:
-            return None
-        rid, priority, key, tenant, queued_at, not_before, claimed_at = row
-        return RunSchedule(str(rid), int(priority), key, str(tenant), queued_at, not_before, claimed_at)
+        async def _run(self, what: str, op: Callable[[Connection], Awaitable[T]]) -> T: ...
 
     async def set_concurrency_limit(self, pattern: str, max_running: int) -> None:
         check_pattern(pattern)
@@ -63,7 +54,7 @@ class PostgresScheduling:
         return row is not None
 
     async def concurrency_limits(self) -> list[ConcurrencyLimit]:
-        async def read(conn: Any) -> list[ConcurrencyLimit]:
+        async def read(conn: Connection) -> list[ConcurrencyLimit]:
             found = []
             for pattern, cap, source in await conn.fetch(Q["list_limits"]):
                 usage = None
@@ -129,7 +120,7 @@ class PostgresScheduling:
         return [RateLimit.of_row(row) for row in rows]
 
     async def rate_buckets(self) -> list[RateBucket]:
-        async def read(conn: Any) -> list[RateBucket]:
+        async def read(conn: Connection) -> list[RateBucket]:
             patterns = [str(row[0]) for row in await conn.fetch(Q["list_rate_limits"])]
             return [
                 RateBucket(str(name), matching_pattern(str(name), patterns), int(waits), float(waited))

@@ -76,7 +76,6 @@ from harnessx.store._codec import (
     event_result_key,
     events_from_rows,
     fill_calls,
-    final_result,
     has_result_refs,
     journal_record_from_row,
     loads,
@@ -86,6 +85,7 @@ from harnessx.store._codec import (
 from harnessx.store._core import (
     Row,
     StoreCore,
+    final_tool_result,
     lease_lost,
     no_session,
     not_recorded,
@@ -130,6 +130,7 @@ from harnessx.store._pg_dsn import ENCODING_ADVICE, check_dsn, redact_dsn
 from harnessx.store._pg_lifecycle import PostgresLifecycle
 from harnessx.store._pg_notifications import Notifications
 from harnessx.store._pg_scheduling import PostgresScheduling
+from harnessx.store._pg_types import Connection, Pool
 from harnessx.store._queries import load_queries
 from harnessx.store._records import (
     IncidentSnapshot,
@@ -256,8 +257,8 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
         # Bounds one connection attempt, and opening the backend with all its attempts.
         self.connect_timeout = float(connect_timeout)
         self.process_id = uuid.uuid4().hex
-        self._pool: Any = None
-        self._liveness: Any = None
+        self._pool: Pool | None = None
+        self._liveness: Connection | None = None
         # Its channels (our schema's LISTEN/NOTIFY channels) are read when the backend opens.
         self._notifications = Notifications(
             lambda: self._connect("listener", self.connect_timeout),
@@ -269,7 +270,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
         self._liveness_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         # role -> (the connection holding its lock, the term taken with it)
-        self._leaderships: dict[str, tuple[Any, Leadership]] = {}
+        self._leaderships: dict[str, tuple[Connection, Leadership]] = {}
         # session -> (owner, generation, run): the lease under which this process last wrote
         # that run's progress to the session row. The row lets go of it whenever the lease
         # changes hands, so under any other lease a progress-only checkpoint is sent whole
@@ -399,7 +400,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
         finally:
             await close_quietly(conn)
 
-    async def _validate_on(self, conn: Any) -> MigrationReport:
+    async def _validate_on(self, conn: Connection) -> MigrationReport:
         await self._verify_on(conn)
         return report(self._where, await self._read_applied(conn) or {}, [])
 
@@ -415,15 +416,16 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
             },
         }
 
-    async def _create_pool(self, within: float) -> Any:
+    async def _create_pool(self, within: float) -> Pool:
         # Every pooled connection, opened now or later, gets the whole connect_timeout
         # (asyncpg keeps one set of options per pool), so ``within`` is not used here.
         with self._parsing_dsn():
             return await create_pool(self.pool_size, self._connect_options("pool", self.connect_timeout))
 
-    async def _connect(self, purpose: str, within: float) -> Any:
+    async def _connect(self, purpose: str, within: float) -> Connection:
         with self._parsing_dsn():
-            return await asyncpg.connect(**self._connect_options(purpose, within))
+            conn: Connection = await asyncpg.connect(**self._connect_options(purpose, within))
+            return conn
 
     @contextlib.contextmanager
     def _parsing_dsn(self) -> Iterator[None]:
@@ -443,7 +445,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
 
     # ------------------------------------------------------------ migrations
 
-    async def _read_applied(self, conn: Any) -> dict[int, str] | None:
+    async def _read_applied(self, conn: Connection) -> dict[int, str] | None:
         user, schema_exists, usage, table_exists = await conn.fetchrow(Q["schema_state"], self.schema)
         if schema_exists and not usage:
             # Without USAGE the search path skips the schema, and every table in it reads as
@@ -467,11 +469,11 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
             f"{self._migrate_command} and then: {grants}"
         )
 
-    async def _check_objects(self, conn: Any) -> None:
+    async def _check_objects(self, conn: Connection) -> None:
         present = {str(name) for (name,) in await conn.fetch(Q["schema_objects"], self.schema)}
         check_objects("postgres", present, self._where, self._recreate)
 
-    async def _migrate_on(self, conn: Any) -> MigrationReport:
+    async def _migrate_on(self, conn: Connection) -> MigrationReport:
         # Fast path without locks or DDL, so an up-to-date schema needs no CREATE privilege.
         applied = await self._read_applied(conn)
         if applied is None:
@@ -499,7 +501,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
                 logger.info("applied migration %04d_%s to %s", migration.version, migration.name, self._where)
         return report(self._where, applied, done)
 
-    async def _check_may_migrate(self, conn: Any) -> None:
+    async def _check_may_migrate(self, conn: Connection) -> None:
         """Name the privilege to grant before DDL fails with a bare 'permission denied'."""
         user, database, on_database, on_schema = await conn.fetchrow(Q["privileges"], self.schema)
         role = quote_ident(user)
@@ -519,7 +521,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
                 f"needs: {runtime_grants(self.schema, user)})"
             )
 
-    async def _refuse_original(self, conn: Any) -> None:
+    async def _refuse_original(self, conn: Connection) -> None:
         if await conn.fetchval(Q["original_layout"], self.schema):
             raise original_database_error(self._where, self._from_original_command)
 
@@ -530,7 +532,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
             command += f" --schema {shlex.quote(self.schema)}"
         return f"'{command}' with HARNESSX_DSN set to {self._dsn.redacted}"
 
-    async def _verify_on(self, conn: Any) -> None:
+    async def _verify_on(self, conn: Connection) -> None:
         latest = load_migrations("postgres")[-1].version
         applied = await self._read_applied(conn)
         if applied is None:
@@ -584,7 +586,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
     async def _run(
         self,
         what: str,
-        op: Callable[[Any], Awaitable[T]],
+        op: Callable[[Connection], Awaitable[T]],
         *,
         lease: Lease | None = None,
         request_id: str | None = None,
@@ -743,7 +745,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    async def _live_connection(self) -> Any:
+    async def _live_connection(self) -> Connection:
         """The liveness connection, re-made (and the lock re-taken) if it dropped, e.g. in a
         server restart. Meanwhile other processes saw this one as dead; fencing keeps that
         safe. Callers hold ``_liveness_lock``: a connection runs one query at a time."""
@@ -753,6 +755,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
             stale, self._liveness = self._liveness, None
             await close_quietly(stale)
             await self._hold_liveness()
+        assert self._liveness is not None  # _hold_liveness sets it or raises
         return self._liveness
 
     async def _keep_liveness(self) -> None:
@@ -856,7 +859,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
         body = dumps(fingerprint)
         attempts = 0
 
-        async def insert(conn: Any) -> None:
+        async def insert(conn: Connection) -> None:
             nonlocal attempts
             attempts += 1
             if await conn.fetchval(Q["insert_session"], session_id, agent_ref, body, recording) is not None:
@@ -869,7 +872,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
         await self._run("creating a session", insert)
 
     async def _same_session(
-        self, conn: Any, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any]
+        self, conn: Connection, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any]
     ) -> bool:
         row = await conn.fetchrow(Q["get_session"], session_id)
         return row is not None and row[1] == agent_ref and loads(row[2], "session fingerprint") == fingerprint
@@ -951,7 +954,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
 
         first = statement(progress_only)
 
-        async def write(conn: Any) -> Any:
+        async def write(conn: Connection) -> Any:
             try:
                 return await conn.fetchval(first[0], *first[1])
             except asyncpg.PostgresError as exc:
@@ -1056,7 +1059,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
             *journal_columns(journal),
         )
 
-        async def write(conn: Any) -> None:
+        async def write(conn: Connection) -> None:
             try:
                 await conn.fetchval(Q["create_session_run"], *args)
             except asyncpg.PostgresError as exc:
@@ -1128,7 +1131,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
             return LoadedRun(record, session_record(tuple(session)), None, exc)
         return LoadedRun(record, session_record(tuple(session)), state)
 
-    async def _load(self, conn: Any, run_id: str) -> RunState:
+    async def _load(self, conn: Connection, run_id: str) -> RunState:
         row = await conn.fetchrow(Q["get_run"], run_id)
         if row is None:
             raise StorageError(f"no run {run_id!r} in {self._where}")
@@ -1145,7 +1148,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
     async def incident_snapshot(
         self, session_id: str, run_id: str, *, max_records: int = 100_000
     ) -> IncidentSnapshot:
-        async def read(conn: Any) -> IncidentSnapshot:
+        async def read(conn: Connection) -> IncidentSnapshot:
             async with conn.transaction(isolation="repeatable_read", readonly=True):
                 row = await conn.fetchrow(Q["get_session"], session_id)
                 if row is None:
@@ -1166,7 +1169,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
         return await self._run("reading a recorded run", read)
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
-        async def read(conn: Any) -> list[RunEvent]:
+        async def read(conn: Connection) -> list[RunEvent]:
             rows = [tuple(r) for r in await conn.fetch(Q["read_events"], run_id, after, limit)]
             keys = {key for row in rows if (key := event_result_key(row[5]))}
             results: dict[str, str] = {}
@@ -1181,17 +1184,13 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
 
         return await self._run("reading events", read)
 
-    async def _final_result(self, conn: Any, key: str) -> str | None:
-        rows = await conn.fetch(Q["tool_call_results"], key)
-        if not rows:
-            return None
-        bodies = {(key, kind): text for _, _, kind, text in rows if kind is not None}
-        return final_result(rows[0][0], rows[0][1], key, bodies)
+    async def _final_result(self, conn: Connection, key: str) -> str | None:
+        return final_tool_result(key, await conn.fetch(Q["tool_call_results"], key))
 
     async def tool_result(self, session_id: str, tool_call_id: str) -> str | None:
         """The whole final result of the session's latest answered call with this id."""
 
-        async def read(conn: Any) -> str | None:
+        async def read(conn: Connection) -> str | None:
             async with conn.transaction(isolation="repeatable_read", readonly=True):
                 key = await conn.fetchval(Q["session_tool_call"], session_id, tool_call_id)
                 return await self._final_result(conn, str(key)) if key is not None else None
@@ -1267,7 +1266,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
         attempts = 0
         await self._keep_liveness()
 
-        async def claim(conn: Any) -> list[Any]:
+        async def claim(conn: Connection) -> list[Any]:
             # One statement with SKIP LOCKED: concurrent workers never wait for, or get, the
             # same run. If an attempt committed but its reply was lost, its leases would be
             # renewed by this process forever while nobody drives the runs: a retry first

@@ -41,7 +41,6 @@ from harnessx.store._codec import (
     event_result_key,
     events_from_rows,
     fill_calls,
-    final_result,
     has_result_refs,
     journal_record_from_row,
     loads,
@@ -54,6 +53,7 @@ from harnessx.store._codec import (
 from harnessx.store._core import (
     Row,
     StoreCore,
+    final_tool_result,
     lease_lost,
     no_session,
     not_recorded,
@@ -1038,11 +1038,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, StoreCore)
         return await self._call(self._reading(body))
 
     def _final_result(self, conn: sqlite3.Connection, key: str) -> str | None:
-        rows = conn.execute(Q["tool_call_results"], (key,)).fetchall()
-        if not rows:
-            return None
-        bodies = {(key, kind): text for _, _, kind, text in rows if kind is not None}
-        return final_result(rows[0][0], rows[0][1], key, bodies)
+        return final_tool_result(key, conn.execute(Q["tool_call_results"], (key,)).fetchall())
 
     async def tool_result(self, session_id: str, tool_call_id: str) -> str | None:
         """The whole final result of the session's latest answered call with this id."""

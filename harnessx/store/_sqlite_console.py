@@ -7,22 +7,17 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from harnessx._errors import CorruptStateError
 from harnessx._state import ToolEntry
-from harnessx.store._codec import action_from_row, dumps, has_result_refs, loads, run_row, tool_entries
+from harnessx.store._codec import dumps, has_result_refs, run_row, tool_entries
 from harnessx.store._listing import list_query
 from harnessx.store._protocol import (
     Action,
     Leadership,
-    LeaderState,
     Login,
     RunFilter,
     RunKey,
     RunPage,
-    RunRecord,
-    WorkerInfo,
     leadership_lost,
-    with_step_tools,
 )
 from harnessx.store._queries import load_queries
 
@@ -49,21 +44,6 @@ class SQLiteConsole:
         runs = [run_row(row) for row in rows[:limit]]
         return RunPage(runs, runs[-1].key if len(rows) > limit else None)
 
-    async def count_runs(self) -> dict[str, int]:
-        rows = await self._call(lambda conn: conn.execute(Q["count_runs"]).fetchall())
-        return {str(status): int(count) for status, count in rows}
-
-    async def _with_step_tools(self, record: RunRecord) -> RunRecord:
-        """``record`` with its current step's tool calls, when it stands in one. A call that
-        does not decode leaves them out: a record is still read (``load_state`` refuses the run)."""
-        if not record.in_tools_step:
-            return record
-        try:
-            entries = await self.tool_calls(record.id)
-        except CorruptStateError:
-            return record
-        return with_step_tools(record, entries)
-
     async def tool_calls(self, run_id: str) -> list[ToolEntry]:
         def read(conn: sqlite3.Connection) -> tuple[list[Any], dict[tuple[str, str], str]]:
             conn.execute("BEGIN")  # the calls and their large results from one commit
@@ -78,28 +58,6 @@ class SQLiteConsole:
 
         rows, bodies = await self._call(read)
         return tool_entries(run_id, rows, bodies)
-
-    async def list_workers(self, limit: int = 200) -> list[WorkerInfo]:
-        rows = await self._call(lambda conn: conn.execute(Q["list_workers"], (limit,)).fetchall())
-        return [
-            WorkerInfo(
-                wid,
-                host,
-                pid,
-                loads(agents, f"worker {wid}") or [],
-                concurrency,
-                started,
-                beat,
-                bool(draining),
-                stopped,
-                int(leases),
-            )
-            for wid, host, pid, agents, concurrency, started, beat, draining, stopped, leases in rows
-        ]
-
-    async def leader_states(self) -> list[LeaderState]:
-        rows = await self._call(lambda conn: conn.execute(Q["leadership_state"]).fetchall())
-        return [LeaderState(*row) for row in rows]
 
     async def record_scan(self, term: Leadership, *, scans: int, recovered: int) -> None:
         values = (time.time(), scans, recovered, term.role, term.epoch, term.holder)
@@ -129,14 +87,6 @@ class SQLiteConsole:
         action.finished_at = time.time()
         values = (action.outcome, action.finished_at, dumps(action.detail), action.id)
         await self._call(self._write, lambda conn: conn.execute(Q["finish_action"], values))
-
-    async def run_actions(self, run_id: str, limit: int = 200) -> list[Action]:
-        rows = await self._call(lambda conn: conn.execute(Q["run_actions"], (run_id, limit)).fetchall())
-        return [action_from_row(row) for row in rows]
-
-    async def recent_actions(self, limit: int = 100) -> list[Action]:
-        rows = await self._call(lambda conn: conn.execute(Q["recent_actions"], (limit,)).fetchall())
-        return [action_from_row(row) for row in rows]
 
     async def add_login(self, id_hash: str, name: str, role: str, token_id: str, seconds: float) -> None:
         def body(conn: sqlite3.Connection) -> None:

@@ -27,7 +27,6 @@ from harnessx.store._scheduling import (
     RateBucket,
     RateLimit,
     RateReservation,
-    RunSchedule,
     TenantShare,
     check_key,
     check_max_running,
@@ -190,13 +189,6 @@ class SQLiteScheduling:
             if got >= want:
                 break
         return got
-
-    async def schedule_of(self, run_id: str) -> RunSchedule | None:
-        row = await self._call(lambda conn: conn.execute(Q["run_schedule"], (run_id,)).fetchone())
-        if row is None:
-            return None
-        rid, priority, key, tenant, queued_at, not_before, claimed_at = row
-        return RunSchedule(str(rid), int(priority), key, str(tenant), queued_at, not_before, claimed_at)
 
     async def set_concurrency_limit(self, pattern: str, max_running: int) -> None:
         check_pattern(pattern)

@@ -18,6 +18,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from harnessx.store._pg_types import Connection
+
 __all__ = ["replicate"]
 
 _TABLES = ("sessions", "runs", "messages", "tool_calls", "tool_results", "events", "journal", "audit")
@@ -128,7 +130,7 @@ def _sqlite_value(table: str, name: str, kind: str) -> str:
 
 
 async def _postgres(
-    conn: Any, templates: Sequence[str], copies: int, days: float, ordered: bool, chunk: int
+    conn: Connection, templates: Sequence[str], copies: int, days: float, ordered: bool, chunk: int
 ) -> None:
     columns: dict[str, list[tuple[str, str]]] = {t: [] for t in _TABLES}
     for table, name, kind in await conn.fetch(
