@@ -38,7 +38,7 @@ from harnessx._hooks import HookEvent, HookManager
 from harnessx._journal import RunJournal
 from harnessx._messages import request_messages
 from harnessx._middleware import MiddlewarePipeline, ModelRequest
-from harnessx._model_limits import reply_budget
+from harnessx._model_limits import learn_model_limits, reply_budget, reply_limit_from_error
 from harnessx._policies import ProgressPolicy
 from harnessx._rate_gate import Admission, RateGate
 from harnessx._results import RunResult, RunStatus, ToolResult
@@ -465,7 +465,7 @@ class Driver:
         per call). ``attempting(n)`` runs before attempt ``n``; ``retrying(n, error)`` after
         attempt ``n`` failed and before the wait for the next. The last failure is raised."""
         retry = self.settings.retry
-        attempt, waited = 1, 0.0
+        attempt, waited, lowered = 1, 0.0, False
         while True:
             state.attempt = attempt
             await self._hook(
@@ -486,6 +486,13 @@ class Driver:
                 raise
             except Exception as exc:
                 provider = self._known_provider()
+                limit = None if lowered else self._reply_limit(exc, request, provider)
+                if limit is not None:
+                    # Refused for the budget, before any output: ask again within the limit
+                    # the refusal named (as 0.9.1; once, and not a retry attempt).
+                    lowered, request.max_tokens = True, limit
+                    await self._hook(HookEvent.RECOVERY, reason="reply_limit", attempt=1, reply_budget=limit)
+                    continue
                 wait = retry.wait_for(attempt, retry_after(exc, provider))
                 if self._spent(retry, attempt, exc, provider, waited, wait):
                     raise
@@ -512,6 +519,23 @@ class Driver:
                 attempt, waited = attempt + 1, waited + wait
                 if wait:
                     await self._cancellable(self._sleep(wait))
+
+    def _reply_limit(self, exc: BaseException, request: ModelRequest, provider: Any) -> int | None:
+        """The lower reply budget ``exc`` (a refusal) allows, if it names one; a model's own
+        limit is remembered for the provider, so later calls and runs ask for no more."""
+        named = reply_limit_from_error(exc)
+        if named is None or not 0 < named[0] < (request.max_tokens or 0):
+            return None
+        limit, model_limit = named
+        if model_limit:
+            learn_model_limits(request.model, provider=provider, max_output=limit)
+        logger.info(
+            "reply budget %s refused for run's model %s; asking within %d",
+            request.max_tokens,
+            request.model,
+            limit,
+        )
+        return limit
 
     @staticmethod
     def _spent(
