@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["FEATURES", "install_finder", "unsupported_module", "unsupported_name"]
+__all__ = ["FEATURES", "install_finder", "unsupported_attribute", "unsupported_module", "unsupported_name"]
 
 DOCS = "docs/compatibility.md"
 
@@ -62,6 +62,20 @@ FEATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 # The original's internal modules: imported by its own tests, never public API.
 INTERNAL_MODULES = ("harnessx.engine", "harnessx.prompt_cache", "harnessx.providers.retry")
 
+# Names of the original's public modules that belong to an unsupported feature, or are
+# the internals of its engine (functions over its run-state dict, which this harnessx's
+# engine does not have): module -> name -> the feature, or None for an internal.
+_MODULE_NAMES: dict[str, dict[str, str | None]] = {
+    "harnessx.messages": {"MEDIA_KINDS": "media content blocks"},
+    "harnessx.execution": {
+        "transition": None,
+        "next_command": None,
+        "close_open_tool_calls": None,
+        "cancel_state": None,
+        "apply_accounting": None,
+    },
+}
+
 _BY_NAME = {name: feature for feature, (names, _) in FEATURES.items() for name in names}
 _BY_MODULE = {module: feature for feature, (_, modules) in FEATURES.items() for module in modules}
 
@@ -100,6 +114,26 @@ def unsupported_module(fullname: str) -> ImportError | None:
             name=fullname,
         )
     return None
+
+
+def unsupported_attribute(module: str, name: str) -> ImportError | AttributeError:
+    """The error for ``from <module> import <name>`` of a name this module does not have:
+    what it belongs to when it is a known name of the original's, else the plain one."""
+    known = _MODULE_NAMES.get(module, {})
+    if name not in known:
+        return AttributeError(f"module {module!r} has no attribute {name!r}")
+    feature = known[name]
+    if feature is None:
+        return ImportError(
+            f"{module}.{name} is internal to the original harnessx 0.9.1's engine (it works on that "
+            f"engine's run-state dict) and has no counterpart here; use the public API ({DOCS})",
+            name=module,
+        )
+    return ImportError(
+        f"{module}.{name} belongs to {feature} of the original harnessx 0.9.1, which this harnessx does "
+        f"not support yet; {DOCS} lists what is supported and what is not",
+        name=module,
+    )
 
 
 class _Finder(importlib.abc.MetaPathFinder):

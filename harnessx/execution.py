@@ -10,6 +10,7 @@ from harnessx._events import RunEvent, RunEventType
 from harnessx._results import PendingTool, RunResult, RunStatus
 from harnessx._stream import RunStream
 from harnessx._tools import ReplayPolicy, ToolExecutionContext, current_tool_context
+from harnessx._unsupported import unsupported_attribute
 from harnessx._wire import wire
 
 __all__ = [
@@ -53,3 +54,8 @@ def result_from_state(state: dict[str, Any]) -> RunResult:
             "pending": [t for t in state.get("tools", []) if t.get("status") in ("approval", "uncertain")],
         }
     )
+
+
+def __getattr__(name: str) -> object:
+    # Only for names this module lacks: the original's that are not here say why.
+    raise unsupported_attribute(__name__, name)

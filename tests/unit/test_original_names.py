@@ -191,6 +191,9 @@ def test_the_same_objects_under_every_name() -> None:
         ("from harnessx.knowledge import GitSource", "knowledge bundles"),
         ("import harnessx.mcp", "MCP servers"),
         ("from harnessx.builtin.filesystem import register_filesystem_tools", "built-in tool bundles"),
+        ("from harnessx.messages import MEDIA_KINDS", "media content blocks"),
+        ("from harnessx.execution import transition", "internal to the original harnessx 0.9.1's engine"),
+        ("from harnessx.execution import close_open_tool_calls", "no counterpart here"),
         ("from harnessx.providers.gemini import GeminiProvider", "Gemini"),
         ("from harnessx.backends.temporal_workflow import AgentSessionWorkflow", "Temporal"),
         ("from harnessx.evals import evaluate_agent", "evals"),
@@ -211,6 +214,9 @@ def test_a_name_that_never_existed_is_still_an_attribute_error() -> None:
         harnessx.NoSuchThing  # noqa: B018
     with pytest.raises(ImportError, match="cannot import name"):
         exec("from harnessx import NoSuchThing")
+    with pytest.raises(ImportError, match="cannot import name"):
+        exec("from harnessx.execution import NoSuchThing")
+    assert not hasattr(importlib.import_module("harnessx.messages"), "NoSuchThing")
 
 
 def test_an_unsupported_agent_argument_is_refused_clearly() -> None:
