@@ -31,6 +31,7 @@ from harnessx._engine import (
     PrepareTools,
     Stop,
     step_id,
+    truncation_recoveries,
 )
 from harnessx._errors import LeaseLostError, ProviderError, StorageError
 from harnessx._events import RunEvent, RunEventType
@@ -337,10 +338,14 @@ class Driver:
             system=system,
             tools=tools,
             # As 0.9.1: unset, the budget is the model's (harnessx.models), not the vendor's.
-            max_tokens=await reply_budget(self._known_provider(), settings.model, settings.max_tokens),
+            max_tokens=await self._reply_budget(state, raised=truncation_recoveries(state)),
             temperature=settings.temperature,
         )
         return await middleware.process_model_request(request)
+
+    async def _reply_budget(self, state: RunState, *, raised: int) -> int:
+        settings = self.settings
+        return await reply_budget(self._known_provider(), settings.model, settings.max_tokens, raised=raised)
 
     async def _call_model(self, state: RunState) -> None:
         request = await self.model_request(state)
@@ -404,6 +409,14 @@ class Driver:
             # Middleware rewrote the reply, so it reaches the stream whole, as rewritten.
             await self._provisional(state, RunEventType.TEXT_DELTA, response.text)
         await self.commit(state, self.engine.model_responded(state, response))
+        if response.stop_reason == StopReason.MAX_TOKENS and self.engine.recovers_truncation(state):
+            done = truncation_recoveries(state)
+            await self._hook(
+                HookEvent.RECOVERY,
+                reason="truncated_tool_call" if response.tool_calls else "truncated_text",
+                attempt=done + 1,
+                reply_budget=await self._reply_budget(state, raised=done + 1),
+            )
         if response.stop_reason == StopReason.PAUSE_TURN and not response.tool_calls:
             await self._hook(
                 HookEvent.RECOVERY, reason="paused_turn", attempt=1, reply_budget=request.max_tokens

@@ -10,6 +10,7 @@ change is a delta, every phase boundary can be committed before the next effect 
 from __future__ import annotations
 
 import copy
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,8 @@ from harnessx.providers._base import (
 
 __all__ = [
     "CANCELLED_CALL",
+    "CONTINUE_NOTICE",
+    "CUT_OFF_CALL",
     "AskApproval",
     "CallModel",
     "CompleteResult",
@@ -49,7 +52,9 @@ __all__ = [
     "PrepareTools",
     "Step",
     "Stop",
+    "continued_output",
     "step_id",
+    "truncation_recoveries",
 ]
 
 
@@ -104,6 +109,21 @@ NOT_RUN_AT_LIMIT = "Not executed: the run reached its step limit."
 # The answer a call gets when the run is cancelled while it may be running (the wording of
 # harnessx 0.9.1, which programs may look for).
 CANCELLED_CALL = "Run cancelled; execution outcome may be unknown."
+# A reply cut off at its token budget (Limits.max_truncation_recoveries): its tool calls may
+# have lost arguments, so they are answered, never run, and the model asked again with a
+# larger budget; a text reply is continued, and the pieces make the output.
+CUT_OFF_CALL = (
+    "Not executed: your reply was cut off at the output token limit while writing this call, so its "
+    "arguments may be incomplete. Call the tool again; the next reply has a larger budget."
+)
+CUT_OFF_CALL_AT_LIMIT = (
+    "Not executed: the reply was cut off at the token budget, so these arguments may be incomplete. "
+    "Call the tool again with a shorter reply."
+)
+CONTINUE_NOTICE = (
+    "[Your reply was cut off at the output token limit. Continue exactly where it stopped, without "
+    "repeating anything.]"
+)
 
 
 class Engine:
@@ -118,6 +138,7 @@ class Engine:
         allowed_tools: list[str] | None = None,
         interactive_approval: bool = False,
         cost_baseline: TokenUsage | None = None,
+        recover_truncation: bool = True,
     ) -> None:
         """``interactive_approval`` is a plain run (ASK asks the approval callback there
         and then); otherwise ASK records an approval to wait for. ``cost_baseline`` is
@@ -128,6 +149,9 @@ class Engine:
         self.allowed_tools = allowed_tools
         self.interactive_approval = interactive_approval
         self.cost_baseline = cost_baseline or TokenUsage()
+        # False only where decisions recorded before truncated replies were recovered must
+        # be replayed as they were (a Temporal history).
+        self.recover_truncation = recover_truncation
 
     # ----------------------------------------------------------------- deciding
 
@@ -169,11 +193,20 @@ class Engine:
     def _after_model_call(self, state: RunState) -> Step:
         message = state.last_assistant() or {}
         calls = [ToolCall.from_dict(c) for c in message.get("tool_calls") or []]
+        output = continued_output(state) + str(message.get("content") or "")
         if self.final_call(state):
             # The last reply of a run at its limit ends it, whatever it holds; a call it made
             # anyway is answered, so the conversation stays valid for the next run.
-            delta = self._finish(state, RunStatus.COMPLETED, "max_iterations", message.get("content", ""))
+            delta = self._finish(state, RunStatus.COMPLETED, "max_iterations", output)
             delta.messages = [_unanswered(call, NOT_RUN_AT_LIMIT) for call in calls]
+            return delta
+        if state.stop_reason == StopReason.MAX_TOKENS and self.recover_truncation:
+            if self.recovers_truncation(state):
+                if calls:
+                    return self._next_model_call(state, [_unanswered(call, CUT_OFF_CALL) for call in calls])
+                return self._next_model_call(state, [{"role": "user", "content": CONTINUE_NOTICE}])
+            delta = self._finish(state, RunStatus.COMPLETED, StopReason.MAX_TOKENS.value, output)
+            delta.messages = [_unanswered(call, CUT_OFF_CALL_AT_LIMIT) for call in calls]
             return delta
         if calls:
             return PrepareTools(tuple(calls))
@@ -181,7 +214,16 @@ class Engine:
             # The provider paused a long turn; asking again continues it.
             return self._next_model_call(state, [])
         stop = state.stop_reason if state.stop_reason not in ("", StopReason.TOOL_USE) else "end_turn"
-        return self._finish(state, RunStatus.COMPLETED, stop, message.get("content", ""))
+        return self._finish(state, RunStatus.COMPLETED, stop, output)
+
+    def recovers_truncation(self, state: RunState) -> bool:
+        """Whether a reply cut off at its budget now is asked again (within
+        ``Limits.max_truncation_recoveries`` for the run), rather than ending the run."""
+        return (
+            self.recover_truncation
+            and not self.final_call(state)
+            and truncation_recoveries(state) < self.limits.max_truncation_recoveries
+        )
 
     def _tool_step(self, state: RunState) -> Step:
         entries = state.entries()
@@ -263,7 +305,11 @@ class Engine:
 
     def model_responded(self, state: RunState, response: ProviderResponse) -> Delta:
         stop = StopReason.coerce(response.stop_reason)
-        calls = [] if stop in STOP_REASONS_WITHOUT_TOOLS else _unique_ids(response.tool_calls or [])
+        # A reply cut off at its budget keeps its calls, to be answered and not run.
+        dropped = stop in STOP_REASONS_WITHOUT_TOOLS and not (
+            stop is StopReason.MAX_TOKENS and self.recover_truncation
+        )
+        calls = [] if dropped else _unique_ids(response.tool_calls or [])
         message: dict[str, Any] = {"role": "assistant", "content": response.text}
         if calls:
             message["tool_calls"] = [c.to_dict() for c in calls]
@@ -622,6 +668,38 @@ class Engine:
         return RunEvent(
             kind, data, state.session_id, state.run_id, step_id(entry.iteration), str(entry.attempt)
         )
+
+
+def truncation_recoveries(state: RunState) -> int:
+    """How many replies of this run were cut off at their budget and asked again: each one is
+    followed by ``CONTINUE_NOTICE`` or by ``CUT_OFF_CALL`` answers (derived from the
+    conversation, so it needs nothing stored beside it)."""
+    own = state.messages[state.history_length :]
+    return sum(
+        1
+        for before, after in itertools.pairwise(own)
+        if before.get("role") == "assistant" and _is_recovery(after)
+    )
+
+
+def continued_output(state: RunState) -> str:
+    """The text of this run's replies that were cut off and continued, in order: the start
+    of the output the reply that finishes them completes."""
+    own = state.messages[state.history_length :]
+    return "".join(
+        str(before.get("content") or "")
+        for before, after in itertools.pairwise(own)
+        if before.get("role") == "assistant"
+        and after.get("role") == "user"
+        and after.get("content") == CONTINUE_NOTICE
+    )
+
+
+def _is_recovery(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    if message.get("role") == "user":
+        return content == CONTINUE_NOTICE
+    return message.get("role") == "tool" and content == CUT_OFF_CALL
 
 
 def step_id(iteration: int) -> str:

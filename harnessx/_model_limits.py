@@ -228,13 +228,17 @@ def provider_reply_default(provider: Any, model: str, limits: ModelLimits) -> in
     return default_reply_budget(limits)
 
 
-async def reply_budget(provider: Any, model: str, configured: int | None) -> int:
+async def reply_budget(provider: Any, model: str, configured: int | None, *, raised: int = 0) -> int:
     """The ``max_tokens`` a model call asks for: ``configured`` (``AgentConfig.max_tokens``)
-    or the provider's default, within what the model can write."""
+    or the provider's default, within what the model can write; doubled ``raised`` times
+    (once for each reply of the run cut off at its budget), never past the model's limit."""
     limits = await resolve_model_limits(provider, model)
-    if configured:
-        return min(configured, limits.max_output)
-    return provider_reply_default(provider, model, limits)
+    budget = (
+        min(configured, limits.max_output) if configured else provider_reply_default(provider, model, limits)
+    )
+    for _ in range(raised):
+        budget = max(budget, min(budget * 2, limits.max_output))
+    return budget
 
 
 # Refusals that name the largest reply the model can give.

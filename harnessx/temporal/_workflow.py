@@ -58,6 +58,7 @@ ACTIVITY_PUBLISH = "harnessx.publish.v1"
 # The patch marker of firing the agent's workflow-side hooks (CHECKPOINT and the run's
 # lifecycle) from the publish activity; histories recorded before it replay without them.
 _HOOKS_PATCH = "harnessx-hooks-1"
+_TRUNCATION_PATCH = "harnessx-truncation-recovery-1"
 # Everything the engine reads fits in memory; a finished run keeps only its summary.
 _SUMMARY_FIELDS = ("request_id", "message")
 
@@ -141,6 +142,9 @@ class SessionWorkflow:
             try:
                 self._definition = self.registry.create(ref)
                 self._engine = self._definition.engine(durable=True)
+                # Histories recorded before replies cut off at their budget were recovered
+                # ended such a run: replay them as they were decided.
+                self._engine.recover_truncation = workflow.patched(_TRUNCATION_PATCH)
             except Exception as exc:
                 raise _refuse(
                     "ConfigurationError",

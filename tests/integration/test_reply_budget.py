@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from durable_support import BackendTarget
 
-from harnessx import Agent, AgentConfig, AgentRuntime, HookEvent, ProviderResponse
+from harnessx import Agent, AgentConfig, AgentRuntime, HookEvent, Limits, ProviderResponse, ToolCall
 from harnessx import models as model_limits
 from harnessx.providers import LLMProvider
 
@@ -81,3 +81,103 @@ async def test_a_refusal_naming_no_lower_budget_fails_as_before() -> None:
     async with agent(provider, recoveries) as plain:
         result = await plain.run("go")
     assert result.failed and provider.budgets == [32_000] and recoveries == []
+
+
+class Scripted(LLMProvider):
+    """Replies in order, recording the budget and the conversation of each call."""
+
+    def __init__(self, *replies: ProviderResponse) -> None:
+        self.replies = list(replies)
+        self.calls: list[dict[str, Any]] = []
+
+    async def create(self, **kwargs: Any) -> ProviderResponse:
+        self.calls.append(kwargs)
+        return self.replies.pop(0)
+
+    async def count_tokens(self, **kwargs: Any) -> int:
+        return 0
+
+
+def cut(text: str = "", *calls: ToolCall) -> ProviderResponse:
+    return ProviderResponse(text=text, tool_calls=list(calls), stop_reason="max_tokens")
+
+
+def writer(provider: LLMProvider, recoveries: list[dict[str, Any]], **limits: Any) -> tuple[Agent, list[str]]:
+    config = AgentConfig(model="claude-sonnet-4-6", planning=False, limits=Limits(**limits))
+    built = Agent(config=config, provider=provider)
+    built.hooks.on(HookEvent.RECOVERY, lambda ctx: recoveries.append(dict(ctx.data)))
+    written: list[str] = []
+
+    @built.tools.register(replay_policy="safe")
+    def write_file(path: str, content: str) -> str:
+        """Write a file."""
+        written.append(content)
+        return f"wrote {len(content)} characters"
+
+    return built, written
+
+
+def tool_results(call: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        b for b in call["messages"][-1]["content"] if isinstance(b, dict) and b.get("type") == "tool_result"
+    ]
+
+
+@pytest.mark.parametrize("durable", [False, True])
+async def test_a_tool_call_cut_off_is_answered_and_asked_again_with_a_larger_budget(
+    durable: bool, target: BackendTarget
+) -> None:
+    half = ToolCall("c1", "write_file", {"path": "big.py"})
+    whole = ToolCall("c2", "write_file", {"path": "big.py", "content": "x" * 50})
+    provider = Scripted(
+        cut("Writing it.", half), ProviderResponse(tool_calls=[whole]), ProviderResponse(text="Done.")
+    )
+    recoveries: list[dict[str, Any]] = []
+    built, written = writer(provider, recoveries)
+    if durable:
+        async with target.open() as backend, AgentRuntime(built, backend=backend) as runtime:
+            result = await runtime.run("write big.py")
+    else:
+        async with built:
+            result = await built.run("write big.py")
+    assert result.ok and result.output == "Done."
+    assert written == ["x" * 50], "the call that was cut off never ran"
+    refused = tool_results(provider.calls[1])
+    assert refused[0]["tool_use_id"] == "c1" and refused[0]["is_error"] and "cut off" in refused[0]["content"]
+    assert [c["max_tokens"] for c in provider.calls] == [32_000, 64_000, 64_000]
+    assert recoveries == [{"reason": "truncated_tool_call", "attempt": 1, "reply_budget": 64_000}]
+
+
+@pytest.mark.parametrize("durable", [False, True])
+async def test_text_cut_off_is_continued_and_the_pieces_are_the_output(
+    durable: bool, target: BackendTarget
+) -> None:
+    provider = Scripted(cut("The first half, "), cut("the second half, "), ProviderResponse(text="the end."))
+    recoveries: list[dict[str, Any]] = []
+    built, _ = writer(provider, recoveries)
+    if durable:
+        async with target.open() as backend, AgentRuntime(built, backend=backend) as runtime:
+            result = await runtime.run("write an essay")
+    else:
+        result = await built.run("write an essay")
+    assert result.ok and result.output == "The first half, the second half, the end."
+    assert "Continue exactly where it stopped" in str(provider.calls[1]["messages"][-1])
+    assert [c["max_tokens"] for c in provider.calls] == [32_000, 64_000, 128_000]
+    assert [r["reason"] for r in recoveries] == ["truncated_text", "truncated_text"]
+
+
+async def test_recovery_is_bounded_and_nothing_written_is_lost() -> None:
+    provider = Scripted(*(cut(f"part{i} ") for i in range(5)))
+    recoveries: list[dict[str, Any]] = []
+    built, _ = writer(provider, recoveries, max_truncation_recoveries=2)
+    result = await built.run("go")
+    assert len(provider.calls) == 3 and result.truncated and not result.ok
+    assert result.output == "part0 part1 part2 "
+    assert [r["attempt"] for r in recoveries] == [1, 2]
+
+
+async def test_the_budget_never_grows_past_what_the_model_writes() -> None:
+    provider = Scripted(cut("a"), cut("b"), ProviderResponse(text="c"))
+    config = AgentConfig(model="claude-3-haiku-20240307", planning=False)
+    await Agent(config=config, provider=provider).run("go")
+    assert [c["max_tokens"] for c in provider.calls] == [4_096, 4_096, 4_096]

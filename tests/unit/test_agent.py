@@ -344,14 +344,20 @@ async def test_limits_truncation_refusal_and_tool_calls_ignored_on_those_stops()
     *_, notice = provider.requests[-1].messages[-1]["content"]
     assert notice["type"] == "text" and "step limit" in notice["text"]
 
-    truncated = await weather_agent(
+    # With no recoveries left, a reply cut off at its budget ends the run truncated; its call
+    # (arguments perhaps incomplete) is answered, not run.
+    cut_off = weather_agent(
         [
             ProviderResponse(
-                text="Half an ans", stop_reason="max_tokens", tool_calls=[ToolCall("q", "convert", {})]
+                text="Half an ans", stop_reason="max_tokens", tool_calls=[ToolCall("q", "get_weather", {})]
             )
-        ]
-    ).run("go")
+        ],
+        config=AgentConfig(limits=Limits(max_truncation_recoveries=0)),
+    )
+    truncated = await cut_off.run("go")
     assert truncated.truncated and truncated.output == "Half an ans"
+    answer = cut_off.memory.get_messages()[-1]["content"][0]
+    assert answer["tool_use_id"] == "q" and answer["is_error"] and "cut off" in answer["content"]
 
     refused = await weather_agent([ProviderResponse(text="No.", stop_reason=StopReason.REFUSAL)]).run("go")
     assert refused.refused and refused.stop_reason == "refusal"
