@@ -6,7 +6,8 @@ tool needs a person's approval first (set on the agent, not at registration), an
 ``flaky_manual``, whose tool (``safe`` with ``ToolRetry(attempts=3)``, or ``manual``) raises
 ``TransientToolError`` on its first ``$HX_FLAKY_FAILURES`` tries of a call (each try writes a
 ledger line first; ``$HX_LEDGER`` must be set); ``hooked``, the ``safe`` agent noting every
-hook it fires in ``$HX_HOOKS``.
+hook it fires in ``$HX_HOOKS``; ``truncated``, whose model's first reply is cut off at its
+token budget (the second says what budget it was given).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from harnessx import (
     HookContext,
     HookEvent,
     PermissionLevel,
+    ProviderResponse,
+    ScriptedProvider,
+    ScriptedRequest,
     ToolRetry,
     TransientToolError,
     current_tool_context,
@@ -79,6 +83,17 @@ def _hooked() -> Agent:
     return agent
 
 
+def _truncated() -> Agent:
+    def reply(request: ScriptedRequest) -> ProviderResponse | str:
+        if request.turn == 0:
+            return ProviderResponse(text="The first half, ", stop_reason="max_tokens")
+        return f"the rest (budget {request.max_tokens})."
+
+    return Agent(
+        config=AgentConfig(model="claude-sonnet-4-6", planning=False), provider=ScriptedProvider(reply)
+    )
+
+
 registry = AgentRegistry()
 for _policy in LEDGER_POLICIES:
     registry.register(_policy, lambda policy=_policy: ledger_agent(policy), version="v1")
@@ -86,3 +101,4 @@ registry.register("approval", _approval, version="v1")
 registry.register("flaky", lambda: _flaky("safe"), version="v1")
 registry.register("flaky_manual", lambda: _flaky("manual"), version="v1")
 registry.register("hooked", _hooked, version="v1")
+registry.register("truncated", _truncated, version="v1")

@@ -36,6 +36,7 @@ from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import UNFINISHED_STATUSES, RunStatus, ToolResult
 from harnessx._state import Delta, Phase, RunState, ToolStatus
 from harnessx._tools import ReplayPolicy
+from harnessx.providers._base import StopReason
 from harnessx.temporal._codec import response_from_dict, state_from_dict, state_to_dict
 
 __all__ = [
@@ -142,9 +143,6 @@ class SessionWorkflow:
             try:
                 self._definition = self.registry.create(ref)
                 self._engine = self._definition.engine(durable=True)
-                # Histories recorded before replies cut off at their budget were recovered
-                # ended such a run: replay them as they were decided.
-                self._engine.recover_truncation = workflow.patched(_TRUNCATION_PATCH)
             except Exception as exc:
                 raise _refuse(
                     "ConfigurationError",
@@ -372,7 +370,12 @@ class SessionWorkflow:
             error = outcome["error"]
             await self.commit(engine.model_failed(state, _remote_error(error["type"], error["message"])))
             return
-        await self.commit(engine.model_responded(state, response_from_dict(outcome["response"])))
+        response = response_from_dict(outcome["response"])
+        if response.stop_reason == StopReason.MAX_TOKENS:
+            # Histories recorded before a reply cut off at its budget was asked again ended
+            # the run there: they replay as they were decided.
+            engine.recover_truncation = workflow.patched(_TRUNCATION_PATCH)
+        await self.commit(engine.model_responded(state, response))
 
     def _start_tool(self, state: RunState, key: str) -> Any:
         entry = state.tools[key]

@@ -56,6 +56,12 @@ async def test_a_run_with_a_tool_and_an_answer(backend: TemporalBackend) -> None
     assert status["state"] == "running" and status["run"].run_id == result.run_id  # the runtime's state
 
 
+async def test_a_reply_cut_off_at_its_budget_is_continued(backend: TemporalBackend) -> None:
+    """The engine's truncation recovery in the workflow, the raised budget in the activity."""
+    result = await AgentRuntime(AgentRef("truncated", "v1"), backend=backend).run("write")
+    assert result.ok and result.output == "The first half, the rest (budget 64000)."
+
+
 async def _event_types(runtime: AgentRuntime, message: str) -> list[str]:
     handle = await runtime.submit(message)
     types = []
