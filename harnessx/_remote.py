@@ -22,6 +22,7 @@ from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import PendingTool, RunResult, ToolResult
 from harnessx._runtime import AgentRuntime, RuntimeConfig, is_remote
 from harnessx._state import ExecutionKey
+from harnessx._submission import submission_for
 from harnessx.store._records import ControlRequest
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class RemoteRuntime(AgentRuntime):
                 f"{type(backend).__name__} keeps no journal"
             )
         self.execution = execution
+        self._submission = submission_for(execution)
         self.config = runtime_config or RuntimeConfig()
         self._ref = agent
         self._agent = None

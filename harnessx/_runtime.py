@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast, overload
 from harnessx._agent import Agent
 from harnessx._committer import RunFeed
 from harnessx._config import AgentConfig, RuntimeState
-from harnessx._driver import announce_checkpoint
 from harnessx._errors import (
     ConfigurationError,
     CorruptStateError,
@@ -52,6 +51,7 @@ from harnessx._results import (
 )
 from harnessx._state import Delta, ExecutionKey, RunState, ToolStatus
 from harnessx._stream import OnReset, RunStream
+from harnessx._submission import submission_for
 from harnessx.store._protocol import Lease, NewSession, RunRecord, SessionRecord, Store
 from harnessx.store._records import ControlRequest
 from harnessx.store._scheduling import Schedule, delay_of
@@ -140,6 +140,7 @@ class AgentRuntime:
                 "workers resolve in their AgentRegistry"
             )
         self.execution = execution
+        self._submission = submission_for(execution)
         self.config = runtime_config or RuntimeConfig()
         self._ref = agent if isinstance(agent, AgentRef) else None
         self._agent = agent if isinstance(agent, Agent) else None
@@ -188,12 +189,12 @@ class AgentRuntime:
         this process records decisions with a bare agent (no model, no tools)."""
         if self._agent is None:
             assert self._ref is not None
-            self._agent = Agent() if self.execution == "pool" else self._registry.create(self._ref)
+            self._agent = self._submission.agent(self._ref, self._registry)
         return self._agent
 
     @property
     def pooled(self) -> bool:
-        return self.execution == "pool"
+        return self._submission.queued
 
     @property
     def session_id(self) -> str | None:
@@ -247,8 +248,7 @@ class AgentRuntime:
             self._adopt_recording(existing)
             self._bind(sid)
         else:
-            # A pool session's definition lives in the workers: its version label is the record.
-            fingerprint = {} if self.pooled else self.agent.fingerprint()
+            fingerprint = self._submission.fingerprint(self)
             ref = str(self._ref) if self._ref else None
             self._bind(sid)
             self._unwritten = NewSession(sid, ref, fingerprint, self.recording)
@@ -371,13 +371,19 @@ class AgentRuntime:
         run_id = uuid7()
         probe = RunState(session_id=sid, run_id=run_id)
         if new is not None:
-            # The session, its lease and the run in one statement; the run's state is what
-            # was written (a new session has no history), so there is nothing to load.
+            # The session, its lease and the run in one statement.
             start = self.agent.engine(durable=True).start(probe, message)
             journal = await self._run_started(probe, start, message, history=[]) if self.recording else ()
             try:
                 lease = await store.create_session_run(
-                    new, self._holder, run_id, request_id, message, start, queued=self.pooled, journal=journal
+                    new,
+                    self._holder,
+                    run_id,
+                    request_id,
+                    message,
+                    start,
+                    queued=self._submission.queued,
+                    journal=journal,
                 )
             except ConfigurationError:
                 found = await store.get_session(sid)
@@ -390,34 +396,29 @@ class AgentRuntime:
                 self._unwritten = None
                 return await self.submit(message, request_id=request_id)
             self._unwritten = None
-            if self.pooled:  # the queued run holds no lease
-                return RunHandle(self, sid, run_id, start_seq=0)
-            state = probe
-            state.apply(start)
-        else:
-            lease = await store.claim(sid, self._holder)
-            try:
-                start = self.agent.engine(durable=True).start(probe, message)
-                journal = await self._run_started(probe, start, message) if self.recording else ()
-                await store.create_run(
-                    lease,
-                    run_id,
-                    request_id,
-                    message,
-                    start,
-                    queued=self.pooled,
-                    journal=journal,
-                    schedule=schedule,
-                )
-            except BaseException:
-                with contextlib.suppress(StorageError):
-                    await store.release(lease)
-                raise
-            if self.pooled:  # create_run gave the lease up with the queued run
-                return RunHandle(self, sid, run_id, start_seq=0)
-            state = await store.load_state(run_id)
-        await announce_checkpoint(self.agent.hooks, self.agent, state)
-        return self._launch(lease, state, last_seq=0, stream=stream)
+            # The run's state is what was written (a new session has no history), so there
+            # is nothing to load.
+            probe.apply(start)
+            return await self._submission.submitted(self, lease, run_id, probe, stream=stream)
+        lease = await store.claim(sid, self._holder)
+        try:
+            start = self.agent.engine(durable=True).start(probe, message)
+            journal = await self._run_started(probe, start, message) if self.recording else ()
+            await store.create_run(
+                lease,
+                run_id,
+                request_id,
+                message,
+                start,
+                queued=self._submission.queued,
+                journal=journal,
+                schedule=schedule,
+            )
+        except BaseException:
+            with contextlib.suppress(StorageError):
+                await store.release(lease)
+            raise
+        return await self._submission.submitted(self, lease, run_id, None, stream=stream)
 
     def _schedule(
         self,
@@ -429,12 +430,7 @@ class AgentRuntime:
         """``submit``'s scheduling options as the store takes them (``None``: none given)."""
         if priority is None and concurrency_key is None and tenant is None and not_before is None:
             return None
-        if not self.pooled:
-            raise ConfigurationError(
-                "priority, concurrency_key, tenant and not_before schedule runs for the worker pool: "
-                "create the runtime with AgentRuntime(AgentRef(name, version), execution='pool')"
-            )
-        return Schedule(priority, concurrency_key, tenant, delay_of(not_before))
+        return self._submission.schedule(Schedule(priority, concurrency_key, tenant, delay_of(not_before)))
 
     async def _run_started(
         self, probe: RunState, start: Delta, message: str, *, history: list[dict[str, Any]] | None = None
@@ -453,8 +449,7 @@ class AgentRuntime:
                 "message": message,
                 "initial_messages": history,
                 "agent": {"name": ref.name, "version": ref.version} if ref is not None else None,
-                # A pool runtime holds no definition: the workers' registry has it.
-                "config": None if self.pooled else self.agent.config.to_dict(),
+                "config": self._submission.recorded_config(self),
             },
         )
         return journal.for_commit(probe, start, start.events)
@@ -525,21 +520,12 @@ class AgentRuntime:
             return None
         try:
             lease = await self._claim(store, session_id)
-        except SessionBusyError:
-            if not self.pooled:
-                raise
-            # A worker is driving it right now: follow that execution.
-            return RunHandle(self, session_id, record.id, start_seq=record.event_count)
+        except SessionBusyError as busy:
+            return self._submission.busy(self, record, busy)
         try:
             if session.control:
                 await store.set_control(session_id, None)
-            if self.pooled:
-                # Any worker continues it; recovery and reopening happen where it is driven.
-                await store.requeue(lease, record.id)
-                await store.release(lease)
-                return RunHandle(self, session_id, record.id, start_seq=record.event_count)
-            state = await store.load_state(record.id)
-            handle = self._launch(lease, state, last_seq=record.event_count, resumed=True)
+            handle = await self._submission.resumed(self, lease, record)
         except BaseException:
             with contextlib.suppress(StorageError):
                 await store.release(lease)
@@ -826,8 +812,8 @@ class AgentRuntime:
         record = await store.latest_run(sid)
         run = (await store.load_state(record.id)).result() if record is not None else None
         status: dict[str, Any] = {"session_id": sid, "state": self._state.value, "run": run}
-        if self.pooled and record is not None:
-            status["schedule"] = await self._schedule_of(store, record.id)
+        if record is not None:
+            status.update(await self._submission.status_of(store, record))
         self._known = {k: v for k, v in status.items() if k != "state"}
         return status
 
@@ -844,27 +830,6 @@ class AgentRuntime:
         store = await self._ready()
         return await store.latest_run(self._require_session())
 
-    @staticmethod
-    async def _schedule_of(store: Store, run_id: str) -> dict[str, Any] | None:
-        """A pool run's place in the queue, for ``status()``: whether it waits, from when a
-        worker may claim it, and its priority, concurrency key and tenant."""
-        found = await store.schedule_of(run_id)
-        if found is None:
-            return None
-
-        def when(epoch: float | None) -> dt.datetime | None:
-            return None if epoch is None else dt.datetime.fromtimestamp(epoch, dt.UTC)
-
-        return {
-            "queued": found.queued,
-            "not_before": when(found.not_before) if found.queued else None,
-            "priority": found.priority,
-            "concurrency_key": found.concurrency_key,
-            "tenant": found.tenant or None,
-            "queued_at": when(found.queued_at),
-            "claimed_at": when(found.claimed_at),
-        }
-
     def _refuse_while_driving(self) -> None:
         if self._active is not None and not self._active.task.done():
             raise RuntimeStateError(
@@ -879,10 +844,8 @@ class AgentRuntime:
         return self._session_id
 
     def _check_compatible(self, session_id: str, saved: dict[str, Any]) -> None:
-        if not self.checks_definition or not saved:
+        if not self.checks_definition or not saved or not self._submission.compares_definition:
             return
-        if self.pooled:
-            return  # by reference: the workers' registry decides what the version means
         current = self.agent.fingerprint()
         problems: list[str] = []
         saved_config, current_config = saved.get("config", {}), current["config"]
