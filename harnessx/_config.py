@@ -65,6 +65,10 @@ class Limits:
     - ``max_result_chars``: a tool result longer than this reaches the model as a preview
       plus a notice naming ``read_tool_result``, which reads the rest; the whole result is
       stored once.
+    - ``max_stored_chars`` (extension): the most characters of one payload a run stores. A
+      tool result longer than this is cut to its first ``max_stored_chars`` characters plus
+      a line saying so, which the model reads; a message longer than this is refused by
+      ``submit``/``run`` with ``ConfigurationError`` before anything is stored.
     - ``max_cost_dollars`` with ``input_cost_per_m`` / ``output_cost_per_m`` (dollars per
       million tokens; the cache multipliers price cached prompt tokens): a run whose
       estimated cost reaches the limit fails with ``CostLimitError`` before its next model
@@ -78,6 +82,7 @@ class Limits:
     max_iterations: int = 50
     max_context_tokens: int | None = None
     max_result_chars: int = 12_000
+    max_stored_chars: int = 10_000_000
     max_cost_dollars: float | None = None
     input_cost_per_m: float | None = None
     output_cost_per_m: float | None = None
@@ -102,6 +107,7 @@ class Limits:
         if self.max_context_tokens is not None:
             check_positive(self.max_context_tokens, "Limits.max_context_tokens", integer=True)
         check_positive(self.max_result_chars, "Limits.max_result_chars", integer=True)
+        check_positive(self.max_stored_chars, "Limits.max_stored_chars", integer=True)
         for name in ("max_cost_dollars", "input_cost_per_m", "output_cost_per_m"):
             check_non_negative(getattr(self, name), f"Limits.{name}")
         for name in ("cache_read_cost_multiplier", "cache_write_cost_multiplier"):
@@ -397,6 +403,7 @@ _EXTENSION_DEFAULTS: dict[tuple[str, str], Any] = {
     ("tools", "only"): None,
     ("limits", "max_tool_calls_per_turn"): 64,
     ("limits", "tool_concurrency"): 8,
+    ("limits", "max_stored_chars"): 10_000_000,
     ("retry", "retry_on_timeout"): True,
 }
 _EXTENSION_FIELDS = tuple(_EXTENSION_DEFAULTS)

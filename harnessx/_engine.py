@@ -18,7 +18,7 @@ from harnessx._builtin_tools import todos_of, todos_payload
 from harnessx._config import Limits
 from harnessx._errors import CostLimitError, MaxIterationsError
 from harnessx._events import RunEvent, RunEventType
-from harnessx._large_results import preview_result
+from harnessx._large_results import cap_stored, preview_result
 from harnessx._loopguard import call_signature, repetition_notice, trip_at
 from harnessx._messages import THINKING_BLOCKS, close_open_calls, thinking_blocks
 from harnessx._policies import ToolRetry
@@ -358,7 +358,7 @@ class Engine:
         """The handler's result, committed before result middleware runs on it; announced
         with ``tool_call_complete`` (``tool_result`` follows once middleware is done)."""
         entry = state.tools[key]
-        raw = ToolResult(entry.call.id, result.content, result.is_error)
+        raw = ToolResult(entry.call.id, self._stored(result.content), result.is_error)
         moved = entry.moved(status=ToolStatus.RAW_COMPLETED, raw_result=raw)
         event = self._tool_event(state, RunEventType.TOOL_CALL_COMPLETE, moved, moved.call)
         return Delta(Phase.RAW_RESULT, tools=[moved], events=[event])
@@ -375,7 +375,7 @@ class Engine:
 
     def completed_result(self, state: RunState, key: str, result: ToolResult) -> Delta:
         entry = state.tools[key]
-        final = ToolResult(entry.call.id, result.content, result.is_error)
+        final = ToolResult(entry.call.id, self._stored(result.content), result.is_error)
         return self._complete(state, entry, final, Phase.COMPLETED_RESULT, dispatched=True)
 
     def approvals_answered(self, state: RunState, answers: dict[str, bool]) -> Delta:
@@ -473,7 +473,7 @@ class Engine:
     ) -> Delta:
         entry = state.tools[key]
         if result is not None:
-            raw = ToolResult(entry.call.id, result.content, result.is_error)
+            raw = ToolResult(entry.call.id, self._stored(result.content), result.is_error)
             moved = entry.moved(status=ToolStatus.RAW_COMPLETED, raw_result=raw)
             event = self._tool_event(state, RunEventType.TOOL_CALL_COMPLETE, moved, moved.call)
             return Delta(state.phase, tools=[moved], events=[event])
@@ -484,6 +484,10 @@ class Engine:
         return self.cancel(state).with_phase(state.phase)
 
     # ------------------------------------------------------------------ helpers
+
+    def _stored(self, content: str) -> str:
+        """A tool result as the run keeps it: cut to ``Limits.max_stored_chars``, saying so."""
+        return cap_stored(content, self.limits.max_stored_chars)
 
     def prepare_tools(self, state: RunState, calls: list[ToolCall]) -> Delta:
         """The model's calls (after tool middleware) as tool entries: checked, permitted,

@@ -12,10 +12,12 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "CAPPED_MARK",
     "NOTICE_MARK",
     "PREVIEW_CHARS",
     "PREVIEW_LINES",
     "is_preview",
+    "cap_stored",
     "preview_result",
     "read_section",
     "read_window",
@@ -27,6 +29,27 @@ PREVIEW_CHARS = 3_000
 _MAX_LINES_PER_READ = 2_000
 _MAX_MATCHES = 500
 _CONTEXT = 200
+
+
+CAPPED_MARK = "[harnessx: this tool result was cut to its first"
+
+
+def cap_stored(content: str, max_stored_chars: int) -> str:
+    """``content`` as a run stores it: at most ``max_stored_chars`` characters, the last of
+    them, when that is not all of it, a line telling the model what is missing and why. A
+    capped text is within the limit, so capping it again (the final result after the raw
+    one) changes nothing."""
+    if len(content) <= max_stored_chars:
+        return content
+    line = (
+        f"\n\n{CAPPED_MARK} {{kept:,}} of {len(content):,} characters (the agent's "
+        "Limits.max_stored_chars); the rest was not kept. Ask the tool for less at a time: a "
+        "narrower query, or one part of it.]"
+    )
+    kept = max(0, max_stored_chars - len(line.format(kept=max_stored_chars)))
+    if kept == 0:  # a limit too small for the notice
+        return content[:max_stored_chars]
+    return content[:kept] + line.format(kept=kept)
 
 
 def is_preview(content: str) -> bool:

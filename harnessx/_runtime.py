@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast, overload
 
 from harnessx._agent import Agent
 from harnessx._committer import RunFeed
-from harnessx._config import AgentConfig, RuntimeState
+from harnessx._config import AgentConfig, Limits, RuntimeState
 from harnessx._errors import (
     ConfigurationError,
     CorruptStateError,
@@ -352,6 +352,14 @@ class AgentRuntime:
         followers of ``handle.events()``; ``run()`` passes False. A resumed run streams."""
         if not isinstance(message, str):
             raise ConfigurationError(f"message must be a str, got {type(message).__name__}")
+        # By reference the agent is built where it runs: the default limit applies here.
+        cap = (self._agent.config.limits if self._agent is not None else Limits()).max_stored_chars
+        if len(message) > cap:
+            raise ConfigurationError(
+                f"the message is {len(message):,} characters, over the {cap:,} a run stores "
+                "(Limits.max_stored_chars): send a shorter message (or say where the text is, "
+                "for a tool to read), or raise the agent's Limits(max_stored_chars=...)"
+            )
         schedule = self._schedule(priority, concurrency_key, tenant, not_before)
         store = await self._ready()
         if self._session_id is None:

@@ -14,16 +14,21 @@ import sqlite3
 from typing import Any
 
 import asyncpg
+import pytest
 from durable_support import BackendTarget
 
 from harnessx import (
     Agent,
+    AgentConfig,
     AgentRuntime,
+    ConfigurationError,
+    Limits,
     ProviderResponse,
     RunEventType,
     ScriptedProvider,
     ToolCall,
 )
+from harnessx._large_results import CAPPED_MARK
 
 SIZE = 10_000_000
 # Everything but the result itself, generously: the schema, the conversation, the events.
@@ -269,3 +274,49 @@ async def test_results_of_the_earlier_inline_shape_still_read(target: BackendTar
         ]
         assert _content(event.data) == text
         assert await backend.tool_result(done.session_id, "c") == text
+
+
+def capped_agent(result: str, provider: ScriptedProvider, cap: int) -> Agent:
+    agent = Agent(config=AgentConfig(limits=Limits(max_stored_chars=cap)), provider=provider)
+    agent.tools.register(name="dump", replay_policy="safe")(lambda: result)
+    return agent
+
+
+async def test_a_result_over_the_stored_cap_is_cut_and_the_model_told(target: BackendTarget) -> None:
+    result = big_result()[:5_000]
+    provider = ScriptedProvider([ProviderResponse(tool_calls=[ToolCall("c", "dump", {})]), "Dumped."])
+    async with (
+        target.open() as backend,
+        AgentRuntime(capped_agent(result, provider, 3_000), backend=backend) as rt,
+    ):
+        done = await rt.run("Dump it.")
+    assert done.ok
+    (shown,) = provider.requests[1].tool_results
+    assert len(shown["content"]) <= 3_000
+    kept = shown["content"].index("\n\n" + CAPPED_MARK)
+    assert kept > 2_500 and shown["content"].startswith(result[:kept])
+    assert f"{CAPPED_MARK} {kept:,} of 5,000 characters" in shown["content"]
+    # The rest was never written, anywhere.
+    assert sum((await copies_stored(target, done.run_id, result[3_000:3_500])).values()) == 0
+    async with target.open() as backend:
+        (entry,) = (await backend.load_state(done.run_id)).tools.values()
+        assert entry.raw_result is not None and entry.raw_result.content == shown["content"]
+        (event,) = [
+            e for e in await backend.read_events(done.run_id, 0) if e.type is RunEventType.TOOL_RESULT
+        ]
+        assert _content(event.data) == shown["content"]
+
+
+async def test_a_message_over_the_stored_cap_is_refused_before_anything_is_stored(
+    target: BackendTarget,
+) -> None:
+    provider = ScriptedProvider(["Never."])
+    async with (
+        target.open() as backend,
+        AgentRuntime(capped_agent("", provider, 1_000), backend=backend) as rt,
+    ):
+        with pytest.raises(ConfigurationError, match=r"1,001 characters, over the 1,000 a run stores"):
+            await rt.run("x" * 1_001)
+        assert provider.requests == []
+        assert await backend.recent_sessions(10) == []
+        assert (await rt.run("x" * 1_000)).ok  # the limit itself is allowed
