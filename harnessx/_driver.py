@@ -15,7 +15,7 @@ import copy
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, assert_never, overload
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never, overload
 
 import httpx
 
@@ -29,6 +29,7 @@ from harnessx._engine import (
     Dispatch,
     Engine,
     PrepareTools,
+    Step,
     Stop,
     step_id,
     truncation_recoveries,
@@ -58,6 +59,9 @@ from harnessx.providers._base import (
 )
 from harnessx.store._records import ControlRequest
 
+if TYPE_CHECKING:
+    from harnessx._agent import Agent
+
 __all__ = [
     "Driver",
     "RunControl",
@@ -72,10 +76,10 @@ logger = logging.getLogger("harnessx.driver")
 
 T = TypeVar("T")
 
-_agent_context: contextvars.ContextVar[Any] = contextvars.ContextVar("harnessx_agent", default=None)
+_agent_context: contextvars.ContextVar[Agent | None] = contextvars.ContextVar("harnessx_agent", default=None)
 
 
-def current_agent() -> Any:
+def current_agent() -> Agent | None:
     """The agent whose tool call is running, or ``None`` outside one."""
     return _agent_context.get()
 
@@ -155,7 +159,7 @@ def checkpoint_phase(state: RunState) -> str:
     return "result" if state.status is RunStatus.COMPLETED else "finish"
 
 
-async def announce_checkpoint(hooks: HookManager, agent: Any, state: RunState) -> None:
+async def announce_checkpoint(hooks: HookManager, agent: Agent | None, state: RunState) -> None:
     """``HookEvent.CHECKPOINT`` with exactly the keys the public contract names."""
     if hooks.has(HookEvent.CHECKPOINT):
         await hooks.fire(
@@ -186,7 +190,7 @@ class RunSettings:
     middleware: MiddlewarePipeline
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     offered_tools: list[str] | None = None
-    agent: Any = None
+    agent: Agent | None = None
     progress: ProgressPolicy | None = None
     limits: Limits | None = None
 
@@ -290,26 +294,27 @@ class Driver:
                 await self.commit(state, self.engine.cancel(state))
                 return
 
-    async def _perform(self, state: RunState, step: Any) -> None:
-        if isinstance(step, Delta):
-            iteration = state.iteration
-            await self.commit(state, step)
-            if state.iteration != iteration:  # the iteration's tool results are in
-                await self._hook(HookEvent.LOOP_ITERATION_END, iteration=iteration + 1)
-        elif isinstance(step, CallModel):
-            await self._call_model(state)
-        elif isinstance(step, PrepareTools):
-            await self._prepare_tools(state, list(step.calls))
-        elif isinstance(step, Dispatch):
-            await self._dispatch(state, step.keys)
-        elif isinstance(step, CompleteResult):
-            await self._complete_result(state, step.key)
-        elif isinstance(step, AskApproval):
-            await self._ask_approval(state, step.keys)
-        elif isinstance(step, Stop):
-            return
-        else:  # pragma: no cover - the engine returns only the steps above
-            raise TypeError(f"unknown engine step {step!r}")
+    async def _perform(self, state: RunState, step: Step) -> None:
+        match step:
+            case Delta():
+                iteration = state.iteration
+                await self.commit(state, step)
+                if state.iteration != iteration:  # the iteration's tool results are in
+                    await self._hook(HookEvent.LOOP_ITERATION_END, iteration=iteration + 1)
+            case CallModel():
+                await self._call_model(state)
+            case PrepareTools(calls=calls):
+                await self._prepare_tools(state, list(calls))
+            case Dispatch(keys=keys):
+                await self._dispatch(state, keys)
+            case CompleteResult(key=key):
+                await self._complete_result(state, key)
+            case AskApproval(keys=keys):
+                await self._ask_approval(state, keys)
+            case Stop():
+                return
+            case _:
+                assert_never(step)
 
     # ------------------------------------------------------------------ model
 
