@@ -156,24 +156,14 @@ def final_tool_result(key: str, rows: Sequence[Row]) -> str | None:
 
 
 def listed_worker(row: Row) -> WorkerInfo:
-    """A ``list_workers`` row as a worker, with the leases it holds."""
-    wid, host, pid, agents, concurrency, started, beat, draining, stopped, leases = row
-    return WorkerInfo(
-        wid,
-        host,
-        pid,
-        loads(agents, f"worker {wid}") or [],
-        concurrency,
-        started,
-        beat,
-        bool(draining),
-        stopped,
-        int(leases),
-    )
+    """A ``list_workers`` row as a worker, with when it stopped and the leases it holds."""
+    worker = worker_info(row, alive=None)
+    worker.stopped_at, worker.leases = row[8], int(row[9])
+    return worker
 
 
-def worker_info(row: Row, alive: bool) -> WorkerInfo:
-    """A ``running_workers`` row (its first eight columns) as a worker."""
+def worker_info(row: Row, alive: bool | None) -> WorkerInfo:
+    """A worker from a row whose first eight columns are the ``workers`` table's."""
     wid, host, pid, agents, concurrency, started, beat, draining = row[:8]
     return WorkerInfo(
         wid,

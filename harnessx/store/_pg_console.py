@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from harnessx._state import ToolEntry
 from harnessx.store._codec import dumps, has_result_refs, run_row, tool_entries
 from harnessx.store._listing import list_query
+from harnessx.store._pg_execution import PostgresExecution
 from harnessx.store._pg_types import Connection
 from harnessx.store._protocol import (
     Action,
@@ -36,13 +36,9 @@ def _timestamp(value: float | int, exact: bool = False) -> dt.datetime:
     return dt.datetime.fromtimestamp(float(value), dt.UTC)
 
 
-class PostgresConsole:
+class PostgresConsole(PostgresExecution):
     """Mixed into ``PostgresBackend``, whose ``_run`` runs an operation on a pooled
     connection with retries."""
-
-    if TYPE_CHECKING:
-
-        async def _run(self, what: str, op: Callable[[Connection], Awaitable[T]]) -> T: ...
 
     async def list_runs(self, where: RunFilter, *, limit: int = 50, before: RunKey | None = None) -> RunPage:
         query = list_query("postgres", where, limit=limit, before=before, time=_timestamp)

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Collection, Sequence
+from typing import Any, TypeVar
 
 from harnessx._errors import ConfigurationError, SessionBusyError
 from harnessx.store._archive import TABLES, ArchiveRecord, build_records, unknown_columns, why_not_restored
 from harnessx.store._lifecycle import Fact, judge
+from harnessx.store._pg_execution import PostgresExecution
 from harnessx.store._pg_types import Connection
 from harnessx.store._protocol import Archiver, Leadership, PruneBatch, PruneCursor, leadership_lost
 from harnessx.store._queries import load_queries, when
@@ -44,16 +45,9 @@ _EXPORTS = {
 }
 
 
-class PostgresLifecycle:
+class PostgresLifecycle(PostgresExecution):
     """Mixed into ``PostgresBackend``, whose ``_run`` runs an operation on a pooled
     connection with retries (each operation here is one transaction, safe to repeat)."""
-
-    if TYPE_CHECKING:
-
-        @property
-        def _where(self) -> str: ...
-
-        async def _run(self, what: str, op: Callable[[Connection], Awaitable[T]]) -> T: ...
 
     async def prune(
         self,

@@ -4,9 +4,9 @@ by ``claim_queued``; see docs/scheduling.md."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
+from harnessx.store._pg_execution import PostgresExecution
 from harnessx.store._pg_types import Connection
 from harnessx.store._queries import load_queries
 from harnessx.store._scheduling import (
@@ -32,13 +32,9 @@ T = TypeVar("T")
 Q = load_queries("postgres")
 
 
-class PostgresScheduling:
+class PostgresScheduling(PostgresExecution):
     """Mixed into ``PostgresBackend``, whose ``_run`` runs an operation on a pooled
     connection with retries."""
-
-    if TYPE_CHECKING:
-
-        async def _run(self, what: str, op: Callable[[Connection], Awaitable[T]]) -> T: ...
 
     async def set_concurrency_limit(self, pattern: str, max_running: int) -> None:
         check_pattern(pattern)

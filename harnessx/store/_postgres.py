@@ -40,29 +40,15 @@ server or at a session-mode pooler, not at PgBouncer in transaction mode.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
-import shlex
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
-
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_exponential,
-    wait_random,
-)
 
 from harnessx._errors import (
     ConfigurationError,
     CorruptStateError,
-    HarnessError,
-    SchemaError,
     StorageError,
 )
 from harnessx._events import RunEvent
@@ -84,52 +70,33 @@ from harnessx.store._codec import (
 )
 from harnessx.store._core import (
     Row,
-    StoreCore,
     final_tool_result,
     lease_lost,
     no_session,
     not_recorded,
     not_this_sessions_run,
-    request_taken,
     session_exists,
     session_held,
     session_record,
     too_many_records,
-    unfinished_run,
     worker_info,
 )
 from harnessx.store._deadlines import LeaseDeadlines
-from harnessx.store._migrations import (
-    MigrationReport,
-    check_applied,
-    check_objects,
-    load_migrations,
-    pending,
-    report,
-)
-from harnessx.store._original import (
-    OriginalSession,
-    original_database_error,
-    original_schema_name,
-    read_postgres,
-)
 from harnessx.store._pg_checkpoint import PROGRESS_NOT_HELD, SESSION_EXISTS, checkpoint, journal_columns
 from harnessx.store._pg_console import PostgresConsole
 from harnessx.store._pg_driver import (
-    BROKEN_CONNECTION,
     CONNECT_TIMEOUT,
     DRIVER_ERRORS,
-    SCHEMA_MISSING,
-    TRANSIENT,
     asyncpg,
     close_quietly,
-    create_pool,
-    on_pooled,
 )
-from harnessx.store._pg_dsn import ENCODING_ADVICE, check_dsn, redact_dsn
+from harnessx.store._pg_dsn import check_dsn, redact_dsn
+from harnessx.store._pg_execution import DEFAULT_SCHEMA, runtime_grants
 from harnessx.store._pg_lifecycle import PostgresLifecycle
+from harnessx.store._pg_liveness import PostgresLiveness
 from harnessx.store._pg_notifications import Notifications
 from harnessx.store._pg_scheduling import PostgresScheduling
+from harnessx.store._pg_schema import check_schema_name
 from harnessx.store._pg_types import Connection, Pool
 from harnessx.store._queries import load_queries
 from harnessx.store._records import (
@@ -154,73 +121,13 @@ logger = logging.getLogger("harnessx.store.postgres")
 T = TypeVar("T")
 Q = load_queries("postgres")
 
-_DEFAULT_SCHEMA = "harness_x"
-_MAX_IDENTIFIER_BYTES = 63  # PostgreSQL silently truncates longer names
-# After a server restart every pooled connection may be dead; each failed attempt retires
-# one, so allow a few more attempts than that takes (about 4 s of back-off in all).
-_RETRY_ATTEMPTS = 8
 _PROGRESS_HINTS = 10_000  # sessions whose progress this process remembers holding
-
-
-def runtime_grants(schema: str, role: str) -> str:
-    """The statements that let ``role`` run sessions in a schema someone else migrated."""
-    s, r = quote_ident(schema), quote_ident(role)
-    return (
-        f"GRANT USAGE ON SCHEMA {s} TO {r}; "
-        f"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {s} TO {r}; "
-        f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {r}; "
-        f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r};"
-    )
-
-
-def quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _check_schema_name(schema: str) -> None:
-    if not isinstance(schema, str) or not schema or "\x00" in schema:
-        raise ConfigurationError("schema must be a non-empty string without NUL characters")
-    if schema.startswith("pg_") or schema == "information_schema":
-        raise ConfigurationError(
-            f"schema {schema!r} is one of PostgreSQL's own (pg_* and information_schema are reserved "
-            f"for the system): give harnessx a schema of its own, e.g. the default {_DEFAULT_SCHEMA!r}"
-        )
-    if len(schema.encode("utf-8")) > _MAX_IDENTIFIER_BYTES:
-        raise ConfigurationError(
-            f"schema name {schema!r} is longer than PostgreSQL's {_MAX_IDENTIFIER_BYTES}-byte limit"
-        )
-
-
-def _is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, TRANSIENT)
-
-
-def _retrying(
-    *, within: float | None = None, before_sleep: Callable[[RetryCallState], None] | None = None
-) -> AsyncRetrying:
-    stop = stop_after_attempt(_RETRY_ATTEMPTS)
-    return AsyncRetrying(
-        retry=retry_if_exception(_is_transient),
-        stop=stop if within is None else stop | stop_after_delay(within),
-        # 50 ms, 100 ms, 200 ms... plus jitter so processes that failed together spread out.
-        wait=wait_exponential(multiplier=0.05, max=1.0) + wait_random(0, 0.05),
-        reraise=True,
-        before_sleep=before_sleep,
-    )
-
-
-def _attempts(retrying: AsyncRetrying | None) -> str:
-    if retrying is None:
-        return f"{_RETRY_ATTEMPTS} attempts"
-    count = retrying.statistics.get("attempt_number", 1)
-    elapsed = retrying.statistics.get("delay_since_first_attempt", 0.0)
-    return f"{count} attempt{'s' if count != 1 else ''} in {elapsed:.1f} s"
 
 
 # --------------------------------------------------------------------------- backend
 
 
-class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, StoreCore):
+class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, PostgresLiveness):
     """Durable state in PostgreSQL. Use as ``async with PostgresBackend(dsn) as backend``.
 
     Tables live in ``schema`` (created if needed when ``auto_migrate`` is true; otherwise
@@ -233,7 +140,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
         self,
         dsn: str,
         *,
-        schema: str = _DEFAULT_SCHEMA,
+        schema: str = DEFAULT_SCHEMA,
         auto_migrate: bool = True,
         lease_seconds: float = 30,
         pool_size: int = 10,
@@ -243,7 +150,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
             raise ConfigurationError("dsn must be a str (a postgresql:// URL)")
         self._dsn = check_dsn(dsn)
         self._raw_dsn = dsn  # only ever handed to asyncpg
-        _check_schema_name(schema)
+        check_schema_name(schema)
         if lease_seconds <= 0:
             raise ConfigurationError("lease_seconds must be positive")
         if pool_size < 1:
@@ -287,26 +194,6 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
     def redacted_dsn(self) -> str:
         return self._dsn.redacted
 
-    @property
-    def _where(self) -> str:
-        return f"PostgreSQL {self._dsn.redacted} (schema {self.schema!r})"
-
-    @property
-    def _migrate_command(self) -> str:
-        """How to migrate this database, in words: the DSN goes in the environment, where
-        the process list does not show its password."""
-        command = "harnessx migrate"
-        if self.schema != _DEFAULT_SCHEMA:
-            command += f" --schema {shlex.quote(self.schema)}"
-        return f"'{command}' with HARNESSX_DSN set to {self._dsn.redacted}"
-
-    @property
-    def _recreate(self) -> str:
-        return (
-            f"start over, losing every session in it: DROP SCHEMA {quote_ident(self.schema)} CASCADE, "
-            f"then run {self._migrate_command}"
-        )
-
     # ------------------------------------------------------------ lifecycle
 
     async def initialize(self) -> None:
@@ -349,452 +236,11 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
         for resource in (liveness, pool):
             await close_quietly(resource)
 
-    async def migrate(self, *, validate_only: bool = False) -> MigrationReport:
-        """Apply the migrations this database lacks (also run by ``initialize`` by default).
-        Works on a backend that was never opened, e.g. from the ``harnessx migrate`` command.
-        ``validate_only=True`` changes nothing (no privilege to create is needed): it raises
-        ``SchemaError`` when the schema is missing, older or altered."""
-        work = self._validate_on if validate_only else self._migrate_on
-        if self._pool is not None:
-            return await self._run("migrating the schema", work)
-        conn = await self._with_retries("connecting", lambda within: self._connect("migrate", within))
-        try:
-            with self._translated("migrating the schema"):
-                return await work(conn)
-        finally:
-            await close_quietly(conn)
-
-    async def prepare_from_original(self) -> str:
-        """Move the original harnessx's tables out of this schema (``ALTER SCHEMA ... RENAME``
-        to ``<schema>_0_9_1``; nothing is deleted) and return where they are now: done
-        already, that is where they are. Call before ``migrate`` on a backend not yet open."""
-        moved = original_schema_name(self.schema)
-        conn = await self._with_retries("connecting", lambda within: self._connect("migrate", within))
-        try:
-            with self._translated("moving the original harnessx's tables aside"):
-                if await conn.fetchval(Q["original_layout"], self.schema):
-                    if await conn.fetchval(Q["schema_exists"], moved):
-                        raise SchemaError(
-                            f"{self._where} holds the original harnessx's tables, and schema {moved!r}, "
-                            "where they would go, exists already: rename or drop that schema first"
-                        )
-                    await conn.execute(
-                        f"ALTER SCHEMA {quote_ident(self.schema)} RENAME TO {quote_ident(moved)}"
-                    )
-                    logger.info("moved the original harnessx's schema %s to %s", self.schema, moved)
-                elif not await conn.fetchval(Q["original_layout"], moved):
-                    raise ConfigurationError(
-                        f"neither schema {self.schema!r} nor {moved!r} on {self._dsn.redacted} holds a "
-                        "database of the original harnessx 0.9.1: check --schema and HARNESSX_DSN"
-                    )
-        finally:
-            await close_quietly(conn)
-        return moved
-
-    async def read_original_sessions(self, where: str) -> list[OriginalSession]:
-        """The original harnessx's sessions in schema ``where``, with their runs."""
-        conn = await self._with_retries("connecting", lambda within: self._connect("import", within))
-        try:
-            with self._translated("reading the original harnessx's sessions"):
-                return await read_postgres(conn, where)
-        finally:
-            await close_quietly(conn)
-
-    async def _validate_on(self, conn: Connection) -> MigrationReport:
-        await self._verify_on(conn)
-        return report(self._where, await self._read_applied(conn) or {}, [])
-
-    def _connect_options(self, purpose: str, timeout: float) -> dict[str, Any]:
-        return {
-            "dsn": self._raw_dsn,
-            "timeout": timeout,
-            "server_settings": {
-                # Every connection sees only our schema, so no query needs to name it.
-                "search_path": quote_ident(self.schema),
-                # Tells an operator's pg_stat_activity what each connection is for.
-                "application_name": f"harnessx-{purpose}",
-            },
-        }
-
-    async def _create_pool(self, within: float) -> Pool:
-        # Every pooled connection, opened now or later, gets the whole connect_timeout
-        # (asyncpg keeps one set of options per pool), so ``within`` is not used here.
-        with self._parsing_dsn():
-            return await create_pool(self.pool_size, self._connect_options("pool", self.connect_timeout))
-
-    async def _connect(self, purpose: str, within: float) -> Connection:
-        with self._parsing_dsn():
-            conn: Connection = await asyncpg.connect(**self._connect_options(purpose, within))
-            return conn
-
-    @contextlib.contextmanager
-    def _parsing_dsn(self) -> Iterator[None]:
-        """asyncpg parses the DSN as it connects and raises a bare ValueError for what it
-        cannot read, whose text may quote part of the password: say it in our words."""
-        try:
-            yield
-        except asyncpg.InterfaceError:
-            raise  # its own configuration errors name an option, not a secret: translated later
-        except ValueError as exc:
-            # The driver's reason only when the DSN holds no secret it could be quoting.
-            reason = f" ({exc})" if len(self._dsn.secrets) == 1 else ""
-            raise ConfigurationError(
-                f"the PostgreSQL driver could not parse the DSN {self._dsn.redacted}{reason}: check its "
-                f"form (postgresql://user:password@host:5432/database) and {ENCODING_ADVICE}"
-            ) from None
-
     # ------------------------------------------------------------ migrations
-
-    async def _read_applied(self, conn: Connection) -> dict[int, str] | None:
-        user, schema_exists, usage, table_exists = await conn.fetchrow(Q["schema_state"], self.schema)
-        if schema_exists and not usage:
-            # Without USAGE the search path skips the schema, and every table in it reads as
-            # missing: say what is missing instead.
-            raise SchemaError(self._usage_advice(user, table_exists))
-        if not table_exists:
-            return None
-        return {int(v): str(c) for v, c in await conn.fetch(Q["applied_migrations"])}
-
-    def _usage_advice(self, user: str, migrated: bool) -> str:
-        grants = runtime_grants(self.schema, user)
-        if migrated:
-            return (
-                f"role {user!r} may not use schema {self.schema!r} on {self._dsn.redacted} (no USAGE "
-                f"privilege on it; its owner has migrated it): as the schema's owner, run: {grants}"
-            )
-        return (
-            f"role {user!r} may not use schema {self.schema!r} on {self._dsn.redacted} (no USAGE "
-            f"privilege on it): GRANT USAGE, CREATE ON SCHEMA {quote_ident(self.schema)} TO "
-            f"{quote_ident(user)} to let it migrate, or have the schema's owner run "
-            f"{self._migrate_command} and then: {grants}"
-        )
-
-    async def _check_objects(self, conn: Connection) -> None:
-        present = {str(name) for (name,) in await conn.fetch(Q["schema_objects"], self.schema)}
-        check_objects("postgres", present, self._where, self._recreate)
-
-    async def _migrate_on(self, conn: Connection) -> MigrationReport:
-        # Fast path without locks or DDL, so an up-to-date schema needs no CREATE privilege.
-        applied = await self._read_applied(conn)
-        if applied is None:
-            await self._refuse_original(conn)
-        if applied is not None:
-            check_applied("postgres", applied, self._where, self._recreate)
-            if not pending("postgres", applied):
-                await self._check_objects(conn)
-                return report(self._where, applied, [])
-        async with conn.transaction():
-            # Concurrent starters queue here; each re-reads what the previous one applied.
-            await conn.execute(Q["lock_migrations"], f"harnessx:migrate:{self.schema}")
-            await self._check_may_migrate(conn)
-            if not await conn.fetchval(Q["schema_exists"], self.schema):
-                await conn.execute(f"CREATE SCHEMA {quote_ident(self.schema)}")
-            await conn.execute(Q["create_migrations_table"])
-            applied = await self._read_applied(conn) or {}
-            check_applied("postgres", applied, self._where, self._recreate)
-            done = pending("postgres", applied)
-            for migration in done:
-                await conn.execute(migration.sql)
-                await conn.execute(
-                    Q["record_migration"], migration.version, migration.name, migration.checksum
-                )
-                logger.info("applied migration %04d_%s to %s", migration.version, migration.name, self._where)
-        return report(self._where, applied, done)
-
-    async def _check_may_migrate(self, conn: Connection) -> None:
-        """Name the privilege to grant before DDL fails with a bare 'permission denied'."""
-        user, database, on_database, on_schema = await conn.fetchrow(Q["privileges"], self.schema)
-        role = quote_ident(user)
-        if on_schema is None and not on_database:
-            raise SchemaError(
-                f"role {user!r} may not create schema {self.schema!r} in database {database!r} on "
-                f"{self._dsn.redacted}: GRANT CREATE ON DATABASE {quote_ident(database)} TO {role}, or "
-                f"create the schema as its owner (CREATE SCHEMA {quote_ident(self.schema)} AUTHORIZATION "
-                f"{role}), or have a privileged role run {self._migrate_command} (and then grant this "
-                f"role what running sessions needs: {runtime_grants(self.schema, user)})"
-            )
-        if on_schema is False:
-            raise SchemaError(
-                f"role {user!r} may not create tables in schema {self.schema!r} on {self._dsn.redacted}: "
-                f"GRANT USAGE, CREATE ON SCHEMA {quote_ident(self.schema)} TO {role}, or have the schema's "
-                f"owner run {self._migrate_command} (and then grant this role what running sessions "
-                f"needs: {runtime_grants(self.schema, user)})"
-            )
-
-    async def _refuse_original(self, conn: Connection) -> None:
-        if await conn.fetchval(Q["original_layout"], self.schema):
-            raise original_database_error(self._where, self._from_original_command)
-
-    @property
-    def _from_original_command(self) -> str:
-        command = "harnessx migrate --from-original"
-        if self.schema != _DEFAULT_SCHEMA:
-            command += f" --schema {shlex.quote(self.schema)}"
-        return f"'{command}' with HARNESSX_DSN set to {self._dsn.redacted}"
-
-    async def _verify_on(self, conn: Connection) -> None:
-        latest = load_migrations("postgres")[-1].version
-        applied = await self._read_applied(conn)
-        if applied is None:
-            await self._refuse_original(conn)
-            raise SchemaError(
-                f"{self._where} has no harnessx schema (version 0; this harnessx needs version {latest}): "
-                f"run {self._migrate_command} or open the backend with auto_migrate=True"
-            )
-        check_applied("postgres", applied, self._where, self._recreate)
-        if pending("postgres", applied):
-            raise SchemaError(
-                f"{self._where} is at schema version {max(applied, default=0)}, this harnessx needs "
-                f"version {latest}: run {self._migrate_command}"
-            )
-        await self._check_objects(conn)
 
     # ------------------------------------------------------------ execution
 
-    async def _with_retries(self, what: str, make: Callable[[float], Awaitable[T]]) -> T:
-        """Connect with ``make(timeout)``, trying again after refusals and drops, for at most
-        connect_timeout in all: a server that accepts but never answers costs one timeout,
-        not one per attempt."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.connect_timeout
-        retrying = _retrying(within=self.connect_timeout, before_sleep=self._log_retry(what))
-        with self._translated(what, retrying=retrying):
-            async for attempt in retrying:
-                with attempt:
-                    return await make(max(deadline - loop.time(), 0.1))
-        raise AssertionError("unreachable: tenacity re-raises the last error")
-
-    def _log_retry(self, what: str) -> Callable[[RetryCallState], None]:
-        def log(state: RetryCallState) -> None:
-            failure = state.outcome.exception() if state.outcome is not None else None
-            logger.info(
-                "%s: PostgreSQL at %s failed (%s); trying again, for up to %g s in all",
-                what,
-                self._dsn.redacted,
-                self._describe(failure) if failure is not None else "?",
-                self.connect_timeout,
-            )
-
-        return log
-
-    def _describe(self, exc: BaseException) -> str:
-        """A driver error as text that is safe to show, never empty (TimeoutError has none)."""
-        if isinstance(exc, TimeoutError) and not str(exc):
-            return f"TimeoutError: no answer within {self.connect_timeout:g} s"
-        return self._dsn.scrub(f"{type(exc).__name__}: {exc}")
-
-    async def _run(
-        self,
-        what: str,
-        op: Callable[[Connection], Awaitable[T]],
-        *,
-        lease: Lease | None = None,
-        request_id: str | None = None,
-    ) -> T:
-        """Run ``op`` on a pooled connection, retrying transient errors (every ``op`` here
-        is safe to repeat) and translating what finally fails."""
-        if self._pool is None:
-            raise StorageError(
-                "the PostgresBackend is not open: use 'async with' or await initialize()"
-                if not self._closed
-                else "the PostgresBackend is closed"
-            )
-        pool = self._pool
-        with self._translated(what, lease=lease, request_id=request_id):
-            # The first attempt runs without setting up the retry machinery, as nearly all
-            # succeed; if it fails, that failure is the retry loop's first attempt, so the
-            # back-off and the number of attempts are as if the loop had made it.
-            first_failure: BaseException | None
-            try:
-                return await on_pooled(pool, op)
-            except TRANSIENT as exc:
-                first_failure = exc
-            async for attempt in _retrying():
-                with attempt:
-                    if first_failure is not None:
-                        failure, first_failure = first_failure, None
-                        raise failure
-                    return await on_pooled(pool, op)
-        raise AssertionError("unreachable: tenacity re-raises the last error")
-
-    # The core's primitives (``_core``): one named statement on a pooled connection.
-
-    async def _one(self, what: str, query: str, *args: Any) -> Row | None:
-        row = await self._run(what, lambda conn: conn.fetchrow(Q[query], *args))
-        return None if row is None else tuple(row)
-
-    async def _all(self, what: str, query: str, *args: Any) -> list[Row]:
-        return [tuple(row) for row in await self._run(what, lambda conn: conn.fetch(Q[query], *args))]
-
-    async def _change(self, what: str, query: str, *args: Any) -> None:
-        await self._run(what, lambda conn: conn.execute(Q[query], *args))
-
-    @contextlib.contextmanager
-    def _translated(
-        self,
-        what: str,
-        *,
-        lease: Lease | None = None,
-        request_id: str | None = None,
-        retrying: AsyncRetrying | None = None,
-    ) -> Iterator[None]:
-        """The one place where driver errors become harnessx errors."""
-        try:
-            yield
-        except HarnessError:
-            raise
-        except DRIVER_ERRORS as exc:
-            error = self._translate(exc, what, lease, request_id, retrying)
-            # Chain the original unless its text would show the password.
-            raise error from (None if self._dsn.leaks(exc) else exc)
-
-    def _translate(
-        self,
-        exc: BaseException,
-        what: str,
-        lease: Lease | None,
-        request_id: str | None,
-        retrying: AsyncRetrying | None = None,
-    ) -> HarnessError:
-        detail = self._describe(exc)
-        sqlstate = getattr(exc, "sqlstate", None)
-        if sqlstate == "HX001" and lease is not None:
-            return lease_lost(lease)
-        if isinstance(exc, asyncpg.exceptions.UniqueViolationError):
-            return self._conflict(exc, what, detail, lease, request_id)
-        if isinstance(exc, SCHEMA_MISSING):
-            return SchemaError(
-                f"{self._where} is missing part of the harnessx schema while {what} ({detail}): run "
-                f"{self._migrate_command}, which adds what is missing, or names the privilege to grant "
-                "or the repair when migrating cannot add it"
-            )
-        if isinstance(exc, asyncpg.exceptions.InsufficientPrivilegeError):
-            return StorageError(self._privilege_advice(what, detail))
-        if isinstance(exc, asyncpg.exceptions.InvalidAuthorizationSpecificationError):
-            return StorageError(
-                f"PostgreSQL refused the login for {self._dsn.redacted} ({detail}): check the user name "
-                "and password (the password is not shown) and pg_hba.conf"
-            )
-        if isinstance(exc, asyncpg.exceptions.InvalidCatalogNameError):
-            return StorageError(
-                f"the database in {self._dsn.redacted} does not exist ({detail}): create it or fix the DSN"
-            )
-        tried = f"; gave up after {_attempts(retrying)}" if _is_transient(exc) else ""
-        if isinstance(exc, (*BROKEN_CONNECTION, OSError)):
-            return StorageError(
-                f"cannot reach PostgreSQL at {self._dsn.redacted} while {what} ({detail}{tried}): check "
-                "host/port, credentials, that the database exists and that the server accepts connections"
-            )
-        if tried:  # serialization failures or deadlocks, again and again
-            return StorageError(
-                f"{what} on {self._where} kept conflicting with other transactions ({detail}{tried})"
-            )
-        return StorageError(f"PostgreSQL error while {what} on {self._where}: {detail}")
-
-    def _conflict(
-        self, exc: Any, what: str, detail: str, lease: Lease | None, request_id: str | None
-    ) -> HarnessError:
-        session = lease.session_id if lease is not None else "?"
-        if exc.constraint_name == "runs_request_unique":
-            return request_taken(session, request_id)
-        if exc.constraint_name == "runs_one_unfinished":
-            return unfinished_run(session)
-        return StorageError(f"{what} on {self._where} conflicts with a stored row ({detail})")
-
-    def _privilege_advice(self, what: str, detail: str) -> str:
-        role = self._dsn.user or "<role>"
-        return (
-            f"the PostgreSQL role lacks a privilege while {what} on {self._where} ({detail}): as the "
-            f"schema's owner, run: {runtime_grants(self.schema, role)}"
-        )
-
     # ------------------------------------------------------------ liveness
-
-    async def _hold_liveness(self) -> None:
-        conn = await self._with_retries("connecting", lambda within: self._connect("liveness", within))
-        try:
-            with self._translated("taking the liveness lock"):
-                await conn.fetchval(Q["hold_liveness"], self.process_id)
-        except BaseException:
-            await close_quietly(conn)
-            raise
-        self._liveness = conn
-        # While the connection is down, other processes see this one as dead and take its
-        # sessions; re-take the lock as soon as the server is back, not at the next renewal.
-        conn.add_termination_listener(self._liveness_lost)
-
-    def _liveness_lost(self, _: Any) -> None:
-        # Others may judge this process dead and take its leases at once, before they expire.
-        self._liveness_losses += 1
-        self._deadlines.clear()
-        if self._pool is not None and not self._closed:
-            task = asyncio.get_running_loop().create_task(self._retake_liveness())
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-
-    async def _retake_liveness(self) -> None:
-        # The server may still be restarting: keep trying until the backend closes.
-        delay = 0.05
-        while self._pool is not None and not self._closed:
-            async with self._liveness_lock:
-                try:
-                    await self._live_connection()
-                    return
-                except StorageError as exc:
-                    logger.warning("re-taking the liveness lock of process %s: %s", self.process_id, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-    async def _live_connection(self) -> Connection:
-        """The liveness connection, re-made (and the lock re-taken) if it dropped, e.g. in a
-        server restart. Meanwhile other processes saw this one as dead; fencing keeps that
-        safe. Callers hold ``_liveness_lock``: a connection runs one query at a time."""
-        if self._pool is None:
-            raise StorageError("the PostgresBackend is not open")
-        if self._liveness is None or self._liveness.is_closed():
-            stale, self._liveness = self._liveness, None
-            await close_quietly(stale)
-            await self._hold_liveness()
-        assert self._liveness is not None  # _hold_liveness sets it or raises
-        return self._liveness
-
-    async def _keep_liveness(self) -> None:
-        async with self._liveness_lock:
-            try:
-                await self._live_connection()
-            except StorageError as exc:
-                logger.warning("could not re-take the liveness lock of process %s: %s", self.process_id, exc)
-
-    async def try_leadership(self, role: str) -> Leadership | None:
-        """Hold ``role`` by an advisory lock on the liveness connection (it dies with the
-        process, or with the connection) and take its next epoch in the same statement."""
-        async with self._liveness_lock:
-            conn = await self._live_connection()
-            held = self._leaderships.get(role)
-            if held is not None and held[0] is conn:
-                return held[1]  # held, and on the connection that still holds it
-            self._leaderships.pop(role, None)  # its lock went with an older connection
-            with self._translated("taking leadership"):
-                try:
-                    row = await conn.fetchrow(Q["take_leadership"], role, self.process_id)
-                except asyncpg.PostgresError:
-                    # A session lock outlives the failed statement that took it: give it back.
-                    with contextlib.suppress(*DRIVER_ERRORS):
-                        await conn.fetchval(Q["release_leadership"], role)
-                    raise
-            if row is None:
-                return None
-            term = Leadership(role, self.process_id, int(row[0]), float(row[1]))
-            self._leaderships[role] = (conn, term)
-            return term
-
-    async def holds_leadership(self, term: Leadership) -> bool:
-        if not await self._lock_held(term):
-            return False
-        row = await self._run(
-            "checking leadership", lambda conn: conn.fetchrow(Q["leadership_term"], term.role)
-        )
-        return await self._is_latest(term, row)
 
     async def pool_scan(self, term: Leadership, tracked: Sequence[str]) -> PoolScan:
         if not await self._lock_held(term):
@@ -810,46 +256,6 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
             workers=[worker_info(row, bool(row[8])) for row in workers],
             tracked={run_id: (status, bool(leased)) for run_id, status, leased in runs},
         )
-
-    async def _lock_held(self, term: Leadership) -> bool:
-        """Whether this process still holds ``term``'s lock, as far as it can tell without
-        asking the server."""
-        async with self._liveness_lock:
-            held = self._leaderships.get(term.role)
-            if held is None or held[1] != term:
-                return False
-            if held[0].is_closed() or held[0] is not self._liveness:
-                # The lock went with its connection (a server restart, say): someone else
-                # may lead now.
-                del self._leaderships[term.role]
-                return False
-        return True
-
-    async def _is_latest(self, term: Leadership, latest: Row | None) -> bool:
-        """Whether the role's stored term ``latest`` (epoch, holder) is ``term``; if not,
-        let go of the lock."""
-        if latest is not None and (int(latest[0]), str(latest[1])) == (term.epoch, term.holder):
-            return True
-        # A newer term exists: our lock means nothing now (and its connection may be gone).
-        with contextlib.suppress(HarnessError):
-            await self.release_leadership(term)
-        return False
-
-    async def release_leadership(self, term: Leadership) -> None:
-        async with self._liveness_lock:
-            held = self._leaderships.get(term.role)
-            if held is None or held[1] != term:
-                return
-            del self._leaderships[term.role]
-            conn = held[0]
-            if conn.is_closed() or conn is not self._liveness:
-                return  # the lock went with its connection
-            with self._translated("releasing leadership"):
-                await conn.fetchval(Q["release_leadership"], term.role)
-
-    async def process_alive(self, owner: str) -> bool:
-        alive = await self._run("checking liveness", lambda conn: conn.fetchval(Q["process_alive"], owner))
-        return bool(alive)
 
     # ------------------------------------------------------------- sessions
 
@@ -902,9 +308,6 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, St
             lambda conn: conn.fetch(Q["renew_leases"], self.lease_seconds, ids, owners, generations),
         )
         return [tuple(row) for row in rows]
-
-    def _live(self) -> bool:
-        return self._liveness is not None and not self._liveness.is_closed()
 
     def _forget(self, lease: Lease) -> None:
         self._progress.pop(lease.session_id, None)

@@ -197,7 +197,7 @@ async def test_a_takeover_waits_for_a_leader_write_in_flight(target: BackendTarg
 async def test_a_database_from_before_epochs_upgrades_and_leads(tmp_path: Path) -> None:
     from harnessx import SQLiteBackend
     from harnessx.store._migrations import load_migrations
-    from harnessx.store._sqlite import _statements
+    from harnessx.store._sqlite_file import _statements
 
     path = tmp_path / "db.sqlite3"
     # A database as the harnessx before leadership epochs left it: migrations 1 to 3.

@@ -16,6 +16,7 @@ MODULES = {
     "sqlite": (
         "_core.py",
         "_sqlite.py",
+        "_sqlite_file.py",
         "_sqlite_console.py",
         "_sqlite_scheduling.py",
         "_sqlite_lifecycle.py",
@@ -24,6 +25,9 @@ MODULES = {
     "postgres": (
         "_core.py",
         "_postgres.py",
+        "_pg_execution.py",
+        "_pg_schema.py",
+        "_pg_liveness.py",
         "_pg_checkpoint.py",
         "_pg_console.py",
         "_pg_scheduling.py",

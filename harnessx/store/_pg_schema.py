@@ -1,0 +1,226 @@
+"""The PostgreSQL store's schema (a part of ``PostgresBackend``): migrating and verifying
+it, moving a database of the original harnessx aside, and the advice that names the command
+to run or the privilege to grant when the role may not do what is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+
+from harnessx._errors import (
+    ConfigurationError,
+    SchemaError,
+)
+from harnessx.store._migrations import (
+    MigrationReport,
+    check_applied,
+    check_objects,
+    load_migrations,
+    pending,
+    report,
+)
+from harnessx.store._original import (
+    OriginalSession,
+    original_database_error,
+    original_schema_name,
+    read_postgres,
+)
+from harnessx.store._pg_driver import (
+    close_quietly,
+)
+from harnessx.store._pg_execution import DEFAULT_SCHEMA, PostgresExecution, quote_ident, runtime_grants
+from harnessx.store._pg_types import Connection
+from harnessx.store._queries import load_queries
+
+__all__ = ["PostgresSchema", "check_schema_name"]
+
+logger = logging.getLogger("harnessx.store.postgres")
+
+Q = load_queries("postgres")
+
+_MAX_IDENTIFIER_BYTES = 63  # PostgreSQL silently truncates longer names
+
+
+def check_schema_name(schema: str) -> None:
+    if not isinstance(schema, str) or not schema or "\x00" in schema:
+        raise ConfigurationError("schema must be a non-empty string without NUL characters")
+    if schema.startswith("pg_") or schema == "information_schema":
+        raise ConfigurationError(
+            f"schema {schema!r} is one of PostgreSQL's own (pg_* and information_schema are reserved "
+            f"for the system): give harnessx a schema of its own, e.g. the default {DEFAULT_SCHEMA!r}"
+        )
+    if len(schema.encode("utf-8")) > _MAX_IDENTIFIER_BYTES:
+        raise ConfigurationError(
+            f"schema name {schema!r} is longer than PostgreSQL's {_MAX_IDENTIFIER_BYTES}-byte limit"
+        )
+
+
+class PostgresSchema(PostgresExecution):
+    """Migrations and their checks, on a connection of their own or a pooled one."""
+
+    @property
+    def _recreate(self) -> str:
+        return (
+            f"start over, losing every session in it: DROP SCHEMA {quote_ident(self.schema)} CASCADE, "
+            f"then run {self._migrate_command}"
+        )
+
+    async def migrate(self, *, validate_only: bool = False) -> MigrationReport:
+        """Apply the migrations this database lacks (also run by ``initialize`` by default).
+        Works on a backend that was never opened, e.g. from the ``harnessx migrate`` command.
+        ``validate_only=True`` changes nothing (no privilege to create is needed): it raises
+        ``SchemaError`` when the schema is missing, older or altered."""
+        work = self._validate_on if validate_only else self._migrate_on
+        if self._pool is not None:
+            return await self._run("migrating the schema", work)
+        conn = await self._with_retries("connecting", lambda within: self._connect("migrate", within))
+        try:
+            with self._translated("migrating the schema"):
+                return await work(conn)
+        finally:
+            await close_quietly(conn)
+
+    async def prepare_from_original(self) -> str:
+        """Move the original harnessx's tables out of this schema (``ALTER SCHEMA ... RENAME``
+        to ``<schema>_0_9_1``; nothing is deleted) and return where they are now: done
+        already, that is where they are. Call before ``migrate`` on a backend not yet open."""
+        moved = original_schema_name(self.schema)
+        conn = await self._with_retries("connecting", lambda within: self._connect("migrate", within))
+        try:
+            with self._translated("moving the original harnessx's tables aside"):
+                if await conn.fetchval(Q["original_layout"], self.schema):
+                    if await conn.fetchval(Q["schema_exists"], moved):
+                        raise SchemaError(
+                            f"{self._where} holds the original harnessx's tables, and schema {moved!r}, "
+                            "where they would go, exists already: rename or drop that schema first"
+                        )
+                    await conn.execute(
+                        f"ALTER SCHEMA {quote_ident(self.schema)} RENAME TO {quote_ident(moved)}"
+                    )
+                    logger.info("moved the original harnessx's schema %s to %s", self.schema, moved)
+                elif not await conn.fetchval(Q["original_layout"], moved):
+                    raise ConfigurationError(
+                        f"neither schema {self.schema!r} nor {moved!r} on {self._dsn.redacted} holds a "
+                        "database of the original harnessx 0.9.1: check --schema and HARNESSX_DSN"
+                    )
+        finally:
+            await close_quietly(conn)
+        return moved
+
+    async def read_original_sessions(self, where: str) -> list[OriginalSession]:
+        """The original harnessx's sessions in schema ``where``, with their runs."""
+        conn = await self._with_retries("connecting", lambda within: self._connect("import", within))
+        try:
+            with self._translated("reading the original harnessx's sessions"):
+                return await read_postgres(conn, where)
+        finally:
+            await close_quietly(conn)
+
+    async def _validate_on(self, conn: Connection) -> MigrationReport:
+        await self._verify_on(conn)
+        return report(self._where, await self._read_applied(conn) or {}, [])
+
+    async def _read_applied(self, conn: Connection) -> dict[int, str] | None:
+        user, schema_exists, usage, table_exists = await conn.fetchrow(Q["schema_state"], self.schema)
+        if schema_exists and not usage:
+            # Without USAGE the search path skips the schema, and every table in it reads as
+            # missing: say what is missing instead.
+            raise SchemaError(self._usage_advice(user, table_exists))
+        if not table_exists:
+            return None
+        return {int(v): str(c) for v, c in await conn.fetch(Q["applied_migrations"])}
+
+    def _usage_advice(self, user: str, migrated: bool) -> str:
+        grants = runtime_grants(self.schema, user)
+        if migrated:
+            return (
+                f"role {user!r} may not use schema {self.schema!r} on {self._dsn.redacted} (no USAGE "
+                f"privilege on it; its owner has migrated it): as the schema's owner, run: {grants}"
+            )
+        return (
+            f"role {user!r} may not use schema {self.schema!r} on {self._dsn.redacted} (no USAGE "
+            f"privilege on it): GRANT USAGE, CREATE ON SCHEMA {quote_ident(self.schema)} TO "
+            f"{quote_ident(user)} to let it migrate, or have the schema's owner run "
+            f"{self._migrate_command} and then: {grants}"
+        )
+
+    async def _check_objects(self, conn: Connection) -> None:
+        present = {str(name) for (name,) in await conn.fetch(Q["schema_objects"], self.schema)}
+        check_objects("postgres", present, self._where, self._recreate)
+
+    async def _migrate_on(self, conn: Connection) -> MigrationReport:
+        # Fast path without locks or DDL, so an up-to-date schema needs no CREATE privilege.
+        applied = await self._read_applied(conn)
+        if applied is None:
+            await self._refuse_original(conn)
+        if applied is not None:
+            check_applied("postgres", applied, self._where, self._recreate)
+            if not pending("postgres", applied):
+                await self._check_objects(conn)
+                return report(self._where, applied, [])
+        async with conn.transaction():
+            # Concurrent starters queue here; each re-reads what the previous one applied.
+            await conn.execute(Q["lock_migrations"], f"harnessx:migrate:{self.schema}")
+            await self._check_may_migrate(conn)
+            if not await conn.fetchval(Q["schema_exists"], self.schema):
+                await conn.execute(f"CREATE SCHEMA {quote_ident(self.schema)}")
+            await conn.execute(Q["create_migrations_table"])
+            applied = await self._read_applied(conn) or {}
+            check_applied("postgres", applied, self._where, self._recreate)
+            done = pending("postgres", applied)
+            for migration in done:
+                await conn.execute(migration.sql)
+                await conn.execute(
+                    Q["record_migration"], migration.version, migration.name, migration.checksum
+                )
+                logger.info("applied migration %04d_%s to %s", migration.version, migration.name, self._where)
+        return report(self._where, applied, done)
+
+    async def _check_may_migrate(self, conn: Connection) -> None:
+        """Name the privilege to grant before DDL fails with a bare 'permission denied'."""
+        user, database, on_database, on_schema = await conn.fetchrow(Q["privileges"], self.schema)
+        role = quote_ident(user)
+        if on_schema is None and not on_database:
+            raise SchemaError(
+                f"role {user!r} may not create schema {self.schema!r} in database {database!r} on "
+                f"{self._dsn.redacted}: GRANT CREATE ON DATABASE {quote_ident(database)} TO {role}, or "
+                f"create the schema as its owner (CREATE SCHEMA {quote_ident(self.schema)} AUTHORIZATION "
+                f"{role}), or have a privileged role run {self._migrate_command} (and then grant this "
+                f"role what running sessions needs: {runtime_grants(self.schema, user)})"
+            )
+        if on_schema is False:
+            raise SchemaError(
+                f"role {user!r} may not create tables in schema {self.schema!r} on {self._dsn.redacted}: "
+                f"GRANT USAGE, CREATE ON SCHEMA {quote_ident(self.schema)} TO {role}, or have the schema's "
+                f"owner run {self._migrate_command} (and then grant this role what running sessions "
+                f"needs: {runtime_grants(self.schema, user)})"
+            )
+
+    async def _refuse_original(self, conn: Connection) -> None:
+        if await conn.fetchval(Q["original_layout"], self.schema):
+            raise original_database_error(self._where, self._from_original_command)
+
+    @property
+    def _from_original_command(self) -> str:
+        command = "harnessx migrate --from-original"
+        if self.schema != DEFAULT_SCHEMA:
+            command += f" --schema {shlex.quote(self.schema)}"
+        return f"'{command}' with HARNESSX_DSN set to {self._dsn.redacted}"
+
+    async def _verify_on(self, conn: Connection) -> None:
+        latest = load_migrations("postgres")[-1].version
+        applied = await self._read_applied(conn)
+        if applied is None:
+            await self._refuse_original(conn)
+            raise SchemaError(
+                f"{self._where} has no harnessx schema (version 0; this harnessx needs version {latest}): "
+                f"run {self._migrate_command} or open the backend with auto_migrate=True"
+            )
+        check_applied("postgres", applied, self._where, self._recreate)
+        if pending("postgres", applied):
+            raise SchemaError(
+                f"{self._where} is at schema version {max(applied, default=0)}, this harnessx needs "
+                f"version {latest}: run {self._migrate_command}"
+            )
+        await self._check_objects(conn)
