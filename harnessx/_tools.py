@@ -27,7 +27,7 @@ from harnessx._errors import ConfigurationError, HarnessError, RuntimeStateError
 from harnessx._permissions import PERMISSION_DENIED, PermissionLevel, PermissionManager
 from harnessx._policies import DEFAULT_TOOL_TIMEOUT_SECONDS, ToolPolicy, ToolRetry
 from harnessx._results import ToolResult
-from harnessx._schema import bind_arguments, function_schema
+from harnessx._tool_schema import bind_arguments, function_schema
 from harnessx._validation import validate_arguments
 from harnessx.providers._base import ToolCall
 

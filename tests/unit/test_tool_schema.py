@@ -1,4 +1,4 @@
-"""Tests for harnessx._schema: tool signatures to JSON Schema, argument checks, argument binding."""
+"""Tests for harnessx._tool_schema: tool signatures to JSON Schema, argument checks, argument binding."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, NewType, NotRequired, Optional, Requ
 import pytest
 
 from harnessx._errors import ConfigurationError
-from harnessx._schema import bind_arguments, function_schema
+from harnessx._tool_schema import bind_arguments, function_schema
 from harnessx._validation import validate_arguments
 
 # ---------------------------------------------------------------------------------------------
