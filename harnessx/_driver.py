@@ -393,7 +393,7 @@ class Driver:
             await self._vendor_refused(admission, exc)
             logger.warning("model call for run %s failed: %s", state.run_id, exc)
             await self._hook(HookEvent.ERROR, error=str(exc))
-            await self.commit(state, self.engine.model_failed(state, exc))
+            await self.commit(state, self.engine.fail(state, exc))
             return
         if admission is not None and self.rates is not None and response.usage is not None:
             self.rates.settle(admission, response.usage)  # owed, sent off the call's path

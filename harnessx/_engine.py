@@ -98,7 +98,6 @@ class Stop:
 
 Step = Delta | CallModel | PrepareTools | Dispatch | CompleteResult | AskApproval | Stop
 
-_TERMINAL_PHASE_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 
 # What the model is told when a run reaches Limits.max_iterations and is asked for its last reply.
 FINAL_ANSWER_NOTICE = (
@@ -330,9 +329,6 @@ class Engine:
         and what it was billed is not known."""
         event = self._event(state, RunEventType.ATTEMPT_RESET, {"attempt": attempt})
         return Delta(state.phase, run=RunPatch(usage_incomplete=True), events=[event])
-
-    def model_failed(self, state: RunState, error: BaseException) -> Delta:
-        return self.fail(state, error)
 
     def fail(self, state: RunState, error: BaseException) -> Delta:
         """Failed: the error is recorded, and every call the run leaves open is answered."""

@@ -469,8 +469,6 @@ def events_from_rows(
                 )
             )
         except (_Undecodable, ValueError, TypeError, KeyError, AttributeError) as exc:
-            if isinstance(exc, CorruptStateError):
-                raise
             raise CorruptStateError(
                 f"corrupt event {seq} of run {run_id} in the harnessx store ({exc}); the row was written by "
                 "something other than harnessx, or damaged on disk: restore the database from a backup"

@@ -368,7 +368,7 @@ class SessionWorkflow:
             outcome = {"error": {"type": kind, "message": message}}
         if "error" in outcome:
             error = outcome["error"]
-            await self.commit(engine.model_failed(state, _remote_error(error["type"], error["message"])))
+            await self.commit(engine.fail(state, _remote_error(error["type"], error["message"])))
             return
         response = response_from_dict(outcome["response"])
         if response.stop_reason == StopReason.MAX_TOKENS:
