@@ -47,7 +47,6 @@ class WorkerConfig:
     poll_min: float = 0.02
     poll_max: float = 0.25
     renew_interval: float | None = None
-    control_interval: float = 0.25
     stats_interval: float = 2.0
     drain_timeout: float = 60.0
     start: StartPolicy = field(default_factory=StartPolicy)
@@ -146,7 +145,6 @@ class Worker:
         )
         side = [
             self._side("heartbeat", self._heartbeat_loop),
-            self._side("controls", self._control_loop),
             self._side("queue-stats", self._stats_loop),
         ]
         try:
@@ -425,28 +423,9 @@ class Worker:
             if self._on_heartbeat is not None:
                 self._on_heartbeat()
 
-    # The control and stats loops outlive store errors (a database restart or failover that
-    # lasts longer than the store's own retries): they log and try again at their next turn,
+    # The stats loop outlives store errors (a database restart or failover that
+    # lasts longer than the store's own retries): it logs and tries again at its next turn,
     # as the heartbeat and the claim loop do, rather than stop the worker.
-
-    async def _control_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.control_interval)
-            if not self.active:
-                continue
-            try:
-                await self._relay_controls()
-            except HarnessError as exc:
-                logger.warning("reading pause/cancel requests failed: %s", exc)
-
-    async def _relay_controls(self) -> None:
-        requests = await self.store.pending_controls()
-        for execution in list(self.active.values()):
-            request = requests.get(execution.session_id)
-            if request is None:
-                continue
-            execution.control.request(request)
-            await self.store.set_control(execution.session_id, None)
 
     async def _stats_loop(self) -> None:
         known = set(self.agent_refs)

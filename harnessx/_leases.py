@@ -26,8 +26,10 @@ class LeaseKeeper:
     """Renews held leases every ``interval`` seconds.
 
     A lease the store no longer confirms is reported to its ``on_lost`` callback at once
-    (the run must stop writing). Control requests written by other processes (pause,
-    cancel) arrive in the same round trip and go to ``on_control``.
+    (the run must stop writing). Pause and cancel requests written by other processes
+    (``Store.set_control``) are taken by the renewal itself, each exactly once, and go to
+    ``on_control``; between renewals the keeper waits on ``Store.wait_for_control``, so that
+    a request is taken at once rather than at the next beat.
     """
 
     def __init__(
@@ -87,7 +89,7 @@ class LeaseKeeper:
     async def _beat(self) -> None:
         try:
             while self._held:
-                await asyncio.sleep(self.interval)
+                await self._wait(self.interval)
                 try:
                     await self.renew_now()
                 except StorageError as exc:
@@ -101,6 +103,18 @@ class LeaseKeeper:
             if self._on_failure is not None:
                 self._on_failure(exc)
             raise
+
+    async def _wait(self, seconds: float) -> None:
+        """Until the next beat is due, or a pause/cancel request may be waiting sooner."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while (left := deadline - loop.time()) > 0:
+            try:
+                if await self.store.wait_for_control(left):
+                    return
+            except StorageError:
+                await asyncio.sleep(left)  # nothing to hear: the beat as planned
+                return
 
     async def aclose(self) -> None:
         self._held.clear()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import itertools
 import logging
 import time
 import uuid
@@ -531,8 +532,6 @@ class AgentRuntime:
         except SessionBusyError as busy:
             return self._submission.busy(self, record, busy)
         try:
-            if session.control:
-                await store.set_control(session_id, None)
             handle = await self._submission.resumed(self, lease, record)
         except BaseException:
             with contextlib.suppress(StorageError):
@@ -737,18 +736,24 @@ class AgentRuntime:
             with contextlib.suppress(Exception):
                 await asyncio.shield(active.task)
             return
-        record = await store.latest_run(sid)
-        if record is None or record.status not in UNFINISHED_STATUSES:
-            return
-        if request == "pause" and record.status is not RunStatus.RUNNING:
-            return
-        try:
-            lease = await self._claim(store, sid)
-        except SessionBusyError:
-            # Another live process drives it: leave the request where its heartbeat reads it.
-            await store.set_control(sid, request)
-            return
-        assert self._executor is not None
+        for attempt in itertools.count(1):
+            record = await store.latest_run(sid)
+            if record is None or record.status not in UNFINISHED_STATUSES:
+                return
+            if request == "pause" and record.status is not RunStatus.RUNNING:
+                return
+            try:
+                lease = await self._claim(store, sid)
+                break
+            except SessionBusyError:
+                # Another live process drives it: its next lease renewal takes the request.
+                if await store.set_control(sid, request):
+                    return
+                # Its run stopped meanwhile and its holder lets go: look again (a holder that
+                # keeps a stopped run for longer than a few leases is not letting go).
+                if attempt == 3:
+                    raise
+        assert record is not None and self._executor is not None
         try:
             try:
                 state = await store.load_state(record.id)

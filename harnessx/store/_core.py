@@ -325,9 +325,6 @@ class StoreCore:
         row = await self._one("reading a session", "get_session", session_id)
         return session_record(row) if row is not None else None
 
-    async def set_control(self, session_id: str, control: ControlRequest | None) -> None:
-        await self._change("setting a control request", "set_control", control, session_id)
-
     async def recent_sessions(self, limit: int) -> list[SessionSummary]:
         return [session_summary(row) for row in await self._all("listing sessions", "recent_sessions", limit)]
 

@@ -3,12 +3,13 @@
 A checkpoint that adds events sends one NOTIFY on the schema's ``events`` channel, but
 only while some process follows the session (``sessions.watched_until``, which a follower
 pushes forward while it waits); queueing a run sends one on the ``work`` channel (see
-postgres.sql). A notifying commit holds a cluster-wide lock until it is flushed, so a run
-nobody follows from elsewhere must not notify. This process LISTENs on a channel only once something in it has
-waited on that channel: a pool worker waits for work and never hears the events of every
-run in the cluster; a process that follows runs driven elsewhere hears events and no work.
-A notification is only a hint to look again; whenever the connection is down, waiting is
-plain waiting and callers poll.
+postgres.sql); a pause/cancel request one on the ``control`` channel, which lease holders
+hear so that they renew (and so take it) at once. A notifying commit holds a cluster-wide
+lock until it is flushed, so a run nobody follows from elsewhere must not notify. This
+process LISTENs on a channel only once something in it has waited on that channel: a pool
+worker waits for work and never hears the events of every run in the cluster; a process that
+follows runs driven elsewhere hears events and no work. A notification is only a hint to look
+again; whenever the connection is down, waiting is plain waiting and callers poll.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Notifications:
         self._scrub = scrub
         self.events_channel: str | None = None  # set once the schema is known
         self.work_channel: str | None = None
+        self.control_channel: str | None = None
         self.connection: Connection | None = None
         self._listening: set[str] = set()  # channels LISTENed on ``connection``
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -63,6 +65,7 @@ class Notifications:
         self._retry_at = 0.0
         self._runs = RunWaiters()
         self._work = asyncio.Event()  # replaced each time it is set
+        self._control = asyncio.Event()  # likewise
 
     async def wait_for_run(self, run_id: str, max_wait: float) -> bool:
         loop = asyncio.get_running_loop()
@@ -73,6 +76,9 @@ class Notifications:
 
     async def wait_for_work(self, max_wait: float) -> bool:
         return await self._wait(self.work_channel, self._work, max_wait)
+
+    async def wait_for_control(self, max_wait: float) -> bool:
+        return await self._wait(self.control_channel, self._control, max_wait)
 
     async def _wait(
         self, channel: str | None, waiter: asyncio.Event, max_wait: float, *, look_again: bool = False
@@ -159,6 +165,8 @@ class Notifications:
     def _heard(self, conn: Connection, pid: int, channel: str, payload: str) -> None:
         if channel == self.work_channel:
             self.wake_work()
+        elif channel == self.control_channel:
+            self.wake_control()
         else:
             self.wake_run(payload)
 
@@ -178,13 +186,18 @@ class Notifications:
         waiter, self._work = self._work, asyncio.Event()
         waiter.set()
 
+    def wake_control(self) -> None:
+        waiter, self._control = self._control, asyncio.Event()
+        waiter.set()
+
     def wake_all(self) -> None:
         self._runs.wake_all()
         self.wake_work()
+        self.wake_control()
 
     async def close(self) -> None:
         """Stop listening; until the channels are set again, waiting is plain waiting."""
-        self.events_channel = self.work_channel = None
+        self.events_channel = self.work_channel = self.control_channel = None
         tasks = [*self._tasks.values(), *self._announcing.values()]
         self._tasks, self._announcing, self._watching = {}, {}, {}
         for task in tasks:

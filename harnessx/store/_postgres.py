@@ -100,6 +100,7 @@ from harnessx.store._pg_schema import check_schema_name
 from harnessx.store._pg_types import Connection, Pool
 from harnessx.store._queries import load_queries
 from harnessx.store._records import (
+    ControlRequest,
     IncidentSnapshot,
     Leadership,
     Lease,
@@ -213,7 +214,11 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, Po
                 channels = await self._run(
                     "reading the notification channels", lambda conn: conn.fetchrow(Q["channels"])
                 )
-                self._notifications.events_channel, self._notifications.work_channel = channels
+                (
+                    self._notifications.events_channel,
+                    self._notifications.work_channel,
+                    self._notifications.control_channel,
+                ) = channels
                 await self._hold_liveness()
             except BaseException:
                 await self._shutdown()
@@ -256,6 +261,18 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, Po
             workers=[worker_info(row, bool(row[8])) for row in workers],
             tracked={run_id: (status, bool(leased)) for run_id, status, leased in runs},
         )
+
+    async def wait_for_control(self, max_wait: float) -> bool:
+        return await self._notifications.wait_for_control(max_wait)
+
+    async def set_control(self, session_id: str, control: ControlRequest) -> bool:
+        async def write(conn: Any) -> bool:
+            # The row lock first: a checkpoint in flight commits before the check reads the run.
+            async with conn.transaction():
+                await conn.fetchval(Q["lock_session_row"], session_id)
+                return await conn.fetchval(Q["set_control"], control, session_id) is not None
+
+        return await self._run("setting a control request", write)
 
     # ------------------------------------------------------------- sessions
 

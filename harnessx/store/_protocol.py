@@ -169,7 +169,18 @@ class SessionStore(Protocol):
 
     async def process_alive(self, owner: str) -> bool: ...
 
-    async def set_control(self, session_id: str, control: ControlRequest | None) -> None: ...
+    async def set_control(self, session_id: str, control: ControlRequest) -> bool:
+        """Ask the process driving the session's run to ``pause`` or ``cancel`` it; ``False``
+        (nothing written) unless the session is leased and its run is running. The request's
+        one lifecycle: written here; taken, exactly once, by the holder's next lease renewal
+        (``renew`` returns it in ``Renewal.controls`` and clears it in the same statement);
+        dropped by the commit that stops the run if it was not taken by then, so that it never
+        reaches a later execution. A later request replaces one not taken yet."""
+
+    async def wait_for_control(self, max_wait: float) -> bool:
+        """Return soon after a pause/cancel request may have been written for a lease of this
+        process (a hint to renew now, which takes it: ``True``), or after ``max_wait``
+        seconds (``False``). PostgreSQL hears a notification; SQLite looks every 0.25 s."""
 
     async def pending_controls(self) -> dict[str, ControlRequest]:
         """Pause/cancel requests for sessions this process holds leases on."""

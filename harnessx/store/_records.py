@@ -479,7 +479,8 @@ class LoadedRun:
 
 @dataclass
 class Renewal:
-    """The outcome of one heartbeat: which leases still hold, and pending control requests."""
+    """The outcome of one heartbeat: which leases still hold, and the pause/cancel requests
+    it took (``controls``, by session: each is delivered by exactly one renewal)."""
 
     held: set[str]
     lost: set[str]

@@ -67,6 +67,7 @@ from harnessx.store._core import (
 from harnessx.store._deadlines import LeaseDeadlines
 from harnessx.store._queries import load_queries
 from harnessx.store._records import (
+    ControlRequest,
     IncidentSnapshot,
     Leadership,
     Lease,
@@ -91,6 +92,8 @@ __all__ = ["SQLiteBackend"]
 
 T = TypeVar("T")
 Q = load_queries("sqlite")
+# How often a process holding leases looks for pause/cancel requests (wait_for_control).
+_CONTROL_POLL = 0.25
 
 
 class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile):
@@ -185,7 +188,11 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         named = dumps([[lease.session_id, lease.owner, lease.generation] for lease in leases])
 
         def body(conn: sqlite3.Connection) -> list[Row]:
-            return conn.execute(Q["renew_leases"], (time.time() + self.lease_seconds, named)).fetchall()
+            rows = conn.execute(Q["renew_leases"], (time.time() + self.lease_seconds, named)).fetchall()
+            taken = [row[0] for row in rows if row[3]]
+            if taken:  # delivered with this renewal, so taken: in the same transaction
+                conn.execute(Q["take_controls"], (dumps(taken),))
+            return list(rows)
 
         return await self._call(self._write, body)
 
@@ -215,9 +222,13 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
 
     # ----------------------------------------------------------------- runs
 
-    def _fence(self, conn: sqlite3.Connection, lease: Lease, new_messages: int) -> int:
+    def _fence(
+        self, conn: sqlite3.Connection, lease: Lease, new_messages: int, status: str | None = None
+    ) -> int:
+        """Fence a write by ``lease``; ``status``: the run status it writes (one other than
+        running drops a pause/cancel request not taken yet)."""
         row = conn.execute(
-            Q["fence"], (new_messages, lease.session_id, lease.owner, lease.generation, time.time())
+            Q["fence"], (new_messages, status, lease.session_id, lease.owner, lease.generation, time.time())
         ).fetchone()
         if row is None:
             raise lease_lost(lease)
@@ -233,7 +244,8 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         journal: Sequence[JournalRecord],
     ) -> None:
         now = time.time()
-        count = self._fence(conn, lease, len(delta.messages))
+        values = run_values(state, delta)
+        count = self._fence(conn, lease, len(delta.messages), values[0])
         first = count - len(delta.messages) + 1
         for offset, message in enumerate(delta.messages):
             conn.execute(
@@ -246,7 +258,6 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
                 conn.execute(Q["upsert_tool_result"], (entry.execution_key, kind, state.run_id, body))
         last_seq = self._insert_events(conn, lease, events, now, result_keys(delta.tools))
         self._insert_journal(conn, lease, state.run_id, journal)
-        values = run_values(state, delta)
         conn.execute(
             Q["update_run"],
             (*values, last_seq, lease.generation, now, values[0], state.run_id),
@@ -556,7 +567,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
     ) -> None:
         def body(conn: sqlite3.Connection) -> None:
             now = time.time()
-            self._fence(conn, lease, 0)
+            self._fence(conn, lease, 0, status)
             last = self._append_numbered(conn, lease, run_id, events, now)
             values = (
                 status,
@@ -722,6 +733,23 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
                 for run_id, status, leased_again in loads(runs, "the tracked runs")
             },
         )
+
+    async def wait_for_control(self, max_wait: float) -> bool:
+        # SQLite cannot notify other processes: look for requests on this process's leases.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait
+        while not await self.pending_controls():
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(_CONTROL_POLL, left))
+        return True
+
+    async def set_control(self, session_id: str, control: ControlRequest) -> bool:
+        row = await self._call(
+            self._write, lambda conn: conn.execute(Q["set_control"], (control, session_id)).fetchone()
+        )
+        return row is not None
 
     async def release_leadership(self, term: Leadership) -> None:
         held = self._leaderships.get(term.role)

@@ -12,7 +12,7 @@ What they hold a store to (the store protocol's guarantees, ``harnessx.store._pr
   to others; a dead holder's is free at once; every write under a stale lease is refused
   with ``LeaseLostError`` and writes nothing.
 - ``renewal``: one renewal names the leases it renewed and those it lost, extends the
-  renewed ones' deadlines, and carries pending control requests.
+  renewed ones' deadlines, and takes pending control requests.
 - ``concurrent_claims``: two claimers of one session, one winner; two workers claiming
   from one queue never get the same run.
 - ``orphan_recovery``: a dead holder's and an expired lease are found, recovered once each
@@ -21,8 +21,10 @@ What they hold a store to (the store protocol's guarantees, ``harnessx.store._pr
   request id taken, a session that exists) leaves nothing of itself behind.
 - ``event_cursors``: events come back in cursor order, ``after=`` is exclusive, ``limit``
   pages, content round-trips, runs do not mix.
-- ``controls``: a pause or cancel request reaches the owner (``pending_controls``, the
-  renewal, the session row) and no other process, and clearing it clears it.
+- ``controls``: a pause or cancel request is written only while the session is leased and
+  its run running, is seen by the owner alone (``pending_controls``), is taken by the
+  owner's next renewal exactly once, and goes with the commit that stops the run if it was
+  not taken by then.
 
 With pytest (both backends of this project run it, ``tests/integration/test_store_conformance.py``)::
 
@@ -52,7 +54,8 @@ from typing import Any, TypeVar
 
 from harnessx._errors import ConfigurationError, HarnessError, LeaseLostError, SessionBusyError
 from harnessx._events import RunEvent, RunEventType
-from harnessx._state import Delta, Phase
+from harnessx._results import RunStatus
+from harnessx._state import Delta, Phase, RunPatch
 from harnessx.store._protocol import Lease, NewSession, Store
 
 __all__ = ["STORE_CHECKS", "StoreCheck", "StoreConformanceError", "StoreFactory", "check_store"]
@@ -228,16 +231,15 @@ async def leases_and_fencing(factory: StoreFactory) -> None:
 
 async def renewal(factory: StoreFactory) -> None:
     """One renewal names the leases it renewed and those it lost (released, taken over),
-    extends the renewed ones' deadlines and forgets the lost ones', and carries pending
+    extends the renewed ones' deadlines and forgets the lost ones', and takes pending
     control requests."""
     async with factory(lease_seconds=60.0) as store:
         leases = {}
         for sid in ("renewed", "taken", "released"):
-            await store.create_session(sid, None, {})
-            leases[sid] = await store.claim(sid, "h")
+            leases[sid] = await _start(store, sid, f"{sid}-run")
         newer = await store.claim("taken", "h")  # the old lease on "taken" no longer holds
         await store.release(leases["released"])
-        await store.set_control("renewed", "pause")
+        _expect(await store.set_control("renewed", "pause"), "a running run's request was not written")
         before = store.lease_deadline(leases["renewed"])
         _expect(before > time.monotonic(), "a claimed lease has no deadline ahead")
 
@@ -414,25 +416,42 @@ async def event_cursors(factory: StoreFactory) -> None:
 
 
 async def controls(factory: StoreFactory) -> None:
-    """A pause or cancel request on a session reaches the process holding its lease
-    (``pending_controls``, the renewal, the session row) and no other process; clearing it
-    clears it everywhere."""
+    """A pause or cancel request (see ``Store.set_control``): written only while the session
+    is leased and its run running; seen by the process holding the lease and no other;
+    taken by that process's next renewal, exactly once; dropped by the commit that stops the
+    run if not taken by then, so that no later execution meets it."""
     async with _opened(factory, 2) as (owner, bystander):
         lease = await _start(owner, "controlled", "controlled-run")
         await _start(owner, "untouched", "untouched-run")
         _expect(await owner.pending_controls() == {}, "controls are pending before any was set")
         for control in ("pause", "cancel"):
-            await bystander.set_control("controlled", control)  # an operator's process
+            written = await bystander.set_control("controlled", control)  # an operator's process
+            _expect(written, f"a {control} request on a running run was not written")
             pending = await owner.pending_controls()
             _expect(pending == {"controlled": control}, f"the owner sees {pending} after a {control} request")
             _expect(await bystander.pending_controls() == {}, "a process holding no lease sees a control")
+            session = await bystander.get_session("controlled")
+            _expect(session is not None and session.control == control, "the session row lacks the request")
             renewed = await owner.renew([lease])
             _expect(renewed.controls == {"controlled": control}, f"the renewal carried {renewed.controls}")
-            session = await bystander.get_session("controlled")
-            _expect(session is not None and session.control == control, "the session row lacks the control")
-        await owner.set_control("controlled", None)
-        _expect(await owner.pending_controls() == {}, "a cleared control is still pending")
-        _expect((await owner.renew([lease])).controls == {}, "a cleared control is still renewed")
+            _expect((await owner.renew([lease])).controls == {}, "a request was taken twice")
+            _expect(await owner.pending_controls() == {}, "a taken request is still pending")
+        # Not taken before the run stops: the stopping commit drops it.
+        _expect(await bystander.set_control("controlled", "pause"), "a request was not written")
+        state = await owner.load_state("controlled-run")
+        stopped = Delta(Phase.PREPARE_MODEL_CALL, run=RunPatch(status=RunStatus.PAUSED))
+        await owner.commit(lease, state, stopped, [])
+        session = await bystander.get_session("controlled")
+        _expect(session is not None and session.control is None, "a stopped run kept its request")
+        _expect(
+            not await bystander.set_control("controlled", "cancel"), "a request was written for a stopped run"
+        )
+        _expect((await owner.renew([lease])).controls == {}, "a stopped run's renewal carried a request")
+        await owner.release(lease)
+        _expect(
+            not await bystander.set_control("controlled", "cancel"),
+            "a request was written for a free session",
+        )
 
 
 STORE_CHECKS: tuple[StoreCheck, ...] = tuple(

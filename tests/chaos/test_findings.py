@@ -319,7 +319,7 @@ async def test_a_worker_and_its_run_outlive_a_database_outage_longer_than_its_re
         PostgresBackend(cluster.dsn) as client,
         PostgresBackend(cluster.dsn) as worker_store,
     ):
-        config = WorkerConfig(concurrency=1, control_interval=0.1, stats_interval=0.1)
+        config = WorkerConfig(concurrency=1, stats_interval=0.1)
         worker = Worker(worker_store, _registry(work), config)
         async with _running(worker):
             _, run_id = await _submit(client)

@@ -81,7 +81,7 @@ async def until(check: Any, what: str, within: float = 30) -> Any:
 async def pool(target: BackendTarget) -> Any:
     release = threading.Event()
     async with target.open() as worker_store, target.open() as store:
-        config = WorkerConfig(concurrency=4, control_interval=0.05, stats_interval=0.05)
+        config = WorkerConfig(concurrency=4, stats_interval=0.05)
         worker = Worker(worker_store, registry(release), config)
         task = asyncio.create_task(worker.run())
         await worker.registered.wait()
@@ -95,7 +95,7 @@ async def pool(target: BackendTarget) -> Any:
 
 async def status(store: Any, run_id: str) -> str:
     record = await store.get_run(run_id)
-    return str(record.status) if record else ""
+    return record.status.value if record else ""
 
 
 async def test_nothing_is_served_without_signing_in(target: BackendTarget) -> None:

@@ -77,7 +77,7 @@ Fixture = tuple[Store, threading.Event, Worker]
 async def pool(target: BackendTarget) -> AsyncIterator[Fixture]:
     release = threading.Event()
     async with target.open() as worker_store, target.open() as client:
-        config = WorkerConfig(concurrency=4, control_interval=0.05, stats_interval=0.05)
+        config = WorkerConfig(concurrency=4, stats_interval=0.05)
         worker = Worker(worker_store, asks_registry(release), config)
         task = asyncio.create_task(worker.run())
         await worker.registered.wait()

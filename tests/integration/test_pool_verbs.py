@@ -75,7 +75,7 @@ def registry_with(gate: Gate) -> AgentRegistry:
 async def pool(target: BackendTarget) -> AsyncIterator[tuple[Any, Gate]]:
     gate = Gate(threading.Event(), threading.Event())
     async with target.open() as worker_store, target.open() as supervisor_store, target.open() as client:
-        config = WorkerConfig(concurrency=4, control_interval=0.05, stats_interval=0.05)
+        config = WorkerConfig(concurrency=4, stats_interval=0.05)
         worker = Worker(worker_store, registry_with(gate), config)
         gate.worker = worker
         supervisor = Supervisor(supervisor_store)

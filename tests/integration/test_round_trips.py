@@ -175,7 +175,7 @@ async def test_a_worker_drives_a_claimed_run_in_a_known_number_of_round_trips(pg
         PostgresRoundTrips(pg_database) as proxy,
         PostgresBackend(proxy.dsn) as store,
     ):
-        worker = Worker(store, registry, WorkerConfig(concurrency=1, control_interval=60, stats_interval=60))
+        worker = Worker(store, registry, WorkerConfig(concurrency=1, stats_interval=60))
         running = asyncio.create_task(worker.run())
         try:
             for attempt in range(3):

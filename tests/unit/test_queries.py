@@ -69,6 +69,7 @@ SQLITE_ONLY_QUERIES = {
     ),
     "rate_bucket": "reserve_rate",  # PostgreSQL's reservation is one statement
     "leased_sessions": "find_orphans",
+    "take_controls": "renew_leases",
     "drop_orphan_lease": "recover_orphan",
     "requeue_session": "recover_orphan",
     "last_event_seq": "end_run",

@@ -90,8 +90,8 @@ SELECT epoch, holder FROM leadership WHERE role = $1;
 SELECT pg_advisory_unlock(harnessx_liveness_key('leader:' || $1));
 
 -- name: channels
--- The LISTEN/NOTIFY channels announcing new events and newly queued runs.
-SELECT harnessx_channel('events'), harnessx_channel('work');
+-- The LISTEN/NOTIFY channels announcing new events, newly queued runs and pause/cancel requests.
+SELECT harnessx_channel('events'), harnessx_channel('work'), harnessx_channel('control');
 
 -- name: insert_session
 -- Create a session row with no lease; reports whether it was new.
@@ -112,13 +112,23 @@ SELECT new_generation, busy_seconds FROM harnessx_claim($1, $2, $3);
 
 -- name: renew_leases
 -- Extend the leases $2 (session ids), $3 (owners), $4 (generations) in one statement; returns
--- those still held. Only the leases named: a lease this process let go of but could not give
--- back (its release failed) must expire, so that the supervisor can hand its run on.
+-- those still held, each with the pause/cancel request it takes: the request is cleared in
+-- the same statement, so it is delivered once, to the process driving the run. (The rows are
+-- locked first, which reads each one as it is now; RETURNING would show the cleared value.)
+-- Only the leases named: a lease this process let go of but could not give back (its release
+-- failed) must expire, so that the supervisor can hand its run on.
+WITH held AS (
+    SELECT s.id, s.control
+    FROM sessions s
+    JOIN unnest($2::text[], $3::text[], $4::bigint[]) AS h (id, owner, generation)
+      ON s.id = h.id AND s.lease_owner = h.owner AND s.generation = h.generation
+    FOR UPDATE OF s
+)
 UPDATE sessions s
-SET lease_expires_at = clock_timestamp() + make_interval(secs => $1)
-FROM unnest($2::text[], $3::text[], $4::bigint[]) AS held (id, owner, generation)
-WHERE s.id = held.id AND s.lease_owner = held.owner AND s.generation = held.generation
-RETURNING s.id, s.lease_owner, s.generation, s.control;
+SET lease_expires_at = clock_timestamp() + make_interval(secs => $1), control = NULL
+FROM held
+WHERE s.id = held.id
+RETURNING s.id, s.lease_owner, s.generation, held.control;
 
 -- name: release_lease
 -- Give a session back, only if this exact lease still holds it.
@@ -129,9 +139,19 @@ WHERE id = $1 AND lease_owner = $2 AND generation = $3;
 -- Whether a lease owner's process still holds its liveness lock.
 SELECT harnessx_owner_alive($1);
 
+-- name: lock_session_row
+-- Lock session $1's row (in a transaction) until it commits: a write in flight finishes first.
+SELECT id FROM sessions WHERE id = $1 FOR UPDATE;
+
 -- name: set_control
--- Ask whoever drives the session to pause or cancel (NULL clears the request).
-UPDATE sessions SET control = $1 WHERE id = $2;
+-- Ask whoever drives session $2 to pause or cancel ($1): only while it is leased and its run is
+-- running (a row, else none). Sent after lock_session_row in the same transaction, so its
+-- snapshot sees a checkpoint that just stopped the run (which drops any request not taken yet).
+UPDATE sessions s SET control = $1
+WHERE s.id = $2 AND s.lease_owner IS NOT NULL
+  AND EXISTS (SELECT FROM runs r WHERE r.session_id = s.id AND r.status = 'running')
+-- Lease holders listening hear it and renew at once, which takes the request (see renew_leases).
+RETURNING pg_notify(harnessx_channel('control'), s.id) IS NULL;
 
 -- name: create_session_run
 -- Create session $1 with its first run $5 in one statement, so one transaction and one round
@@ -358,7 +378,8 @@ WHERE id = $4 AND start_attempts <> 0
 -- appending the events twice. Returns true and the first new event's seq; HX001 when the
 -- lease no longer holds. Followers are woken (NOTIFY).
 WITH fence AS (
-    UPDATE sessions SET last_checkpoint = $8
+    -- The run stops: a pause/cancel request not taken yet was for this execution.
+    UPDATE sessions SET last_checkpoint = $8, control = NULL
     WHERE id = $1 AND lease_owner = $2 AND generation = $3 AND lease_expires_at > clock_timestamp()
       AND last_checkpoint IS DISTINCT FROM $8
     RETURNING id

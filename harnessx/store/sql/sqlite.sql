@@ -23,9 +23,10 @@ RETURNING generation;
 
 -- name: renew_leases
 -- Extend the leases given as a JSON array of [session id, owner, generation] in one
--- statement; returns those still held. Only the leases named: a lease this process let go of
--- but could not give back (its release failed) must expire, so that the supervisor can hand
--- its run on.
+-- statement; returns those still held, each with its pending pause/cancel request, which
+-- the renewal takes (take_controls, in the same transaction). Only the leases named: a lease
+-- this process let go of but could not give back (its release failed) must expire, so that
+-- the supervisor can hand its run on.
 UPDATE sessions
 SET lease_expires_at = ?
 WHERE (id, lease_owner, generation) IN (
@@ -40,15 +41,27 @@ UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL
 WHERE id = ? AND lease_owner = ? AND generation = ?;
 
 -- name: fence
--- The fence: bumps the message counter only while the writer's lease holds.
+-- The fence: bumps the message counter only while the writer's lease holds. A write that
+-- stops the run (a status other than running; NULL: the status is not written) drops a
+-- pause/cancel request not taken yet, in the same transaction: it was for this execution.
 UPDATE sessions
-SET message_count = message_count + ?
+SET message_count = message_count + ?,
+    control = CASE WHEN ? <> 'running' THEN NULL ELSE control END
 WHERE id = ? AND lease_owner = ? AND generation = ? AND lease_expires_at > ?
 RETURNING message_count;
 
+-- name: take_controls
+-- The renewal takes the pause/cancel requests it returned (sessions given as a JSON array):
+-- each is delivered once, to the process driving the run.
+UPDATE sessions SET control = NULL WHERE id IN (SELECT value FROM json_each(?));
+
 -- name: set_control
--- Ask whoever drives the session to pause or cancel (NULL clears the request).
-UPDATE sessions SET control = ? WHERE id = ?;
+-- Ask whoever drives the session to pause or cancel: only while it is leased and its run is
+-- running (in the write transaction, so never on a run that has just stopped).
+UPDATE sessions SET control = ?1
+WHERE id = ?2 AND lease_owner IS NOT NULL
+  AND EXISTS (SELECT 1 FROM runs r WHERE r.session_id = ?2 AND r.status = 'running')
+RETURNING id;
 
 -- name: insert_run
 -- A new run, fenced by the caller's transaction; queued_at is set for the pool, with the run's
