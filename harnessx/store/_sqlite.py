@@ -738,12 +738,11 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         # SQLite cannot notify other processes: look for requests on this process's leases.
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait
-        while not await self.pending_controls():
-            left = deadline - loop.time()
-            if left <= 0:
-                return False
+        while (left := deadline - loop.time()) > 0:
             await asyncio.sleep(min(_CONTROL_POLL, left))
-        return True
+            if await self.pending_controls():
+                return True
+        return False
 
     async def set_control(self, session_id: str, control: ControlRequest) -> bool:
         row = await self._call(
