@@ -78,7 +78,18 @@ class Notifications:
         return await self._wait(self.work_channel, self._work, max_wait)
 
     async def wait_for_control(self, max_wait: float) -> bool:
-        return await self._wait(self.control_channel, self._control, max_wait)
+        # Unlike the waits above, beginning to listen is no reason to look at once: the
+        # caller's next lease renewal takes a request written before that anyway.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait
+        waiter = self._control
+        if self.control_channel is not None:
+            await self._listen(self.control_channel, max(max_wait, 0.0))
+        remaining = deadline - loop.time()
+        if remaining > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter.wait(), remaining)
+        return waiter.is_set()
 
     async def _wait(
         self, channel: str | None, waiter: asyncio.Event, max_wait: float, *, look_again: bool = False
