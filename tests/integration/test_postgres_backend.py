@@ -484,12 +484,11 @@ async def test_renew_extends_held_leases_and_reports_lost_ones_in_one_statement(
     async with backends(pg_database, 2, lease_seconds=60) as (mine, theirs):
         leases = {}
         for sid in "abc":
-            await mine.create_session(sid, None, {})
-            leases[sid] = await mine.claim(sid, "h")
+            leases[sid] = await start_run(mine, sid, f"run-{sid}")
         await expire(pg_database, "b")
         await theirs.claim("b", "thief")
         await mine.release(leases["c"])
-        await mine.set_control("a", "pause")
+        assert await theirs.set_control("a", "pause")
 
         statements = 0
         run = mine._run
@@ -504,7 +503,7 @@ async def test_renew_extends_held_leases_and_reports_lost_ones_in_one_statement(
         assert statements == 1
         assert renewal.held == {"a"} and renewal.lost == {"b", "c"}
         assert renewal.controls == {"a": "pause"}
-        assert await mine.pending_controls() == {"a": "pause"}
+        assert await mine.pending_controls() == {}  # the renewal took it
         rows = await sql(
             pg_database,
             f"SELECT extract(epoch FROM lease_expires_at - now()) FROM {SCHEMA}.sessions WHERE id='a'",
