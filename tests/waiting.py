@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["wait_until"]
+__all__ = ["claim_once_expired", "wait_until"]
 
 
 async def wait_until(
@@ -31,3 +31,17 @@ async def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {within:g} s for {what}; it did not happen (last: {value!r})")
         await asyncio.sleep(interval)
+
+
+async def claim_once_expired(store: Any, session_id: str, holder: str, within: float = 30.0) -> Any:
+    """``store.claim(session_id, holder)`` as soon as it succeeds: once the lease another
+    holder has on the session (and no longer renews) has expired."""
+    from harnessx import SessionBusyError
+
+    async def attempt() -> Any:
+        try:
+            return await store.claim(session_id, holder)
+        except SessionBusyError:
+            return None
+
+    return await wait_until(attempt, f"the lease on session {session_id} to expire", within)

@@ -84,6 +84,12 @@ def registered_workers(db: Path) -> int:
         return int(conn.execute("SELECT count(*) FROM workers WHERE stopped_at IS NULL").fetchone()[0])
 
 
+def leader_scans(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        row = conn.execute("SELECT scans FROM leadership WHERE role = 'supervisor'").fetchone()
+    return int(row[0]) if row is not None else 0
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.kill()
@@ -140,7 +146,13 @@ def test_supervisor_notifies_ready_and_stopping_without_watchdog(
     try:
         messages: list[str] = []
         receive(sock, messages, lambda got: count(got, "READY=1") > 0, supervisor, within=30)
-        time.sleep(1.0)  # ten scans
+        # Ten scans (as the leader records them on its row, once a second), so that a
+        # WATCHDOG=1 would have been sent by now.
+        deadline = time.monotonic() + 30
+        while leader_scans(db) < 10:
+            assert time.monotonic() < deadline, f"the supervisor did not scan ten times: {log.read_text()}"
+            assert supervisor.poll() is None, log.read_text()
+            time.sleep(0.05)
         supervisor.send_signal(signal.SIGTERM)
         receive(sock, messages, lambda got: count(got, "STOPPING=1") == 1, supervisor, within=10)
         assert supervisor.wait(timeout=30) == 0, log.read_text()

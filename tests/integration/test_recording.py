@@ -6,13 +6,13 @@ faults are injected in the database itself (a trigger that refuses a journal ins
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from typing import Any
 
 import asyncpg
 import pytest
 from durable_support import BackendTarget, make_agent
+from waiting import claim_once_expired
 
 from harnessx import (
     Agent,
@@ -180,8 +180,7 @@ async def test_a_fenced_out_writer_journals_nothing(target: BackendTarget) -> No
         result = await runtime.run("go")
         before = await journal(holder, session_id, result.run_id)
         stale = await holder.claim(session_id, "zombie")
-        await asyncio.sleep(0.5)  # the lease expires
-        fresh = await taker.claim(session_id, "rescuer")
+        fresh = await claim_once_expired(taker, session_id, "rescuer")  # nobody renews the lease
         state = await holder.load_state(result.run_id)
         record = JournalRecord("command.failed", {"message": "zombie"}, "9", "9")
         with pytest.raises(LeaseLostError):

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from durable_support import BackendTarget, ledger_lines, make_agent
+from waiting import claim_once_expired
 
 from harnessx import (
     Agent,
@@ -342,8 +343,7 @@ async def test_stale_writer_gets_lease_lost_and_writes_nothing(target: BackendTa
         session_id = await runtime.start()
         result = await runtime.run("go")
         stale = await holder.claim(session_id, "zombie")
-        await asyncio.sleep(0.5)  # the lease expires
-        fresh = await taker.claim(session_id, "rescuer")
+        fresh = await claim_once_expired(taker, session_id, "rescuer")  # nobody renews the lease
         assert fresh.generation == stale.generation + 1
         state = await holder.load_state(result.run_id)
         before = await holder.read_events(result.run_id, 0, 10_000)

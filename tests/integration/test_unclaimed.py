@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 from durable_support import BackendTarget
+from waiting import wait_until
 
 from harness_workers import Worker, WorkerConfig
 from harnessx import Agent, AgentRef, AgentRegistry, AgentRuntime, RunStatus
-from harnessx._observe import UNCLAIMED_WARNING_SECONDS
+from harnessx._observe import UNCLAIMED_WARNING_SECONDS, _Watch
 
 # Each test waits out the follower's warning delay and then watches it stay quiet.
 pytestmark = pytest.mark.slow
@@ -28,28 +29,45 @@ async def notices(caplog: pytest.LogCaptureFixture, within: float = 30) -> list[
     return found
 
 
+def count_looks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The looks the follower takes at the run's row (where it decides to warn), counted as
+    they happen: ``[n]``."""
+    looks = [0]
+    look = _Watch.look
+
+    async def counted(watch: _Watch) -> None:
+        before = watch.looked
+        await look(watch)
+        looks[0] += watch.looked != before
+
+    monkeypatch.setattr(_Watch, "look", counted)
+    return looks
+
+
 async def follow_then_cancel(
-    runtime: AgentRuntime, caplog: pytest.LogCaptureFixture
+    runtime: AgentRuntime, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[list[str], Any]:
+    looks = count_looks(monkeypatch)
     handle = await runtime.submit("Summarise the week.")
     started = time.monotonic()
     result = asyncio.create_task(handle.result())
     said = await notices(caplog)
     assert time.monotonic() - started >= UNCLAIMED_WARNING_SECONDS - 0.5  # a few seconds, not at once
     # It is said once: three more looks at the run later, still one line.
-    await asyncio.sleep(3.0)
+    seen = looks[0]
+    await wait_until(lambda: looks[0] >= seen + 3, "three more looks at the run")
     assert len(await notices(caplog)) == 1 and not result.done()
     await runtime.cancel()  # the follower still gets its answer
     return said, await asyncio.wait_for(result, 30)
 
 
 async def test_with_no_worker_running_the_follower_says_what_to_start(
-    target: BackendTarget, caplog: pytest.LogCaptureFixture
+    target: BackendTarget, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     caplog.set_level(logging.WARNING, logger="harnessx.observe")
     async with target.open() as store:
         runtime = AgentRuntime(AgentRef("assistant", "v1"), backend=store, execution="pool")
-        (said,), result = await follow_then_cancel(runtime, caplog)
+        (said,), result = await follow_then_cancel(runtime, caplog, monkeypatch)
         await runtime.stop()
     assert "no harness-worker is running on this store" in said
     assert "assistant@v1" in said and "harness-worker --agents MODULE:REGISTRY" in said
@@ -57,7 +75,7 @@ async def test_with_no_worker_running_the_follower_says_what_to_start(
 
 
 async def test_with_workers_that_lack_the_agent_the_follower_says_so(
-    target: BackendTarget, caplog: pytest.LogCaptureFixture
+    target: BackendTarget, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     caplog.set_level(logging.WARNING, logger="harnessx.observe")
     registry = AgentRegistry()
@@ -68,7 +86,7 @@ async def test_with_workers_that_lack_the_agent_the_follower_says_so(
         await worker.registered.wait()
         runtime = AgentRuntime(AgentRef("assistant", "v1"), backend=store, execution="pool")
         try:
-            (said,), result = await follow_then_cancel(runtime, caplog)
+            (said,), result = await follow_then_cancel(runtime, caplog, monkeypatch)
         finally:
             await runtime.stop()
             worker.drain()
