@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import json
 import re
@@ -166,6 +167,40 @@ async def eventually(check: Callable[[], Any]) -> float:
 
 async def _value(result: Any) -> Any:
     return await result if inspect.isawaitable(result) else result
+
+
+async def waiting_for_events(backend: PostgresBackend, run_id: str) -> asyncio.Task[None]:
+    """A wait for ``run_id``'s next commit that is under way: registered, with the run
+    announced as followed and the events channel listened on, so that only a notification
+    ends it early. (A wait that has just begun to listen or to announce returns at once, for
+    its caller to look again: then another is started.)"""
+    notifications = backend._notifications
+
+    def underway() -> bool:
+        return (
+            notifications._runs._waiting.get(run_id, 0) > 0
+            and notifications.events_channel in notifications._listening
+            and notifications._watching.get(run_id, 0.0) > time.monotonic()
+        )
+
+    def settled(task: asyncio.Task[None]) -> bool:
+        return task.done() or underway()
+
+    for _ in range(5):
+        task = asyncio.create_task(backend.wait_for_events(run_id, 30))
+        await eventually(functools.partial(settled, task))
+        if not task.done():
+            return task
+    raise AssertionError(f"every wait for run {run_id} returned at once")
+
+
+async def waiting_for_work(backend: PostgresBackend) -> asyncio.Task[bool]:
+    """A wait for queued work that is under way (the process already listens for work)."""
+    notifications = backend._notifications
+    task = asyncio.create_task(backend.wait_for_work(30))
+    await eventually(lambda: task.done() or notifications._work._waiters)
+    assert not task.done(), "the wait for work returned at once"
+    return task
 
 
 # ------------------------------------------------------------------------- migrations
@@ -693,8 +728,7 @@ async def test_wait_for_events_wakes_on_another_backends_commit(pg_database: str
         await follower.wait_for_events("r1", 0.01)  # starts the listener
         await eventually(lambda: follower._notifications.connection is not None)
 
-        waiting = asyncio.create_task(follower.wait_for_events("r1", 30))
-        await asyncio.sleep(0.1)
+        waiting = await waiting_for_events(follower, "r1")
         began = time.monotonic()
         await writer.append_events(lease, "r1", [event("r1", 2)])
         await asyncio.wait_for(waiting, 5)
@@ -719,9 +753,9 @@ async def test_waiting_on_many_runs_keeps_nothing_once_the_waits_end(pg_database
         lease = await start_run(writer, "s", "r1")
         await asyncio.gather(*(follower.wait_for_events(f"gone{n}", 0.05) for n in range(20)))
         # Two waiters on one run: the first to time out leaves the event to the other.
-        second = asyncio.create_task(follower.wait_for_events("r1", 30))
+        second = await waiting_for_events(follower, "r1")
         await follower.wait_for_events("r1", 0.05)
-        await asyncio.sleep(0.1)
+        assert not second.done()
         await writer.append_events(lease, "r1", [event("r1", 2)])
         await asyncio.wait_for(second, 5)
         assert len(follower._notifications._runs) == 0
@@ -751,7 +785,9 @@ async def test_only_a_run_some_process_follows_sends_notifications(pg_database: 
         async with events_heard(pg_database) as heard:
             assert await follower.wait_for_events("followed", 5) is None  # announces, looks again
             await follower._watch_run("lapsed", 0.05)
-            await asyncio.sleep(0.2)
+            lapsed_now = f"SELECT 1 FROM {SCHEMA}.sessions WHERE id = 'u' AND watched_until <= now()"
+            # Lapsed by the database's clock.
+            await eventually(lambda: sql(pg_database, lapsed_now))
             watched = await sql(
                 pg_database,
                 f"SELECT id, watched_until > now() FROM {SCHEMA}.sessions WHERE watched_until IS NOT NULL "
@@ -792,8 +828,7 @@ async def test_a_process_listens_only_on_the_channels_it_waits_on(pg_database: s
             assert [row[0] for row in channels] == [expected], wanted
 
         # Followers still wake on commits.
-        waiting = asyncio.create_task(follower.wait_for_events("r1", 30))
-        await asyncio.sleep(0.1)
+        waiting = await waiting_for_events(follower, "r1")
         await writer.append_events(lease, "r1", [event("r1", 2)])
         await asyncio.wait_for(waiting, 5)
 
@@ -818,8 +853,7 @@ async def test_wait_for_events_falls_back_to_waiting_while_the_listener_is_down(
             return follower._notifications.connection is not None
 
         await eventually(listening_again)
-        waiting = asyncio.create_task(follower.wait_for_events("r1", 30))
-        await asyncio.sleep(0.1)
+        waiting = await waiting_for_events(follower, "r1")
         await writer.append_events(lease, "r1", [event("r1", 2)])
         await asyncio.wait_for(waiting, 5)
 
@@ -1273,15 +1307,14 @@ async def test_wait_for_work_wakes_when_another_process_queues_a_run(pg_database
 
         await app.create_session("s", "sales:v1", {})
         lease = await app.claim("s", "app")
-        waiting = asyncio.create_task(worker.wait_for_work(30))
-        await asyncio.sleep(0.1)
+        waiting = await waiting_for_work(worker)
         await app.create_run(lease, "r1", None, "go", Delta(Phase.PREPARE_MODEL_CALL), queued=True)
         await asyncio.wait_for(waiting, 5)
         await app.release(lease)
 
         [(taken, _)] = await worker.claim_queued("w", None, 1)
-        waiting = asyncio.create_task(app.wait_for_work(30))
-        await asyncio.sleep(0.1)
+        assert await app.wait_for_work(5)  # starts listening: look again at once
+        waiting = await waiting_for_work(app)
         await worker.requeue(taken, "r1")  # a drain hand-off wakes the others too
         await asyncio.wait_for(waiting, 5)
 
