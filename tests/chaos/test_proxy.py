@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 
 import pytest
+from waiting import wait_until
 
 from chaos.db import Target
 from chaos.proxy import Proxy
@@ -16,6 +17,7 @@ class Echo:
 
     def __init__(self) -> None:
         self.writers: list[asyncio.StreamWriter] = []
+        self.served = 0  # connections whose handler has ended
         self.server: asyncio.Server | None = None
 
     async def start(self) -> int:
@@ -24,18 +26,21 @@ class Echo:
 
     async def _echo(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writers.append(writer)
-        with contextlib.suppress(ConnectionError):
-            while data := await reader.read(1024):
-                writer.write(data)
-                await writer.drain()
-        writer.close()
+        try:
+            with contextlib.suppress(ConnectionError):
+                while data := await reader.read(1024):
+                    writer.write(data)
+                    await writer.drain()
+            writer.close()
+        finally:
+            self.served += 1
 
     async def stop(self) -> None:
         assert self.server is not None
         self.server.close()
         for writer in self.writers:
             writer.close()
-        await asyncio.sleep(0.05)  # let the handlers see their connections go
+        await wait_until(lambda: self.served == len(self.writers), "the handlers to see their connections go")
 
 
 async def roundtrip(port: int, payload: bytes, within: float = 2.0) -> bytes:

@@ -389,15 +389,16 @@ async def test_provider_failure_ends_run_failed() -> None:
 
 
 async def test_one_run_at_a_time() -> None:
-    gate = asyncio.Event()
+    gate, called = asyncio.Event(), asyncio.Event()
 
     async def slow_script(request: ScriptedRequest) -> str:
+        called.set()
         await gate.wait()
         return "done"
 
     agent = Agent(provider=ScriptedProvider(slow_script))
     first = asyncio.ensure_future(agent.run("one"))
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(called.wait(), 30)  # the first run is under way
     with pytest.raises(RuntimeStateError, match="one run at a time"):
         await agent.run("two")
     gate.set()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from waiting import wait_until
+
 from harnessx.store._waiters import RunWaiters
 
 
@@ -20,7 +22,7 @@ async def test_a_commit_wakes_every_waiter_of_its_run_only() -> None:
     first = asyncio.create_task(wait(waiters, "r1", 5))
     second = asyncio.create_task(wait(waiters, "r1", 5))
     other = asyncio.create_task(wait(waiters, "r2", 0.1))
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: waiters._waiting == {"r1": 2, "r2": 1}, "the three waits to begin")
     waiters.wake("r1")
     assert await first and await second and not await other
     assert len(waiters) == 0
@@ -40,6 +42,6 @@ async def test_waits_that_time_out_keep_nothing_but_leave_the_event_to_a_waiter_
 async def test_wake_all_wakes_every_run() -> None:
     waiters = RunWaiters()
     tasks = [asyncio.create_task(wait(waiters, f"r{n}", 5)) for n in range(3)]
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: len(waiters._waiting) == 3, "the three waits to begin")
     waiters.wake_all()
     assert all(await asyncio.gather(*tasks))
