@@ -31,6 +31,7 @@ from harnessx._engine import (
     PrepareTools,
     Step,
     Stop,
+    empty_nudges,
     step_id,
     truncation_recoveries,
 )
@@ -414,7 +415,14 @@ class Driver:
             # Middleware rewrote the reply, so it reaches the stream whole, as rewritten.
             await self._provisional(state, RunEventType.TEXT_DELTA, response.text)
         await self.commit(state, self.engine.model_responded(state, response))
-        if response.stop_reason == StopReason.MAX_TOKENS and self.engine.recovers_truncation(state):
+        if self.engine.nudges_empty_reply(state):
+            await self._hook(
+                HookEvent.RECOVERY,
+                reason="empty_reply",
+                attempt=empty_nudges(state) + 1,
+                reply_budget=request.max_tokens,
+            )
+        elif response.stop_reason == StopReason.MAX_TOKENS and self.engine.recovers_truncation(state):
             done = truncation_recoveries(state)
             await self._hook(
                 HookEvent.RECOVERY,

@@ -44,15 +44,18 @@ __all__ = [
     "CANCELLED_CALL",
     "CONTINUE_NOTICE",
     "CUT_OFF_CALL",
+    "EMPTY_NOTICE",
     "AskApproval",
     "CallModel",
     "CompleteResult",
     "Dispatch",
     "Engine",
     "PrepareTools",
+    "RecoveryExhaustedError",
     "Step",
     "Stop",
     "continued_output",
+    "empty_nudges",
     "step_id",
     "truncation_recoveries",
 ]
@@ -119,10 +122,18 @@ CUT_OFF_CALL_AT_LIMIT = (
     "Not executed: the reply was cut off at the token budget, so these arguments may be incomplete. "
     "Call the tool again with a shorter reply."
 )
+# A reply with nothing in it (no text, no call) is not stored; the model is asked to go on,
+# at most MAX_EMPTY_NUDGES times a run (0.9.1's limit), then the run fails.
+EMPTY_NOTICE = "Your last reply was empty. Continue with the task, or give your final answer."
+MAX_EMPTY_NUDGES = 2
 CONTINUE_NOTICE = (
     "[Your reply was cut off at the output token limit. Continue exactly where it stopped, without "
     "repeating anything.]"
 )
+
+
+class RecoveryExhaustedError(RuntimeError):
+    """The model kept replying with nothing; the run fails with this (0.9.1's type name)."""
 
 
 class Engine:
@@ -138,6 +149,7 @@ class Engine:
         interactive_approval: bool = False,
         cost_baseline: TokenUsage | None = None,
         recover_truncation: bool = True,
+        recover_empty: bool = True,
     ) -> None:
         """``interactive_approval`` is a plain run (ASK asks the approval callback there
         and then); otherwise ASK records an approval to wait for. ``cost_baseline`` is
@@ -151,6 +163,7 @@ class Engine:
         # False only where decisions recorded before truncated replies were recovered must
         # be replayed as they were (a Temporal history).
         self.recover_truncation = recover_truncation
+        self.recover_empty = recover_empty
 
     # ----------------------------------------------------------------- deciding
 
@@ -190,6 +203,11 @@ class Engine:
         )
 
     def _after_model_call(self, state: RunState) -> Step:
+        if self.recover_empty and not _replied(state):
+            # The reply was empty and not stored (model_responded).
+            if empty_nudges(state) < MAX_EMPTY_NUDGES:
+                return self._next_model_call(state, [{"role": "user", "content": EMPTY_NOTICE}])
+            return self.fail(state, RecoveryExhaustedError("Recovery exhausted: empty_reply"))
         message = state.last_assistant() or {}
         calls = [ToolCall.from_dict(c) for c in message.get("tool_calls") or []]
         output = continued_output(state) + str(message.get("content") or "")
@@ -214,6 +232,22 @@ class Engine:
             return self._next_model_call(state, [])
         stop = state.stop_reason if state.stop_reason not in ("", StopReason.TOOL_USE) else "end_turn"
         return self._finish(state, RunStatus.COMPLETED, stop, output)
+
+    def nudges_empty_reply(self, state: RunState) -> bool:
+        """Whether the reply just recorded was empty and the model is asked to go on."""
+        return self.recover_empty and not _replied(state) and empty_nudges(state) < MAX_EMPTY_NUDGES
+
+    def _is_empty(self, state: RunState, response: ProviderResponse, calls: list[ToolCall]) -> bool:
+        return (
+            self.recover_empty
+            and not calls
+            and not response.text.strip()
+            # A refusal says something by stopping; a paused turn is continued as it is.
+            and StopReason.coerce(response.stop_reason)
+            not in (StopReason.SAFETY, StopReason.REFUSAL, StopReason.PAUSE_TURN)
+            and not self.final_call(state)
+            and not continued_output(state).strip()
+        )
 
     def recovers_truncation(self, state: RunState) -> bool:
         """Whether a reply cut off at its budget now is asked again (within
@@ -322,6 +356,8 @@ class Engine:
             events.append(self._event(state, RunEventType.TEXT_COMPLETE, response.text))
         # A provider that reports no usage reports zeros, as harnessx 0.9.1 counts it.
         run = RunPatch(stop_reason=stop.value, usage=state.usage + response.usage)
+        if self._is_empty(state, response, calls):
+            return Delta(Phase.MODEL_CALL, run=run, events=events)
         return Delta(Phase.MODEL_CALL, messages=[message], run=run, events=events)
 
     def attempt_reset(self, state: RunState, attempt: int) -> Delta:
@@ -693,6 +729,18 @@ def continued_output(state: RunState) -> str:
         and after.get("role") == "user"
         and after.get("content") == CONTINUE_NOTICE
     )
+
+
+def empty_nudges(state: RunState) -> int:
+    """How many times this run's model was asked to go on after an empty reply."""
+    own = state.messages[state.history_length :]
+    return sum(1 for m in own if m.get("role") == "user" and m.get("content") == EMPTY_NOTICE)
+
+
+def _replied(state: RunState) -> bool:
+    """Whether the run's last message is the model's reply (not so after an empty one)."""
+    own = state.messages[state.history_length :]
+    return bool(own) and own[-1].get("role") == "assistant"
 
 
 def _is_recovery(message: dict[str, Any]) -> bool:

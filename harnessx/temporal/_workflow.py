@@ -60,6 +60,7 @@ ACTIVITY_PUBLISH = "harnessx.publish.v1"
 # lifecycle) from the publish activity; histories recorded before it replay without them.
 _HOOKS_PATCH = "harnessx-hooks-1"
 _TRUNCATION_PATCH = "harnessx-truncation-recovery-1"
+_EMPTY_REPLY_PATCH = "harnessx-empty-reply-1"
 # Everything the engine reads fits in memory; a finished run keeps only its summary.
 _SUMMARY_FIELDS = ("request_id", "message")
 
@@ -375,6 +376,9 @@ class SessionWorkflow:
             # Histories recorded before a reply cut off at its budget was asked again ended
             # the run there: they replay as they were decided.
             engine.recover_truncation = workflow.patched(_TRUNCATION_PATCH)
+        if not response.tool_calls and not response.text.strip():
+            # Likewise for an empty reply, which ended the run before it was asked to go on.
+            engine.recover_empty = workflow.patched(_EMPTY_REPLY_PATCH)
         await self.commit(engine.model_responded(state, response))
 
     def _start_tool(self, state: RunState, key: str) -> Any:

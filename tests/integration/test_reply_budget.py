@@ -1,6 +1,7 @@
-"""A reply budget the provider refuses as too large is lowered to the limit the refusal
-names and remembered, in a durable run as in a plain one (harnessx 0.9.1's reply_limit
-recovery): the run goes on instead of failing on the first call."""
+"""Replies that hit a limit and the run that goes on, as in harnessx 0.9.1, durable runs as
+plain ones: a reply budget refused as too large is lowered to the limit the refusal names
+and remembered; a reply cut off at its budget is asked again with a larger one; an empty
+reply is not kept and the model is asked to go on."""
 
 from __future__ import annotations
 
@@ -181,3 +182,33 @@ async def test_the_budget_never_grows_past_what_the_model_writes() -> None:
     config = AgentConfig(model="claude-3-haiku-20240307", planning=False)
     await Agent(config=config, provider=provider).run("go")
     assert [c["max_tokens"] for c in provider.calls] == [4_096, 4_096, 4_096]
+
+
+@pytest.mark.parametrize("durable", [False, True])
+async def test_an_empty_reply_is_not_kept_and_the_model_is_asked_to_go_on(
+    durable: bool, target: BackendTarget
+) -> None:
+    provider = Scripted(
+        ProviderResponse(text=""), ProviderResponse(text="  "), ProviderResponse(text="answer")
+    )
+    recoveries: list[dict[str, Any]] = []
+    built, _ = writer(provider, recoveries)
+    if durable:
+        async with target.open() as backend, AgentRuntime(built, backend=backend) as runtime:
+            result = await runtime.run("go")
+            stored = (await backend.load_state(result.run_id)).messages
+    else:
+        result = await built.run("go")
+        stored = built.memory.get_messages()
+    assert result.ok and result.output == "answer"
+    assert [m["role"] for m in stored].count("assistant") == 1
+    assert "Your last reply was empty" in str(provider.calls[1]["messages"][-1])
+    assert [(r["reason"], r["attempt"]) for r in recoveries] == [("empty_reply", 1), ("empty_reply", 2)]
+
+
+async def test_empty_replies_are_answered_twice_then_the_run_fails() -> None:
+    provider = Scripted(*(ProviderResponse(text="") for _ in range(5)))
+    built, _ = writer(provider, [])
+    result = await built.run("go")
+    assert len(provider.calls) == 3 and result.failed and result.output == ""
+    assert result.error == {"type": "RecoveryExhaustedError", "message": "Recovery exhausted: empty_reply"}
