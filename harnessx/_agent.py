@@ -220,6 +220,7 @@ class Agent:
             agent=self,
             progress=config.progress,
             limits=config.limits,
+            prompt_cache=config.prompt_cache,
         )
 
     def fingerprint(self) -> dict[str, Any]:

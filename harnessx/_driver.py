@@ -42,7 +42,8 @@ from harnessx._journal import RunJournal
 from harnessx._messages import request_messages
 from harnessx._middleware import MiddlewarePipeline, ModelRequest
 from harnessx._model_limits import learn_model_limits, reply_budget, reply_limit_from_error
-from harnessx._policies import ProgressPolicy
+from harnessx._policies import ProgressPolicy, PromptCachePolicy
+from harnessx._prompt_cache import build_hint, offer_cache
 from harnessx._rate_gate import Admission, RateGate
 from harnessx._results import RunResult, RunStatus, ToolResult
 from harnessx._retry import is_rate_limited, is_transient, retry_after
@@ -194,6 +195,7 @@ class RunSettings:
     agent: Agent | None = None
     progress: ProgressPolicy | None = None
     limits: Limits | None = None
+    prompt_cache: PromptCachePolicy | None = None
 
 
 class Driver:
@@ -347,7 +349,11 @@ class Driver:
             max_tokens=await self._reply_budget(state, raised=truncation_recoveries(state)),
             temperature=settings.temperature,
         )
-        return await middleware.process_model_request(request)
+        request = await middleware.process_model_request(request)
+        request.cache = build_hint(
+            settings.prompt_cache, request.model, request.system or None, request.tools, request.messages
+        )
+        return request
 
     async def _reply_budget(self, state: RunState, *, raised: int) -> int:
         settings = self.settings
@@ -503,7 +509,7 @@ class Driver:
                 stream=self.stream,
                 message_count=len(request.messages),
                 tool_count=len(request.tools),
-                prefix_key=None,
+                prefix_key=request.cache.prefix_key if request.cache and request.cache.enabled else None,
             )
             await attempting(attempt)
             try:
@@ -596,10 +602,13 @@ class Driver:
         provider = self._provider()
         kwargs = request.provider_kwargs()
         if not self.stream:
-            return await self._noticed(state, call_create(provider, **kwargs))
+            return await self._noticed(
+                state, call_create(provider, **offer_cache(provider.create, kwargs, request.cache))
+            )
         deltas = not self.settings.middleware.rewrites_responses
         response: ProviderResponse | None = None
-        async for chunk in self._noticed_stream(state, provider.stream(**kwargs)):
+        chunks = provider.stream(**offer_cache(provider.stream, kwargs, request.cache))
+        async for chunk in self._noticed_stream(state, chunks):
             if chunk.kind == "response":
                 response = chunk.data
             elif not deltas or not chunk.data:

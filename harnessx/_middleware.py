@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harnessx._hooks import Registration
+from harnessx._policies import PromptCacheHint
 from harnessx._results import ToolResult
 from harnessx.providers._base import ProviderResponse, ToolCall
 
@@ -60,6 +61,9 @@ class ModelRequest:
     max_tokens: int | None
     temperature: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The prompt-cache hint (harnessx._prompt_cache), set once the request is final; it goes
+    # to providers that take a ``cache`` argument, not to provider_kwargs().
+    cache: PromptCacheHint | None = None
 
     def provider_kwargs(self) -> dict[str, Any]:
         return {

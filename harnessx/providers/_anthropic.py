@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from harnessx._errors import ConfigurationError, ProviderError
+from harnessx._policies import PromptCacheHint
 from harnessx.providers._base import ProviderResponse, StopReason, StreamChunk, TokenUsage, ToolCall
 from harnessx.providers._http import (
     HTTPProvider,
@@ -164,9 +165,16 @@ class AnthropicProvider(HTTPProvider):
         tools: list[dict[str, Any]],
         max_tokens: int | None,
         temperature: float | None = None,
+        cache: PromptCacheHint | None = None,
     ) -> ProviderResponse:
         payload = self._payload(model, messages, system, tools, max_tokens, temperature)
-        data = await self._post_json("/v1/messages", payload)
+        marked = with_cache_markers(payload, cache, len(messages))
+        try:
+            data = await self._post_json("/v1/messages", marked)
+        except ProviderError as exc:
+            if marked is payload or not _refused_markers(exc):
+                raise
+            data = await self._post_json("/v1/messages", payload)
         return _parse_message(data)
 
     async def stream(
@@ -178,9 +186,20 @@ class AnthropicProvider(HTTPProvider):
         tools: list[dict[str, Any]],
         max_tokens: int | None,
         temperature: float | None = None,
+        cache: PromptCacheHint | None = None,
     ) -> AsyncIterator[StreamChunk]:
         payload = self._payload(model, messages, system, tools, max_tokens, temperature)
         payload["stream"] = True
+        marked = with_cache_markers(payload, cache, len(messages))
+        delivered = False
+        try:
+            async for chunk in self._stream_chunks("/v1/messages", marked, _parse_stream):
+                delivered = True
+                yield chunk
+            return
+        except ProviderError as exc:
+            if delivered or marked is payload or not _refused_markers(exc):
+                raise
         async for chunk in self._stream_chunks("/v1/messages", payload, _parse_stream):
             yield chunk
 
@@ -528,3 +547,61 @@ async def _parse_stream(events: AsyncIterator[SSEEvent]) -> AsyncGenerator[Strea
     if not state.finished:
         raise ProviderError("Anthropic stream ended before message_stop", retryable=True)
     yield StreamChunk("response", state.response())
+
+
+def with_cache_markers(
+    payload: dict[str, Any], cache: PromptCacheHint | None, message_count: int
+) -> dict[str, Any]:
+    """``payload`` with Anthropic's ``cache_control`` markers where ``cache`` says the stable
+    prefix ends (``system``, ``tools``, ``message:<i>``; three markers at most, under the
+    API's four); the same object when there is nothing to mark. A block that cannot carry a
+    marker (thinking) is left alone."""
+    if cache is None or not cache.enabled or not cache.breakpoints:
+        return payload
+    control: dict[str, Any] = {"type": "ephemeral"}
+    if cache.ttl_seconds is not None and cache.ttl_seconds >= 3600:
+        control["ttl"] = "1h"  # the longer of the two lifetimes the API offers (5m, 1h)
+    marked = dict(payload)
+    for breakpoint in cache.breakpoints:
+        if breakpoint == "system" and isinstance(marked.get("system"), str) and marked["system"]:
+            marked["system"] = [{"type": "text", "text": marked["system"], "cache_control": dict(control)}]
+        elif breakpoint == "tools" and marked.get("tools"):
+            tools = list(marked["tools"])
+            tools[-1] = {**tools[-1], "cache_control": dict(control)}
+            marked["tools"] = tools
+        elif breakpoint.startswith("message:") and marked.get("messages"):
+            wire = list(marked["messages"])
+            index = _wire_index(breakpoint, message_count, len(wire))
+            if index is not None:
+                wire[index] = _marked_message(wire[index], control)
+                marked["messages"] = wire
+    return marked
+
+
+def _wire_index(breakpoint: str, message_count: int, wire_count: int) -> int | None:
+    """The wire message a ``message:<i>`` breakpoint names: the last one for the request's
+    last message (the wire form may join or drop messages), else the same position."""
+    try:
+        index = int(breakpoint.split(":", 1)[1])
+    except ValueError:
+        return None
+    if index >= message_count - 1:
+        return wire_count - 1
+    return index if 0 <= index < wire_count else None
+
+
+def _marked_message(message: dict[str, Any], control: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if isinstance(content, str) and content:
+        return {**message, "content": [{"type": "text", "text": content, "cache_control": dict(control)}]}
+    if isinstance(content, list) and content and isinstance(content[-1], dict):
+        if content[-1].get("type") in ("thinking", "redacted_thinking"):
+            return message
+        return {**message, "content": [*content[:-1], {**content[-1], "cache_control": dict(control)}]}
+    return message
+
+
+def _refused_markers(exc: ProviderError) -> bool:
+    """Whether the API refused the request for its cache markers (then it goes unmarked:
+    caching is an optimisation, never a reason for a call to fail)."""
+    return exc.status_code == 400 and "cache_control" in str(exc)

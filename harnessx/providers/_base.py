@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from harnessx._model_limits import ModelLimits
+    from harnessx._policies import PromptCacheHint
 
 __all__ = [
     "INVALID_ARGUMENTS",
@@ -257,17 +258,21 @@ class LLMProvider(ABC):
         tools: list[dict[str, Any]],
         max_tokens: int | None,
         temperature: float | None = None,
+        cache: PromptCacheHint | None = None,
     ) -> AsyncIterator[StreamChunk]:
-        """Stream a reply. The default makes one ``create`` call and yields its text."""
-        response = await call_create(
-            self,
-            model=model,
-            messages=messages,
-            system=system,
-            tools=tools,
-            max_tokens=max_tokens,
-            temperature=temperature,
-        )
+        """Stream a reply. The default makes one ``create`` call (with the prompt-cache hint
+        if ``create`` takes one) and yields its text."""
+        from harnessx._prompt_cache import offer_cache
+
+        request = {
+            "model": model,
+            "messages": messages,
+            "system": system,
+            "tools": tools,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
+        response = await call_create(self, **offer_cache(self.create, request, cache))
         if response.text:
             yield StreamChunk("text_delta", response.text)
         yield StreamChunk("response", response)

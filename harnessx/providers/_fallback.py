@@ -18,6 +18,7 @@ from typing import Any
 
 from harnessx._errors import ConfigurationError
 from harnessx._policies import Fallback
+from harnessx._prompt_cache import offer_cache
 from harnessx.providers._base import LLMProvider, ProviderResponse, StreamChunk, call_create
 
 __all__ = ["FallbackProvider", "is_transient"]
@@ -132,7 +133,10 @@ class FallbackProvider(LLMProvider):
         chain = self._eligible()
         for index, member in enumerate(chain):
             try:
-                response = await call_create(member.provider, **member.request(kwargs))
+                method = member.provider.create
+                response = await call_create(
+                    member.provider, **offer_cache(method, member.request(kwargs), kwargs.get("cache"))
+                )
             except Exception as exc:
                 if not is_transient(exc) or not self._move_on(member, index == len(chain) - 1):
                     raise
@@ -144,7 +148,8 @@ class FallbackProvider(LLMProvider):
     async def stream(self, **kwargs: Any) -> AsyncIterator[StreamChunk]:
         chain = self._eligible()
         for index, member in enumerate(chain):
-            iterator = member.provider.stream(**member.request(kwargs)).__aiter__()
+            request = offer_cache(member.provider.stream, member.request(kwargs), kwargs.get("cache"))
+            iterator = member.provider.stream(**request).__aiter__()
             delivered = False
             try:
                 async for chunk in iterator:
@@ -167,6 +172,7 @@ class FallbackProvider(LLMProvider):
     async def count_tokens(self, **kwargs: Any) -> int:
         member = self._eligible()[0]
         request = member.request(kwargs)
+        request.pop("cache", None)
         request.pop("max_tokens", None)
         request.pop("temperature", None)
         return int(await member.provider.count_tokens(**request))

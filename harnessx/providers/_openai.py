@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from harnessx._errors import ConfigurationError, ProviderError
+from harnessx._policies import PromptCacheHint
 from harnessx.providers._base import ProviderResponse, StopReason, StreamChunk, TokenUsage, ToolCall
 from harnessx.providers._http import (
     HTTPProvider,
@@ -166,6 +167,7 @@ class OpenAIProvider(HTTPProvider):
         tools: list[dict[str, Any]],
         max_tokens: int | None,
         temperature: float | None = None,
+        cache: PromptCacheHint | None = None,
     ) -> AsyncIterator[StreamChunk]:
         payload = self._payload(model, messages, system, tools, max_tokens, temperature)
         payload["stream"] = True

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harnessx._errors import ProviderError
+from harnessx._policies import PromptCacheHint
 from harnessx.providers._base import LLMProvider, ProviderResponse, StreamChunk, TokenUsage
 
 __all__ = ["ScriptedProvider", "ScriptedRequest"]
@@ -112,6 +113,7 @@ class ScriptedProvider(LLMProvider):
         tools: list[dict[str, Any]],
         max_tokens: int | None,
         temperature: float | None = None,
+        cache: PromptCacheHint | None = None,
     ) -> AsyncIterator[StreamChunk]:
         response = await self.create(
             model=model,

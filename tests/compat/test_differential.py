@@ -35,7 +35,6 @@ DOC = ROOT / "docs" / "compatibility.md"
 # output (dict keys joined by '.', list items as [i]).
 KNOWN: dict[str, str] = {
     "events_in_memory:cursors": "extension: a run in memory numbers its events too",
-    "events_in_memory:provider_kwargs": "pending: 0.9.1 passes a prompt-cache hint (cache=)",
     "events_in_memory:system": "deliberate: the planning guidance says the same in this project's words",
     "durable_events:checkpoint_phases": (
         "deliberate: no checkpoint before each model call (0.9.1's 'model' phase), one commit less per call"

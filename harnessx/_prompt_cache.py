@@ -1,0 +1,80 @@
+"""Prompt-cache hints: the run says which prefix of a request is stable, a provider decides
+how its vendor caches it (``AgentConfig(prompt_cache=PromptCachePolicy(...))``, on by
+default as in harnessx 0.9.1; ``None`` turns it off).
+
+A hint goes to a provider method that declares a ``cache`` parameter (or takes
+``**kwargs``), as 0.9.1 passes it; other providers are called as before. Caching only saves
+money and time, so a provider must fail open: a vendor that refuses the markers gets the
+request without them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Callable
+from typing import Any
+
+from harnessx._policies import PromptCacheHint, PromptCachePolicy
+
+__all__ = ["DISABLED", "accepts_cache", "build_hint", "offer_cache", "prefix_key"]
+
+# The hint an agent with prompt_cache=None gives: "caching is off", unlike no hint at all.
+DISABLED = PromptCacheHint(prefix_key="", breakpoints=(), ttl_seconds=None, enabled=False)
+
+
+def prefix_key(model: str, system: str | None, tools: list[dict[str, Any]], salt: str = "") -> str:
+    """A digest of what must be byte-identical for two requests to share a cached prefix."""
+    stable = json.dumps(
+        {"model": model, "system": system or "", "tools": tools, "salt": salt},
+        sort_keys=True,
+        default=str,
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(stable.encode("utf-8")).hexdigest()
+
+
+def build_hint(
+    policy: PromptCachePolicy | None,
+    model: str,
+    system: str | None,
+    tools: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+) -> PromptCacheHint:
+    """The hint for one request: the prefix ends after the system prompt, after the tools
+    and, with ``cache_history``, after the last message (the next request repeats it)."""
+    if policy is None:
+        return DISABLED
+    breakpoints = []
+    if system:
+        breakpoints.append("system")
+    if tools:
+        breakpoints.append("tools")
+    if policy.cache_history and messages:
+        breakpoints.append(f"message:{len(messages) - 1}")
+    return PromptCacheHint(
+        prefix_key=prefix_key(model, system, tools, policy.key_salt),
+        breakpoints=tuple(breakpoints),
+        ttl_seconds=policy.ttl_seconds,
+        enabled=True,
+    )
+
+
+def accepts_cache(method: Callable[..., Any]) -> bool:
+    """Whether ``method`` takes a ``cache`` argument (by name, or through ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "cache" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def offer_cache(
+    method: Callable[..., Any], kwargs: dict[str, Any], hint: PromptCacheHint | None
+) -> dict[str, Any]:
+    """``kwargs`` for calling ``method``: with ``cache=hint`` if it takes one, else without."""
+    kwargs = {key: value for key, value in kwargs.items() if key != "cache"}
+    if hint is not None and accepts_cache(method):
+        kwargs["cache"] = hint
+    return kwargs
