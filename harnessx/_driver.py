@@ -35,7 +35,7 @@ from harnessx._engine import (
     step_id,
     truncation_recoveries,
 )
-from harnessx._errors import LeaseLostError, ProviderError, StorageError
+from harnessx._errors import LeaseLostError, MalformedToolInputError, ProviderError, StorageError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._hooks import HookEvent, HookManager
 from harnessx._journal import RunJournal
@@ -497,7 +497,7 @@ class Driver:
         per call). ``attempting(n)`` runs before attempt ``n``; ``retrying(n, error)`` after
         attempt ``n`` failed and before the wait for the next. The last failure is raised."""
         retry = self.settings.retry
-        attempt, waited, lowered = 1, 0.0, False
+        attempt, waited, lowered, reasked = 1, 0.0, False, False
         while True:
             state.attempt = attempt
             await self._hook(
@@ -524,6 +524,20 @@ class Driver:
                     # the refusal named (as 0.9.1; once, and not a retry attempt).
                     lowered, request.max_tokens = True, limit
                     await self._hook(HookEvent.RECOVERY, reason="reply_limit", attempt=1, reply_budget=limit)
+                    continue
+                if isinstance(exc, MalformedToolInputError) and not reasked:
+                    # A provider could not read a tool call's arguments, nor tell which call it
+                    # was: the request was fine, the reply was not, so it is asked for once more
+                    # (0.9.1's recovery; what it streamed is void, as after a failed attempt).
+                    reasked = True
+                    await self._hook(
+                        HookEvent.RECOVERY,
+                        reason="malformed_tool_input",
+                        attempt=1,
+                        reply_budget=request.max_tokens,
+                    )
+                    await retrying(attempt, exc)
+                    attempt += 1
                     continue
                 wait = retry.wait_for(attempt, retry_after(exc, provider))
                 if self._spent(retry, attempt, exc, provider, waited, wait):

@@ -12,6 +12,7 @@ from durable_support import BackendTarget
 
 from harnessx import Agent, AgentConfig, AgentRuntime, HookEvent, Limits, ProviderResponse, ToolCall
 from harnessx import models as model_limits
+from harnessx.errors import MalformedToolInputError
 from harnessx.providers import LLMProvider
 
 REFUSAL = "max_tokens: 32000 > 8192, which is the maximum allowed number of output tokens for m-2"
@@ -212,3 +213,38 @@ async def test_empty_replies_are_answered_twice_then_the_run_fails() -> None:
     result = await built.run("go")
     assert len(provider.calls) == 3 and result.failed and result.output == ""
     assert result.error == {"type": "RecoveryExhaustedError", "message": "Recovery exhausted: empty_reply"}
+
+
+class Unreadable(Scripted):
+    """Raises MalformedToolInputError for the first ``failures`` calls, then answers."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__(ProviderResponse(text="ok"))
+        self.failures = failures
+
+    async def create(self, **kwargs: Any) -> ProviderResponse:
+        if len(self.calls) < self.failures:
+            self.calls.append(kwargs)
+            raise MalformedToolInputError("Unable to parse tool parameter JSON")
+        return await super().create(**kwargs)
+
+
+@pytest.mark.parametrize("durable", [False, True])
+async def test_an_unreadable_reply_is_asked_for_once_more(durable: bool, target: BackendTarget) -> None:
+    provider, recoveries = Unreadable(1), []
+    built, _ = writer(provider, recoveries)
+    if durable:
+        async with target.open() as backend, AgentRuntime(built, backend=backend) as runtime:
+            result = await runtime.run("go")
+    else:
+        result = await built.run("go")
+    assert result.ok and result.output == "ok" and len(provider.calls) == 2
+    assert [r["reason"] for r in recoveries] == ["malformed_tool_input"]
+
+
+async def test_a_second_unreadable_reply_fails_the_run() -> None:
+    provider = Unreadable(2)
+    built, _ = writer(provider, [])
+    result = await built.run("go")
+    assert result.failed and result.error is not None and result.error["type"] == "MalformedToolInputError"
+    assert len(provider.calls) == 2
