@@ -224,7 +224,9 @@ class LLMProvider(ABC):
     """A model endpoint. Subclasses implement ``create`` and ``count_tokens``.
 
     ``create`` may also be written as ``create(self, **kwargs)``; the engine always passes
-    keyword arguments.
+    keyword arguments. ``cache`` is the prompt-cache hint (``harnessx._prompt_cache``): it is
+    passed to a ``create`` or ``stream`` that names it or takes ``**kwargs``, and a provider
+    may ignore it.
     """
 
     @abstractmethod
@@ -237,6 +239,7 @@ class LLMProvider(ABC):
         tools: list[dict[str, Any]],
         max_tokens: int | None,
         temperature: float | None = None,
+        cache: PromptCacheHint | None = None,
     ) -> ProviderResponse: ...
 
     @abstractmethod

@@ -153,6 +153,7 @@ class OpenAIProvider(HTTPProvider):
         tools: list[dict[str, Any]],
         max_tokens: int | None,
         temperature: float | None = None,
+        cache: PromptCacheHint | None = None,
     ) -> ProviderResponse:
         payload = self._payload(model, messages, system, tools, max_tokens, temperature)
         data = await self._post_json("/chat/completions", payload)

@@ -79,6 +79,7 @@ class ScriptedProvider(LLMProvider):
         tools: list[dict[str, Any]],
         max_tokens: int | None,
         temperature: float | None = None,
+        cache: PromptCacheHint | None = None,
     ) -> ProviderResponse:
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         request = ScriptedRequest(model, list(messages), system, list(tools), max_tokens, temperature, turn)

@@ -192,9 +192,15 @@ async def test_an_agent_sends_the_recorded_requests(server: ScriptedServer, wire
     server.reply_sse(by_event(first.body()))
     server.reply_sse(by_event(second.body()))
     provider = make_provider(wire, server)
-    # The recorded requests offered one tool: no task list, no read_tool_result built-in.
+    # The recorded requests offered one tool: no task list, no read_tool_result built-in; and
+    # they were recorded before prompt-cache markers were sent.
     config = AgentConfig(
-        model="smollm2", max_tokens=96, system_prompt=SYSTEM, temperature=1.0, planning=False
+        model="smollm2",
+        max_tokens=96,
+        system_prompt=SYSTEM,
+        temperature=1.0,
+        planning=False,
+        prompt_cache=None,
     )
     calls: list[str] = []
 
