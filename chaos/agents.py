@@ -8,8 +8,9 @@
 file ``$HX_FACTORY_BROKEN`` exists (a deploy missing a secret); ``slow`` is ``safe`` with a
 first attempt of 30 s, long enough to be killed in the middle of it; ``limited`` is ``safe``
 with at most two runs driving at once across the fleet (``max_concurrent=2``);
-``vendor-rpm``, ``vendor-tpm`` and ``vendor-pause`` call the model vendor at
-``$HX_VENDOR_URL`` as models ``gpt-rpm``, ``gpt-tpm`` and ``gpt-pause`` (the rate-limit tests). Each tool
+``vendor-rpm``, ``vendor-tpm``, ``vendor-pause`` and ``vendor-hold`` call the model vendor
+at ``$HX_VENDOR_URL`` as models ``gpt-rpm``, ``gpt-tpm``, ``gpt-pause`` and ``gpt-hold`` (the
+rate-limit tests). Each tool
 call appends ``{"tool", "key", "attempt", "token", "pid", "t"}`` as one JSON line to the file
 ``$HX_LEDGER`` (when set), then sleeps ``$HX_SLOW_TOOL`` seconds, plus
 ``$HX_HANG_FIRST_ATTEMPT`` on a call's first attempt; while the file ``$HX_HOLD`` exists, each
@@ -246,7 +247,7 @@ def _registry() -> AgentRegistry:
     found.register("slow", lambda: ledger_agent("safe", first_attempt_seconds=30.0), version="v1")
     # At most two of its runs drive at once across the fleet (the registry's limit).
     found.register("limited", functools.partial(ledger_agent, "safe"), version="v1", max_concurrent=2)
-    for model in ("rpm", "tpm", "pause"):
+    for model in ("rpm", "tpm", "pause", "hold"):
         found.register(f"vendor-{model}", functools.partial(vendor_agent, f"gpt-{model}"), version="v1")
     return found
 

@@ -27,6 +27,7 @@ from harnessx._executor import Execution, RunExecutor
 from harnessx._hooks import HookContext, HookEvent
 from harnessx._leases import LeaseKeeper
 from harnessx._logging import bind_log_context
+from harnessx._rate_gate import HOLD_SECONDS
 from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import RunStatus
 from harnessx._state import RunState
@@ -78,7 +79,8 @@ class Worker:
         self.keeper = LeaseKeeper(
             store, self.config.renew_interval, on_renewal=self._renewed, on_failure=self._heartbeat_died
         )
-        self.executor = RunExecutor(store, self.keeper)
+        # A run that must wait long for model rate budget gives its slot back meanwhile.
+        self.executor = RunExecutor(store, self.keeper, rate_hold_seconds=HOLD_SECONDS)
         self.executor.rates.observers.append(self._rate_waited)
         self.active: dict[str, Execution] = {}
         self._tasks: set[asyncio.Task[None]] = set()

@@ -217,6 +217,7 @@ class Driver:
         fencing_token: int | None = None,
         journal: RunJournal | None = None,
         rates: RateGate | None = None,
+        rate_hold_seconds: float | None = None,
         stream: bool = True,
         checkpoints: bool = True,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -231,6 +232,10 @@ class Driver:
         self.journal = journal
         # Fleet-wide model rate limits (durable runs in a store): each call reserves its start.
         self.rates = rates
+        # A pool run's longer wait for budget gives its worker slot back (None: it waits in
+        # place); ``held`` is then the reservation the run goes back to the queue with.
+        self.rate_hold_seconds = rate_hold_seconds
+        self.held: Admission | None = None
         self.stream = stream
         self.checkpoints = checkpoints
         self._sleep = sleep
@@ -285,8 +290,8 @@ class Driver:
             if self.control.cancel_requested:
                 await self.commit(state, self.engine.cancel(state))
                 return
-            if self.control.handoff_requested:
-                return
+            if self.control.handoff_requested or self.held is not None:
+                return  # the executor queues the run again
             if self.control.pause_requested:
                 await self.commit(state, self.engine.pause(state, self.control.pause_reason))
                 return
@@ -363,13 +368,16 @@ class Driver:
         request = await self.model_request(state)
         admission = None
         if self.rates is not None:
-            admission = await self.rates.admit(self._provider(), request)
-            if (
-                admission is not None
-                and admission.wait > 0
-                and not await self._wait_for_budget(state, admission)
-            ):
-                return  # a pause, cancel or hand-off came first: the loop acts on it, no call made
+            hold = self.rate_hold_seconds
+            admission = await self.rates.admit(
+                self._provider(), request, state.run_id if hold is not None else None
+            )
+            if admission is not None and admission.wait > 0:
+                if hold is not None and not admission.held and admission.wait > hold:
+                    await self._give_slot_back(state, admission)
+                    return  # no call made: the loop ends, the executor queues the run
+                if not await self._wait_for_budget(state, admission):
+                    return  # a pause, cancel or hand-off came first: the loop acts on it, no call made
         journal = self.journal
 
         async def attempting(attempt: int) -> None:
@@ -452,19 +460,15 @@ class Driver:
         if seconds is not None and is_rate_limited(exc, provider):
             await self.rates.pause(admission, seconds)
 
-    async def _wait_for_budget(self, state: RunState, admission: Admission) -> bool:
-        """Wait for the start a rate limit gave this call, with nothing open to the vendor
-        (the lease is renewed meanwhile), behind a ``waiting`` event that says why and until
-        when. The event is written while the wait runs, so that a slow write does not make
-        the call late. ``False`` if a pause, cancel or hand-off ended the wait (the
-        reservation is spent)."""
+    def _waiting_event(self, state: RunState, admission: Admission, **more: Any) -> RunEvent:
         data = {
             "on": "rate_limit",
             "bucket": admission.bucket,
             "seconds": round(admission.wait, 3),
             "until": round(admission.start, 3),  # by the store's clock, like a run's not_before
+            **more,
         }
-        event = RunEvent(
+        return RunEvent(
             RunEventType.WAITING,
             data,
             state.session_id,
@@ -472,7 +476,22 @@ class Driver:
             step_id(state.iteration),
             str(state.attempt),
         )
-        await self.committer.provisional(state, event)
+
+    async def _give_slot_back(self, state: RunState, admission: Admission) -> None:
+        """A pool run's wait for budget is longer than ``rate_hold_seconds``: rather than
+        keep a worker slot doing nothing, the run goes back to the queue until shortly
+        before its start, its reservation kept for it (the executor does both). The event
+        says so (``requeued``)."""
+        await self.committer.provisional(state, self._waiting_event(state, admission, requeued=True))
+        self.held = admission
+
+    async def _wait_for_budget(self, state: RunState, admission: Admission) -> bool:
+        """Wait for the start a rate limit gave this call, with nothing open to the vendor
+        (the lease is renewed meanwhile), behind a ``waiting`` event that says why and until
+        when. The event is written while the wait runs, so that a slow write does not make
+        the call late. ``False`` if a pause, cancel or hand-off ended the wait (the
+        reservation is spent)."""
+        await self.committer.provisional(state, self._waiting_event(state, admission))
         written = asyncio.ensure_future(self.committer.flush())
         try:
             waited = await self.control.wait_unless_stopped(admission.remaining())

@@ -21,7 +21,7 @@ from harnessx._errors import LeaseLostError, StorageError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._journal import RunJournal, step_of
 from harnessx._leases import LeaseKeeper
-from harnessx._rate_gate import RateGate
+from harnessx._rate_gate import LEAD_SECONDS, RateGate
 from harnessx._results import RunResult, RunStatus
 from harnessx._state import Delta, RunState
 from harnessx.providers._base import TokenUsage
@@ -55,6 +55,7 @@ class RunExecutor:
         flush_interval: float = 0.05,
         flush_max: int = 64,
         rates: RateGate | None = None,
+        rate_hold_seconds: float | None = None,
     ) -> None:
         self.store = store
         self.keeper = keeper
@@ -62,6 +63,8 @@ class RunExecutor:
         self.flush_max = flush_max
         # Model calls of every run driven here obey the fleet's rate limits (docs/scheduling.md).
         self.rates = rates or RateGate(store)
+        # A pool worker's runs give their slot back during a longer wait for rate budget.
+        self.rate_hold_seconds = rate_hold_seconds
 
     def launch(
         self,
@@ -103,6 +106,7 @@ class RunExecutor:
             fencing_token=lease.generation,
             journal=committer.journal,
             rates=self.rates,
+            rate_hold_seconds=self.rate_hold_seconds,
             stream=stream,
         )
 
@@ -231,7 +235,15 @@ class RunExecutor:
                 if reopened is not None:
                     await driver.commit(state, reopened)
             result = await driver.drive(state)
-            if control.handoff_requested and state.status is RunStatus.RUNNING:
+            held = driver.held
+            if held is not None and state.status is RunStatus.RUNNING:
+                # Waiting long for rate budget: back to the queue, claimable again shortly
+                # before the start its reservation (kept for it) gives it.
+                await committer.flush()
+                delay = held.remaining() - LEAD_SECONDS
+                await self.store.hold_rate(lease, state.run_id, held.bucket, held.start, delay)
+                requeued = True
+            elif control.handoff_requested and state.status is RunStatus.RUNNING:
                 # Drained at a boundary: put the run back for another worker, now.
                 await committer.flush()
                 await self.store.requeue(lease, state.run_id)

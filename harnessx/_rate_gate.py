@@ -40,13 +40,20 @@ from harnessx.providers._http import estimate_tokens
 from harnessx.store._protocol import Store
 from harnessx.store._scheduling import RateLimit, governing_rate
 
-__all__ = ["Admission", "RateGate", "bucket_of"]
+__all__ = ["HOLD_SECONDS", "LEAD_SECONDS", "SETTLE_SECONDS", "Admission", "RateGate", "bucket_of"]
 
 logger = logging.getLogger("harnessx.rates")
 
 REFRESH_SECONDS = 5.0
 """How stale the gate's copy of the limits may be: a limit set or removed with ``harnessx
 limits rate`` applies to every worker's next model calls within this long."""
+HOLD_SECONDS = 5.0
+"""The longest a pool run waits for its rate budget in its worker's slot: a longer wait gives
+the slot back (the run goes back to the queue, its reservation kept for it, until
+``LEAD_SECONDS`` before its start)."""
+LEAD_SECONDS = 1.0
+"""How long before its reserved start a run that gave its slot back is claimable again: the
+time a worker takes to claim and load it."""
 SETTLE_SECONDS = 1.0
 """The longest a call's token difference stays in this process before it reaches the store:
 the bound on how far the shared bucket may lag what the fleet's calls really used."""
@@ -66,13 +73,15 @@ def bucket_of(provider: LLMProvider, model: str | None) -> str:
 class Admission:
     """One model call's reservation: its bucket, the tokens reserved for it, how long it
     must wait before it starts (seconds; 0: now), the start by the store's clock (epoch
-    seconds) and by this process's (``time.monotonic()``)."""
+    seconds) and by this process's (``time.monotonic()``); ``held``: the reservation was
+    kept for the run while it waited in the queue."""
 
     bucket: str
     tokens: int
     wait: float
     start: float
     until: float
+    held: bool = False
 
     def remaining(self) -> float:
         """Seconds left of the wait: the start is kept however long writing its event took."""
@@ -145,9 +154,12 @@ class RateGate:
             logger.warning("could not read the model rate limits (%s); using those read before", exc)
             self._read_at = time.monotonic() - self.refresh_seconds + 1.0  # again in a second
 
-    async def admit(self, provider: LLMProvider, request: ModelRequest) -> Admission | None:
-        """Reserve the start of ``request``'s call; ``None`` when no limit governs it. What
-        earlier calls of the bucket owe is settled in the same statement."""
+    async def admit(
+        self, provider: LLMProvider, request: ModelRequest, run_id: str | None = None
+    ) -> Admission | None:
+        """Reserve the start of ``request``'s call (or take the reservation kept for
+        ``run_id``); ``None`` when no limit governs it. What earlier calls of the bucket owe
+        is settled in the same statement."""
         bucket = bucket_of(provider, request.model)
         limit = await self.limit_for(bucket)
         if limit is None:
@@ -161,7 +173,7 @@ class RateGate:
             )
         owed = self._owed.pop(bucket, 0)
         try:
-            taken = await self.store.reserve_rate(bucket, tokens, owed)
+            taken = await self.store.reserve_rate(bucket, tokens, owed, run_id)
         except BaseException:
             # Whether it reached the store is not known: owing more again errs on the
             # limit's side, giving budget back twice would not.
@@ -170,10 +182,11 @@ class RateGate:
             raise
         if taken is None:  # the limit was removed since the gate last read them
             return None
-        if taken.wait > 0:
+        wait = max(0.0, taken.wait)  # a kept reservation's start may have passed
+        if wait > 0 and not taken.held:  # a kept one was counted when it was made
             for observe in self.observers:
-                observe(bucket, taken.wait)
-        return Admission(bucket, tokens, taken.wait, taken.start, time.monotonic() + taken.wait)
+                observe(bucket, wait)
+        return Admission(bucket, tokens, wait, taken.start, time.monotonic() + wait, taken.held)
 
     def settle(self, admission: Admission, usage: TokenUsage) -> None:
         """Owe the store the difference between the tokens the call reported using and what

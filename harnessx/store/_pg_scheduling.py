@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from harnessx.store._core import lease_lost
 from harnessx.store._pg_execution import PostgresExecution
 from harnessx.store._pg_types import Connection
+from harnessx.store._protocol import Lease
 from harnessx.store._queries import load_queries
 from harnessx.store._scheduling import (
     AGENT_PREFIX,
@@ -125,18 +127,37 @@ class PostgresScheduling(PostgresExecution):
 
         return await self._run("listing rate buckets", read)
 
-    async def reserve_rate(self, bucket: str, tokens: int, settle: int = 0) -> RateReservation | None:
+    async def reserve_rate(
+        self, bucket: str, tokens: int, settle: int = 0, run_id: str | None = None
+    ) -> RateReservation | None:
         # One statement (harnessx_reserve_rate): the bucket's row is locked inside the server
         # only, so reservations of one bucket take turns without waiting on each other's
         # round trips; the arithmetic is _scheduling.reserve_rate's, on the database's clock.
         row = await self._run(
             "reserving a model call's rate budget",
-            lambda conn: conn.fetchrow(Q["reserve_rate"], bucket, tokens, settle),
+            lambda conn: conn.fetchrow(Q["reserve_rate"], bucket, tokens, settle, run_id),
         )
         if row is None:
             return None
-        wait, start, requests_at, tokens_at = row
-        return RateReservation(float(wait), float(start), float(requests_at), float(tokens_at))
+        wait, start, requests_at, tokens_at, held = row
+        return RateReservation(float(wait), float(start), float(requests_at), float(tokens_at), bool(held))
+
+    async def hold_rate(self, lease: Lease, run_id: str, bucket: str, start: float, delay: float) -> None:
+        held, _ = await self._run(
+            "keeping a rate reservation for a queued run",
+            lambda conn: conn.fetchrow(
+                Q["hold_rate"],
+                lease.session_id,
+                lease.owner,
+                lease.generation,
+                run_id,
+                bucket,
+                float(start),
+                max(0.0, float(delay)),
+            ),
+        )
+        if not held:
+            raise lease_lost(lease)
 
     async def settle_rate(self, bucket: str, tokens: int) -> None:
         if tokens:

@@ -422,13 +422,22 @@ class SchedulingStore(Protocol):
     async def rate_buckets(self) -> list[RateBucket]:
         """Every bucket used so far, the limit governing it and its waits."""
 
-    async def reserve_rate(self, bucket: str, tokens: int, settle: int = 0) -> RateReservation | None:
+    async def reserve_rate(
+        self, bucket: str, tokens: int, settle: int = 0, run_id: str | None = None
+    ) -> RateReservation | None:
         """Reserve the start of one model call of about ``tokens`` tokens in ``bucket``:
         how long to wait before starting it (``wait``, 0: now) and when that is (``start``,
         by the store's clock); ``None`` when no limit governs the bucket. Atomic across the
         fleet: every reservation gets a start of its own. ``settle``: tokens earlier calls of
         the bucket used beyond (negative: short of) their reservations, settled first, in
-        the same statement (see ``settle_rate``)."""
+        the same statement (see ``settle_rate``). ``run_id``: the reservation kept for that
+        run (``hold_rate``), if there is one, is taken instead (``held``)."""
+
+    async def hold_rate(self, lease: Lease, run_id: str, bucket: str, start: float, delay: float) -> None:
+        """Pool run ``run_id`` gives its worker slot back while it waits for its rate budget:
+        its reservation of ``bucket`` (``start``, the store's clock) is kept for its next
+        ``reserve_rate``, and it is queued again, claimable ``delay`` seconds from now.
+        Fenced by ``lease`` (``LeaseLostError``)."""
 
     async def settle_rate(self, bucket: str, tokens: int) -> None:
         """Calls of ``bucket`` used ``tokens`` more (negative: fewer) than they reserved."""

@@ -180,12 +180,14 @@ class RateBucket:
 class RateReservation:
     """One reservation (``reserve_rate``): the call may start ``wait`` seconds from the
     moment it was made, at ``start``; ``requests_at`` / ``tokens_at`` are the bucket's new
-    theoretical arrival times (epoch seconds, all by the store's clock)."""
+    theoretical arrival times (epoch seconds, all by the store's clock); ``held``: it is the
+    reservation kept for the run while it waited in the queue (``hold_rate``), not a new one."""
 
     wait: float
     start: float
     requests_at: float
     tokens_at: float
+    held: bool = False
 
 
 def check_rate(

@@ -99,6 +99,8 @@ class SQLiteScheduling:
 
         def owner_for(self, holder: str) -> str: ...
 
+        def _fence(self, conn: sqlite3.Connection, lease: Lease, new_messages: int) -> int: ...
+
     async def claim_queued(self, holder: str, agent_refs: list[str] | None, limit: int) -> Claims:
         owner = self.owner_for(holder)
         refs = dumps(agent_refs) if agent_refs is not None else None
@@ -274,17 +276,26 @@ class SQLiteScheduling:
 
         return await self._call(body)
 
-    async def reserve_rate(self, bucket: str, tokens: int, settle: int = 0) -> RateReservation | None:
+    async def reserve_rate(
+        self, bucket: str, tokens: int, settle: int = 0, run_id: str | None = None
+    ) -> RateReservation | None:
         # One write transaction, which SQLite lets in one at a time: the limit, the bucket's
         # row and its new times are read and written with no other reservation in between.
         def body(conn: sqlite3.Connection) -> RateReservation | None:
             limit = _governing(conn, bucket)
+            kept = None if run_id is None else conn.execute(Q["take_rate_hold"], (run_id, bucket)).fetchone()
             if limit is None:
                 return None
             row = conn.execute(Q["rate_bucket"], (bucket,)).fetchone()
             requests_at, tokens_at, paused = (float(v) for v in row) if row is not None else (0.0, 0.0, 0.0)
-            tokens_at += token_seconds(limit, settle)
-            taken = reserve_rate(limit, requests_at, tokens_at, time.time(), tokens, paused)
+            owed = token_seconds(limit, settle)
+            now = time.time()
+            if kept is not None:  # the run's own reservation, kept while it waited queued
+                if owed:
+                    conn.execute(Q["settle_rate"], (bucket, owed))
+                start = float(kept[0])
+                return RateReservation(start - now, start, requests_at, tokens_at + owed, held=True)
+            taken = reserve_rate(limit, requests_at, tokens_at + owed, now, tokens, paused)
             waited = 1 if taken.wait > 0 else 0
             conn.execute(Q["reserve_rate"], (bucket, taken.requests_at, taken.tokens_at, taken.wait, waited))
             return taken
@@ -296,6 +307,15 @@ class SQLiteScheduling:
             limit = _governing(conn, bucket)
             if limit is not None and tokens:
                 conn.execute(Q["settle_rate"], (bucket, token_seconds(limit, tokens)))
+
+        await self._call(self._write, body)
+
+    async def hold_rate(self, lease: Lease, run_id: str, bucket: str, start: float, delay: float) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            self._fence(conn, lease, 0)
+            now = time.time()
+            if conn.execute(Q["requeue_later"], (now, now + max(0.0, delay), run_id)).rowcount:
+                conn.execute(Q["hold_rate"], (run_id, bucket, float(start)))
 
         await self._call(self._write, body)
 

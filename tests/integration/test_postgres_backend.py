@@ -58,6 +58,7 @@ TABLES = {
     "fair_shares",
     "rate_limits",
     "rate_buckets",
+    "rate_holds",
 }
 
 

@@ -212,6 +212,67 @@ async def test_a_vendors_retry_after_pauses_the_bucket_for_every_worker(
     assert len(waited) >= 2 and waited <= {f"paused {index}" for index in range(4)}, waited
 
 
+@pytest.mark.timeout(300)
+async def test_a_long_wait_for_budget_gives_the_worker_slot_back_and_keeps_its_place(
+    pool: Pool, vendor: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose model call must wait 20 s for its rate budget does not keep its worker's
+    one slot meanwhile: it goes back to the queue until shortly before its start, another
+    run uses the slot, and the run then calls at its start from the reservation kept for
+    it (the bucket's budget is spent once for it, not twice)."""
+    base_url, log = vendor
+    monkeypatch.setenv("HX_VENDOR_URL", base_url)
+    limits(pool, "rate", "openai/gpt-hold", "--rpm", "3")  # a call every 20 s
+    pool.worker("w0", concurrency=1)
+    await pool.wait_for_workers(1)
+    async with pool.target.open(auto_migrate=False) as store:
+
+        async def submit(agent: str, message: str) -> str:
+            runtime = AgentRuntime(AgentRef(agent, "v1"), backend=store, execution="pool")
+            await runtime.start()
+            handle = await runtime.submit(message)
+            await runtime.stop()
+            return str(handle.run_id)
+
+        first = await store.reserve_rate("openai/gpt-hold", 0)  # someone else's, just now
+        assert first is not None and first.wait == 0
+        held = await submit("vendor-hold", "held back")
+        deadline = time.monotonic() + 60
+        while not await rows(pool.target, "SELECT run_id FROM rate_holds"):
+            assert time.monotonic() < deadline, "the run never gave its slot back"
+            await asyncio.sleep(0.1)
+        other = await submit("safe", "meanwhile")
+        status = f"SELECT status FROM runs WHERE id = '{other}'"
+        while (await rows(pool.target, status)) != [("completed",)]:
+            assert time.monotonic() < deadline, await rows(pool.target, "SELECT id, status FROM runs")
+            await asyncio.sleep(0.1)
+        # The worker's one slot served the other run while the held one waited in the queue.
+        assert logged_calls(log, "gpt-hold") == [] and time.time() < first.start + 20
+        status = f"SELECT status FROM runs WHERE id = '{held}'"
+        deadline = time.monotonic() + 120
+        while (await rows(pool.target, status)) != [("completed",)]:
+            assert time.monotonic() < deadline, await rows(pool.target, "SELECT id, status FROM runs")
+            await asyncio.sleep(0.2)
+        (call,) = logged_calls(log, "gpt-hold")
+        assert call.at >= first.start + 20 - 0.05
+        waits = [
+            json.loads(data)
+            for (data,) in await rows(
+                pool.target,
+                f"SELECT CAST(data AS TEXT) FROM events WHERE run_id = '{held}' AND type = 'waiting' "
+                "ORDER BY seq",
+            )
+        ]
+        assert waits[0]["on"] == "rate_limit" and waits[0]["requeued"] is True, waits
+        assert waits[0]["until"] == pytest.approx(first.start + 20, abs=0.01)
+        # Claimed twice, one reservation: the bucket's next start is 40 s after the first,
+        # not 60 s, and no reservation is left kept.
+        assert len(await rows(pool.target, f"SELECT owner FROM run_claims WHERE run_id = '{held}'")) == 2
+        assert await rows(pool.target, "SELECT run_id FROM rate_holds") == []
+        after = await store.reserve_rate("openai/gpt-hold", 0)
+        assert after is not None and after.start == pytest.approx(first.start + 40, abs=0.01)
+
+
 async def rows(target: BackendTarget, query: str) -> list[tuple[Any, ...]]:
     if target.kind == "sqlite":
         import sqlite3

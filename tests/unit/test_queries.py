@@ -67,7 +67,9 @@ SQLITE_ONLY_QUERIES = {
         ),
         "claim_queued",
     ),
-    "rate_bucket": "reserve_rate",  # PostgreSQL's reservation is one statement
+    # PostgreSQL's reservation is one statement, a kept one's hold and requeue another.
+    **dict.fromkeys(("rate_bucket", "take_rate_hold"), "reserve_rate"),
+    "requeue_later": "hold_rate",
     "leased_sessions": "find_orphans",
     "take_controls": "renew_leases",
     "drop_orphan_lease": "recover_orphan",

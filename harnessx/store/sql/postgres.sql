@@ -773,9 +773,28 @@ SELECT pattern, requests_per_minute, tokens_per_minute, burst_seconds FROM rate_
 
 -- name: reserve_rate
 -- Reserve one model call of $2 tokens from bucket $1 after settling $3 tokens of earlier
--- calls (harnessx_reserve_rate, migration 0012): one statement, on the database's clock.
--- No row: no limit governs the bucket.
-SELECT wait, start, requests_at, tokens_at FROM harnessx_reserve_rate($1, $2, $3);
+-- calls, or take the reservation kept for run $4 (harnessx_reserve_rate, migration 0013):
+-- one statement, on the database's clock. No row: no limit governs the bucket.
+SELECT wait, start, requests_at, tokens_at, held FROM harnessx_reserve_rate($1, $2, $3, $4);
+
+-- name: hold_rate
+-- Pool run $4 (lease $1-$3) gives its worker slot back while it waits for its rate budget:
+-- its reservation of bucket $5 starting at $6 (epoch seconds) is kept for it, and it is
+-- queued again, claimable $7 seconds from now. Says whether the lease held.
+WITH fence AS (
+    SELECT id FROM sessions
+    WHERE id = $1 AND lease_owner = $2 AND generation = $3 AND lease_expires_at > clock_timestamp()
+    FOR UPDATE
+), queued AS (
+    UPDATE runs SET queued_at = now(), not_before = now() + make_interval(secs => $7)
+    WHERE id = $4 AND session_id IN (SELECT id FROM fence) AND status = 'running'
+    RETURNING id
+), kept AS (
+    INSERT INTO rate_holds (run_id, bucket, start) SELECT id, $5, $6 FROM queued
+    ON CONFLICT (run_id, bucket) DO UPDATE SET start = excluded.start
+    RETURNING run_id
+)
+SELECT EXISTS (SELECT 1 FROM fence), (SELECT count(*) FROM kept);
 
 -- name: settle_rate
 -- Earlier calls of bucket $1 used $2 tokens more (negative: fewer) than they reserved: move

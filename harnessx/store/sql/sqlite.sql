@@ -559,6 +559,19 @@ INSERT INTO rate_buckets (name, requests_at, tokens_at, waits, waited) VALUES (?
 ON CONFLICT (name) DO UPDATE SET requests_at = excluded.requests_at, tokens_at = excluded.tokens_at,
     waits = waits + excluded.waits, waited = waited + excluded.waited;
 
+-- name: take_rate_hold
+-- The reservation kept for run ?1 in bucket ?2 (its start), removed as it is taken.
+DELETE FROM rate_holds WHERE run_id = ?1 AND bucket = ?2 RETURNING start;
+
+-- name: hold_rate
+-- Keep run ?1's reservation of bucket ?2 starting at ?3 for it while it waits in the queue.
+INSERT INTO rate_holds (run_id, bucket, start) VALUES (?1, ?2, ?3)
+ON CONFLICT (run_id, bucket) DO UPDATE SET start = excluded.start;
+
+-- name: requeue_later
+-- Queue running run ?3 again, claimable from ?2 (a wait for rate budget gives its slot back).
+UPDATE runs SET queued_at = ?1, not_before = ?2 WHERE id = ?3 AND status = 'running';
+
 -- name: settle_rate
 -- Earlier calls used ?2 seconds' worth of tokens more (negative: fewer) than they reserved.
 UPDATE rate_buckets SET tokens_at = tokens_at + ?2 WHERE name = ?1;
