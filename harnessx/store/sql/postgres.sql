@@ -773,7 +773,7 @@ SELECT pattern, requests_per_minute, tokens_per_minute, burst_seconds FROM rate_
 
 -- name: reserve_rate
 -- Reserve one model call of $2 tokens from bucket $1 after settling $3 tokens of earlier
--- calls, or take the reservation kept for run $4 (harnessx_reserve_rate, migration 0013):
+-- calls, or take the reservation kept for run $4 (harnessx_reserve_rate, migration 0014):
 -- one statement, on the database's clock. No row: no limit governs the bucket.
 SELECT wait, start, requests_at, tokens_at, held FROM harnessx_reserve_rate($1, $2, $3, $4);
 

@@ -1,4 +1,4 @@
--- harnessx schema, version 13 (PostgreSQL): a pool run whose model call must wait long for
+-- harnessx schema, version 14 (PostgreSQL): a pool run whose model call must wait long for
 -- its rate budget gives its worker slot back and keeps its place in the bucket (see
 -- docs/scheduling.md, *Waiting*).
 --
