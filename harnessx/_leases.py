@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from harnessx._errors import StorageError
-from harnessx.store._protocol import Lease, Store
+from harnessx.store._protocol import Lease, SessionStore
 from harnessx.store._records import ControlRequest
 
 __all__ = ["LeaseKeeper"]
@@ -34,7 +34,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        store: Store,
+        store: SessionStore,
         interval: float | None = None,
         *,
         on_renewal: OnRenewal | None = None,

@@ -115,9 +115,6 @@ class StoreBase(Protocol):
 
     process_id: str
     """Unique per process start; lease owners are ``<process_id>/<holder>``."""
-
-    lease_seconds: float
-
     dialect: str
 
     async def initialize(self) -> None: ...
@@ -144,6 +141,9 @@ class StoreBase(Protocol):
 
 class SessionStore(Protocol):
     """Sessions and the leases that fence their writers, and the control requests on them."""
+
+    lease_seconds: float
+    """How long a claim or a renewal extends a lease."""
 
     async def create_session(
         self, session_id: str, agent_ref: str | None, fingerprint: dict[str, Any], *, recording: bool = False
