@@ -121,6 +121,13 @@ logger = logging.getLogger("harness_workers")
     default=None,
     help="With --temporal: the Redis URL run events go to [env HARNESSX_EVENTS_URL].",
 )
+@click.option(
+    "--rate-limits/--no-rate-limits",
+    envvar="HARNESSX_RATE_LIMITS",
+    default=False,
+    help="With --temporal: model calls obey the fleet's rate limits kept in the store that --dsn "
+    "or --sqlite names, as pool workers' do (docs/scheduling.md) [env HARNESSX_RATE_LIMITS].",
+)
 def main(
     dsn: str | None,
     sqlite_path: str,
@@ -139,6 +146,7 @@ def main(
     namespace: str,
     task_queue: str,
     events_url: str | None,
+    rate_limits: bool,
 ) -> None:
     """Claim queued harnessx runs and drive them. SIGTERM drains: runs are handed back at their
     next boundary and the worker exits 0; a second signal exits at once."""
@@ -155,17 +163,30 @@ def main(
         raise click.ClickException(str(exc)) from None
     if not isinstance(registry, AgentRegistry):
         raise click.UsageError(f"--agents {agents_path} is a {type(registry).__name__}, not an AgentRegistry")
+    if temporal_target is None or rate_limits:
+        try:
+            store = open_store(
+                dsn=dsn,
+                sqlite_path=sqlite_path,
+                schema=schema,
+                lease_seconds=lease_seconds,
+                auto_migrate=migrate,
+            )
+        except (HarnessError, ValueError) as exc:
+            raise click.UsageError(redact(str(exc))) from exc
     if temporal_target is not None:
         _serve_temporal(
-            temporal_target, namespace, task_queue, events_url, registry, concurrency, drain_timeout, sockets
+            temporal_target,
+            namespace,
+            task_queue,
+            events_url,
+            registry,
+            concurrency,
+            drain_timeout,
+            sockets,
+            store if rate_limits else None,
         )
         return
-    try:
-        store = open_store(
-            dsn=dsn, sqlite_path=sqlite_path, schema=schema, lease_seconds=lease_seconds, auto_migrate=migrate
-        )
-    except (HarnessError, ValueError) as exc:
-        raise click.UsageError(redact(str(exc))) from exc
     configure_logging(
         "json" if log_format == "json" else "text", log_level, static={"worker_id": store.process_id}
     )
@@ -227,6 +248,7 @@ def _serve_temporal(
     concurrency: int,
     drain_timeout: float,
     sockets: list[socket.socket] | None,
+    rate_limits: Store | None,
 ) -> None:
     try:
         from harnessx.temporal._cli import run_temporal_worker
@@ -242,6 +264,7 @@ def _serve_temporal(
             sockets=sockets,
             run_event_loop=run_event_loop,
             install_signal_handlers=install_signal_handlers,
+            rate_limits=rate_limits,
         )
     except ConfigurationError as exc:
         raise click.UsageError(redact(str(exc))) from None

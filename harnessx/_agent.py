@@ -22,6 +22,7 @@ from harnessx._memory import ConversationMemory
 from harnessx._messages import close_open_calls
 from harnessx._middleware import MiddlewarePipeline
 from harnessx._permissions import PermissionLevel, PermissionManager
+from harnessx._rate_gate import RateGate
 from harnessx._results import RunResult
 from harnessx._runlog import MemoryRunLog
 from harnessx._sessions import PersistentMemory, SessionState
@@ -29,6 +30,7 @@ from harnessx._state import RunState
 from harnessx._stream import OnReset, RunStream
 from harnessx._tools import ToolDefinition, ToolRegistry, normalize_tool_registry
 from harnessx.providers._base import LLMProvider, TokenUsage
+from harnessx.store._protocol import Store
 
 __all__ = ["Agent", "build_provider"]
 
@@ -124,6 +126,16 @@ class Agent:
         self.lifetime_iterations = 0
         self._busy = False
         self._closed = False
+        self._rates: RateGate | None = None
+
+    def use_rate_limits(self, store: Store) -> Agent:
+        """Make this agent's own runs (``run``, ``run_stream``, ...) obey the fleet-wide model
+        rate limits kept in ``store`` (``harnessx limits rate``), sharing their buckets with
+        every worker and runtime on it (docs/scheduling.md, *Model rate limits*): each model
+        call reserves its start there and waits for it with no request open. ``store`` must
+        be open while the agent runs; the agent does not close it. Returns the agent."""
+        self._rates = RateGate.shared(store)
+        return self
 
     def __repr__(self) -> str:
         names = self.tools.names()
@@ -285,6 +297,7 @@ class Agent:
                 # result.error) instead of raising from run().
                 provider=lambda: self.provider,
                 committer=log,
+                rates=self._rates,
                 stream=stream,
                 checkpoints=False,
             )

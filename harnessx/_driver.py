@@ -364,20 +364,33 @@ class Driver:
         settings = self.settings
         return await reply_budget(self._known_provider(), settings.model, settings.max_tokens, raised=raised)
 
+    async def admit_call(self, state: RunState, request: ModelRequest) -> tuple[Admission | None, bool]:
+        """Reserve ``request``'s start under the fleet's rate limits and wait for it (no
+        limits: at once). ``(admission, go)``; ``go`` is False when the call is not to be
+        made now: a pause, cancel or hand-off ended the wait, or the run gives its worker
+        slot back for a longer wait (``held``). Every binding calls the model through this."""
+        if self.rates is None:
+            return None, True
+        hold = self.rate_hold_seconds
+        run_id = state.run_id if hold is not None else None  # only a pool run has a kept reservation
+        admission = await self.rates.admit(self._provider(), request, run_id)
+        if admission is None or admission.wait <= 0:
+            return admission, True
+        if hold is not None and not admission.held and admission.wait > hold:
+            await self._give_slot_back(state, admission)
+            return admission, False
+        return admission, await self._wait_for_budget(state, admission)
+
+    def settle_call(self, admission: Admission | None, response: ProviderResponse) -> None:
+        """The reply's tokens settle its reservation (owed, sent off the call's path)."""
+        if admission is not None and self.rates is not None and response.usage is not None:
+            self.rates.settle(admission, response.usage)
+
     async def _call_model(self, state: RunState) -> None:
         request = await self.model_request(state)
-        admission = None
-        if self.rates is not None:
-            hold = self.rate_hold_seconds
-            admission = await self.rates.admit(
-                self._provider(), request, state.run_id if hold is not None else None
-            )
-            if admission is not None and admission.wait > 0:
-                if hold is not None and not admission.held and admission.wait > hold:
-                    await self._give_slot_back(state, admission)
-                    return  # no call made: the loop ends, the executor queues the run
-                if not await self._wait_for_budget(state, admission):
-                    return  # a pause, cancel or hand-off came first: the loop acts on it, no call made
+        admission, go = await self.admit_call(state, request)
+        if not go:
+            return  # no call made: the loop acts on the stop request, or the executor requeues
         journal = self.journal
 
         async def attempting(attempt: int) -> None:
@@ -390,7 +403,7 @@ class Driver:
         async def retrying(attempt: int, exc: BaseException) -> None:
             if journal is not None:
                 journal.model_failed(exc)
-            await self._vendor_refused(admission, exc)
+            await self.vendor_refused(admission, exc)
             # Whatever the failed attempt streamed is void; its usage may not be known.
             await self.commit(state, self.engine.attempt_reset(state, attempt))
 
@@ -405,13 +418,12 @@ class Driver:
         except Exception as exc:
             if journal is not None:
                 journal.model_failed(exc)
-            await self._vendor_refused(admission, exc)
+            await self.vendor_refused(admission, exc)
             logger.warning("model call for run %s failed: %s", state.run_id, exc)
             await self._hook(HookEvent.ERROR, error=str(exc))
             await self.commit(state, self.engine.fail(state, exc))
             return
-        if admission is not None and self.rates is not None and response.usage is not None:
-            self.rates.settle(admission, response.usage)  # owed, sent off the call's path
+        self.settle_call(admission, response)
         middleware = self.settings.middleware
         if journal is not None:
             journal.model_replied(response, stage="response")
@@ -449,7 +461,7 @@ class Driver:
                 HookEvent.RECOVERY, reason="paused_turn", attempt=1, reply_budget=request.max_tokens
             )
 
-    async def _vendor_refused(self, admission: Admission | None, exc: BaseException) -> None:
+    async def vendor_refused(self, admission: Admission | None, exc: BaseException) -> None:
         """A vendor's own limit refused a call the fleet's limit let through (429 with
         Retry-After): the whole fleet's calls of the bucket wait that out, not only this
         call's retry (which waits it too, under the RetryPolicy)."""

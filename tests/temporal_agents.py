@@ -7,15 +7,17 @@ tool needs a person's approval first (set on the agent, not at registration), an
 ``TransientToolError`` on its first ``$HX_FLAKY_FAILURES`` tries of a call (each try writes a
 ledger line first; ``$HX_LEDGER`` must be set); ``hooked``, the ``safe`` agent noting every
 hook it fires in ``$HX_HOOKS``; ``truncated``, whose model's first reply is cut off at its
-token budget (the second says what budget it was given).
+token budget (the second says what budget it was given); ``vendor-rpm``, ``chaos.agents``'
+agent calling the model vendor at ``$HX_VENDOR_URL``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
-from chaos.agents import LEDGER_POLICIES, ledger_agent, record, script
+from chaos.agents import LEDGER_POLICIES, ledger_agent, record, script, vendor_agent
 from harnessx import (
     Agent,
     AgentConfig,
@@ -102,3 +104,5 @@ registry.register("flaky", lambda: _flaky("safe"), version="v1")
 registry.register("flaky_manual", lambda: _flaky("manual"), version="v1")
 registry.register("hooked", _hooked, version="v1")
 registry.register("truncated", _truncated, version="v1")
+# Calls the model vendor at $HX_VENDOR_URL as gpt-rpm (tests/fake_vendor.py; the rate limits).
+registry.register("vendor-rpm", functools.partial(vendor_agent, "gpt-rpm"), version="v1")

@@ -30,6 +30,7 @@ from harnessx._errors import ConfigurationError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._hooks import HookEvent
 from harnessx._logging import log_context
+from harnessx._rate_gate import RateGate
 from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import RunResult, ToolResult
 from harnessx._state import Delta, RunState
@@ -84,16 +85,22 @@ class SessionActivities:
         events: EventSink,
         *,
         metrics: TemporalWorkerMetrics | None = None,
+        rates: RateGate | None = None,
     ) -> None:
         self.registry = registry
         self.events = events
         self.metrics = metrics
+        # The fleet's model rate limits, from a store the workers share (TemporalBackend's
+        # rate_limits): each model activity reserves its call's start, as a pool worker does.
+        self.rates = rates
         self._agents: dict[str, Agent] = {}
 
     def definitions(self) -> list[Callable[..., Any]]:
         return [self.model, self.tool, self.result, self.publish]
 
     async def aclose(self) -> None:
+        if self.rates is not None:
+            await self.rates.flush()  # the tokens the last calls owe the buckets (logged if not)
         agents, self._agents = list(self._agents.values()), {}
         for agent in agents:
             with contextlib.suppress(Exception):
@@ -158,6 +165,7 @@ class SessionActivities:
             provider=lambda: agent.provider,
             committer=committer or _DeltaPublisher(self.events),
             fencing_token=fencing_token,
+            rates=self.rates,
         )
 
     # ---------------------------------------------------------------- model
@@ -197,15 +205,23 @@ class SessionActivities:
         async def attempting(attempt: int) -> None:
             return None
 
+        admission = None
+
         async def retrying(attempt: int, exc: BaseException) -> None:
+            await driver.vendor_refused(admission, exc)  # a 429's Retry-After pauses the bucket
             await reset(attempt, f"{info.attempt}.{attempt}")
 
         async with self._heartbeating(args):
             try:
                 request = await driver.model_request(state)
+                # Under the fleet's rate limits (when the worker has them), the call waits
+                # for its start here, heartbeating, with no request open to the vendor. The
+                # wait is a waiting event; cancelling the activity ends it.
+                admission, _ = await driver.admit_call(state, request)
                 # Transient failures are retried here, under the agent's RetryPolicy, as in
                 # the other bindings.
                 reply = await driver.model_reply(state, request, attempting=attempting, retrying=retrying)
+                driver.settle_call(admission, reply)
                 response = await driver.processed_response(reply)
                 # Tool middleware is agent code, so it runs here too: the workflow prepares
                 # the calls as they come back.
@@ -213,6 +229,7 @@ class SessionActivities:
             except Exception as exc:
                 # The run fails with this error, as in the other bindings. Reported as a
                 # value, so Temporal does not call the model again.
+                await driver.vendor_refused(admission, exc)
                 logger.warning("model call for run %s failed: %s", state.run_id, exc)
                 await agent.hooks.fire(HookEvent.ERROR, agent, error=str(exc))
                 return {"error": {"type": type(exc).__name__, "message": str(exc)}}

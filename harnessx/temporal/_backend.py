@@ -41,6 +41,8 @@ from harnessx.temporal._workflow import WORKFLOW_NAME, workflow_id
 if TYPE_CHECKING:
     from temporalio.worker import Worker
 
+    from harnessx.store._protocol import Store
+
 __all__ = ["DEFAULT_TASK_QUEUE", "TemporalBackend"]
 
 DEFAULT_TASK_QUEUE = "harness-x-v1"
@@ -78,6 +80,7 @@ class TemporalBackend:
         model_timeout: float = 600.0,
         tool_timeout: float = 3600.0,
         poll_interval: float = 0.5,
+        rate_limits: Store | None = None,
     ) -> None:
         if events is None:
             raise ConfigurationError("TemporalBackend needs events=RedisEvents(url): where run events go")
@@ -94,6 +97,9 @@ class TemporalBackend:
             "tool_timeout": float(tool_timeout),
         }
         self.poll_interval = poll_interval
+        # A store the fleet shares (harnessx limits rate ... against it): this backend's
+        # workers' model calls obey its rate limits (docs/scheduling.md). Not closed here.
+        self.rate_limits = rate_limits
         self._owns_client = False
 
     def __repr__(self) -> str:

@@ -6,9 +6,11 @@ The pool command parses the options and loads ``--agents``; this module takes it
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from harnessx._errors import ConfigurationError, HarnessError
 from harnessx._registry import AgentRegistry
@@ -16,6 +18,9 @@ from harnessx._systemd import SystemdNotifier
 from harnessx.temporal._backend import TemporalBackend
 from harnessx.temporal._events import RedisEvents
 from harnessx.temporal._worker import serve
+
+if TYPE_CHECKING:
+    from harnessx.store._protocol import Store
 
 __all__ = ["run_temporal_worker"]
 
@@ -34,8 +39,10 @@ def run_temporal_worker(
     sockets: list[socket.socket] | None,
     run_event_loop: Callable[[object], object],
     install_signal_handlers: Callable[[Callable[[], None]], None],
+    rate_limits: Store | None = None,
 ) -> None:
-    """Serve ``task_queue`` until SIGTERM; errors are ``HarnessError`` for the command."""
+    """Serve ``task_queue`` until SIGTERM; errors are ``HarnessError`` for the command.
+    ``rate_limits``: a store (not opened yet) whose model rate limits the calls obey."""
     if not events_url:
         raise ConfigurationError(
             "--temporal needs --events-url redis://HOST:PORT/DB (or HARNESSX_EVENTS_URL): where the "
@@ -44,12 +51,19 @@ def run_temporal_worker(
     notifier = SystemdNotifier()
 
     async def main() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            if rate_limits is not None:
+                await stack.enter_async_context(rate_limits)
+            await serve_queue(rate_limits)
+
+    async def serve_queue(limits: Store | None) -> None:
         backend = await TemporalBackend.connect(
             target,
             namespace=namespace,
             task_queue=task_queue,
             events=RedisEvents(events_url),
             registry=registry,
+            rate_limits=limits,
         )
 
         def on_signal(stop: Callable[[], None]) -> None:

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from temporalio.converter import DataConverter
 from temporalio.worker import Replayer, Worker
 
+from harnessx._rate_gate import RateGate
 from harnessx._registry import AgentRegistry
 from harnessx.temporal._activities import SessionActivities
 from harnessx.temporal._workflow import ANY_QUEUE, SessionWorkflowV1, bind_registry
@@ -116,7 +117,8 @@ def build_worker(
     sticky_timeout: float = 2.0,
     **options: Any,
 ) -> Worker:
-    activities = SessionActivities(backend.registry, backend.events, metrics=metrics)
+    rates = None if backend.rate_limits is None else RateGate.shared(backend.rate_limits)
+    activities = SessionActivities(backend.registry, backend.events, metrics=metrics, rates=rates)
     if metrics is not None:
         metrics.slots.set(max_concurrent_activities)
     bind_registry(backend.task_queue, backend.registry)

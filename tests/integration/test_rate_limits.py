@@ -232,3 +232,23 @@ async def test_the_gate_settles_a_calls_tokens_off_its_path_within_a_bound(targe
             assert again is not None and gate._owed == {}
         finally:
             await provider.aclose()
+
+
+async def test_a_plain_agent_run_obeys_the_stores_limits_when_given_the_store(
+    target: BackendTarget, vendor: FakeVendor
+) -> None:
+    async with target.open() as store:
+        await store.set_rate_limit("openai/*", 60, 1_000_000)  # one call a second
+        taken = await store.reserve_rate("openai/gpt-plain", 0)  # the bucket's second is taken
+        assert taken is not None
+        agent = vendor_agent(vendor, "gpt-plain").use_rate_limits(store)
+        async with agent, agent.run_stream("Hello") as stream:
+            events = [event async for event in stream]
+            result = await stream.result()
+        assert result.ok and result.output == "Done."
+        (waiting,) = [e for e in events if e.type.value == "waiting" and e.data.get("on") == "rate_limit"]
+        assert waiting.data["bucket"] == "openai/gpt-plain" and 0 < waiting.data["seconds"] <= 1
+        (call,) = vendor.served("gpt-plain")
+        assert call.at >= taken.start + 1 - 0.01  # its start, a second after the other call's
+        (bucket,) = [b for b in await store.rate_buckets() if b.name == "openai/gpt-plain"]
+        assert bucket.waits == 1
