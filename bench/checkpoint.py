@@ -44,7 +44,7 @@ from typing import Any
 from harnessx import Agent, AgentRuntime, ProviderResponse, ScriptedProvider, SQLiteBackend, ToolCall
 from harnessx._events import RunEvent, RunEventType
 from harnessx._results import ToolResult
-from harnessx._state import Delta, Phase, RunState, ToolEntry, ToolStatus
+from harnessx._state import Delta, Phase, RunPatch, RunState, ToolEntry, ToolStatus
 from harnessx.store._protocol import Lease, Store
 from harnessx.testing._round_trips import PostgresRoundTrips, SQLiteRoundTrips
 
@@ -123,7 +123,7 @@ def checkpoint_maker(
             state.run_id,
         )
         event.cursor = str(seq)
-        changed = {"iteration": state.iteration} if run_row else {}
+        changed = RunPatch(iteration=state.iteration) if run_row else RunPatch()
         delta = Delta(Phase.RAW_RESULT, tools=[entry], events=[event], run=changed)
         return lambda: store.commit(lease, state, delta, [])
 

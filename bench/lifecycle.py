@@ -339,7 +339,8 @@ async def bench(
         if args.sizes_only:
             return
         start = time.perf_counter()
-        await replicate(loaded, templates, args.history, days=60.0)
+        # Time-ordered ids, as harnessx makes them; --random-ids: the random ids of earlier versions.
+        await replicate(loaded, templates, args.history, days=60.0, ordered=not args.random_ids)
         took = time.perf_counter() - start
         await settle(loaded)
         total = sum((await sizes(loaded)).values())
@@ -406,6 +407,9 @@ if __name__ == "__main__":
     parser.add_argument("--history", type=int, default=100_000, help="finished runs of history to load")
     parser.add_argument("--rate", type=float, default=100.0, help="checkpoints a second around the prune")
     parser.add_argument("--idle", type=int, default=2000, help="checkpoints timed idle, before the prune")
+    parser.add_argument(
+        "--random-ids", action="store_true", help="load the history with random (uuid4-like) ids"
+    )
     parser.add_argument("--sizes-only", action="store_true", help="stop after the bytes per run")
     parser.add_argument("--samples", type=int, default=300, help="timed samples per operation and side")
     asyncio.run(main(parser.parse_args()))
