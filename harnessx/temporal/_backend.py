@@ -34,6 +34,7 @@ from harnessx._events import RunEvent, RunEventType
 from harnessx._registry import AgentRef, AgentRegistry, agents
 from harnessx._results import RunResult
 from harnessx._runlog import parse_cursor
+from harnessx.store._records import ControlRequest
 from harnessx.temporal._artifacts import ArtifactCodec, ArtifactStore, data_converter
 from harnessx.temporal._events import EventSink
 from harnessx.temporal._workflow import WORKFLOW_NAME, workflow_id
@@ -216,7 +217,7 @@ class TemporalBackend:
     async def decide(self, session_id: str, decision: dict[str, Any]) -> None:
         await self._update(session_id, "decide", decision)
 
-    async def control(self, session_id: str, action: str) -> None:
+    async def control(self, session_id: str, action: ControlRequest) -> None:
         await self._update(session_id, "control", {"action": action})
 
     async def request_pause(self, session_id: str, run_id: str | None) -> None:

@@ -37,6 +37,7 @@ from harnessx._results import UNFINISHED_STATUSES, RunStatus, ToolResult
 from harnessx._state import Delta, Phase, RunState, ToolStatus
 from harnessx._tools import ReplayPolicy
 from harnessx.providers._base import StopReason
+from harnessx.store._records import ControlRequest, control_request
 from harnessx.temporal._codec import response_from_dict, state_from_dict, state_to_dict
 
 __all__ = [
@@ -114,7 +115,7 @@ class SessionWorkflow:
         saved = self.data.get("state")
         self.state: RunState | None = state_from_dict(saved) if saved else None
         self.busy = False
-        self.control: str | None = None
+        self.control: ControlRequest | None = None
         self._engine: Engine | None = None
         self._definition: Agent | None = None
         self._lock = asyncio.Lock()
@@ -587,10 +588,10 @@ class SessionWorkflow:
         await self.commit(delta)
 
     async def set_control(self, request: dict[str, Any]) -> None:
-        action = str(request["action"])
+        action = control_request(request["action"])
         state = self.state
-        if state is None or state.status not in UNFINISHED_STATUSES:
-            return
+        if action is None or state is None or state.status not in UNFINISHED_STATUSES:
+            return  # an action no client sends is ignored
         if self.busy:
             self.control = action
             if action == "cancel":
