@@ -16,7 +16,7 @@ from typing import Any
 
 from harnessx._builtin_tools import todos_of, todos_payload
 from harnessx._config import Limits
-from harnessx._errors import CostLimitError, MaxIterationsError
+from harnessx._errors import CostLimitError, MaxIterationsError, ResolutionError, UnknownExecutionKey
 from harnessx._events import RunEvent, RunEventType
 from harnessx._large_results import cap_stored, preview_result
 from harnessx._loopguard import call_signature, repetition_notice, trip_at
@@ -56,6 +56,7 @@ __all__ = [
     "Stop",
     "continued_output",
     "empty_nudges",
+    "expect_waiting",
     "step_id",
     "truncation_recoveries",
 ]
@@ -703,6 +704,23 @@ class Engine:
     def _tool_event(self, state: RunState, kind: RunEventType, entry: ToolEntry, data: Any) -> RunEvent:
         return RunEvent(
             kind, data, state.session_id, state.run_id, step_id(entry.iteration), str(entry.attempt)
+        )
+
+
+def expect_waiting(state: RunState, key: str, status: ToolStatus) -> None:
+    """Refuse a decision that does not apply: ``UnknownExecutionKey`` when no call of the run
+    waits with ``key``, ``ResolutionError`` when it waits for the other kind of decision."""
+    entry = state.tools.get(key)
+    if entry is None or entry.status not in (ToolStatus.APPROVAL, ToolStatus.UNCERTAIN):
+        raise UnknownExecutionKey(key, f"no tool call of run {state.run_id} waits with execution key {key!r}")
+    if entry.status is not status:
+        if status is ToolStatus.APPROVAL:
+            raise ResolutionError(
+                f"tool call {key!r} does not await approval: its outcome is uncertain; settle it with "
+                "resolve_tool(result=..., retry=True or abort=True)"
+            )
+        raise ResolutionError(
+            f"tool call {key!r} has no uncertain outcome: it awaits approval; use approve() or decline()"
         )
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast, overload
 from harnessx._agent import Agent
 from harnessx._committer import RunFeed
 from harnessx._config import AgentConfig, Limits, RuntimeState
+from harnessx._engine import expect_waiting
 from harnessx._errors import (
     ConfigurationError,
     CorruptStateError,
@@ -665,20 +666,7 @@ class AgentRuntime:
 
     @staticmethod
     def _expect(state: RunState, key: str, status: ToolStatus) -> None:
-        entry = state.tools.get(key)
-        if entry is None or entry.status not in (ToolStatus.APPROVAL, ToolStatus.UNCERTAIN):
-            raise UnknownExecutionKey(
-                key, f"no tool call of run {state.run_id} waits with execution key {key!r}"
-            )
-        if entry.status is not status:
-            if status is ToolStatus.APPROVAL:
-                raise ResolutionError(
-                    f"tool call {key!r} does not await approval: its outcome is uncertain; settle it with "
-                    "resolve_tool(result=..., retry=True or abort=True)"
-                )
-            raise ResolutionError(
-                f"tool call {key!r} has no uncertain outcome: it awaits approval; use approve() or decline()"
-            )
+        expect_waiting(state, key, status)
 
     async def _decide(self, target: str | PendingTool, decide: Any, decision: dict[str, Any]) -> str:
         store = await self._ready()

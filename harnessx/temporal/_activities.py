@@ -240,7 +240,8 @@ class SessionActivities:
             stop_reason=response.stop_reason,
             provider=served_by(agent.provider),
         )
-        return {"response": response_to_dict(response)}
+        # The attempt that answered labels the run's events from here on, as in the driver.
+        return {"response": response_to_dict(response), "attempt": state.attempt}
 
     # ---------------------------------------------------------------- tools
 

@@ -288,6 +288,7 @@ class TemporalBackend:
         """Events behind ``after`` until the run's current execution has ended."""
         position = parse_cursor(after)
         result_at = -1
+        looked = False
         while True:
             events = await self.events.read(run_id, position)
             for event in events:
@@ -297,9 +298,24 @@ class TemporalBackend:
                     result_at = position
             if events:
                 continue
-            if result_at == position:
+            # A query costs a workflow task: asked after the run_result, and once for a
+            # follower that starts behind everything there is.
+            if result_at == position or not looked:
+                looked = True
                 record = await self.run_record(session_id, run_id)
                 if record.get("status") != "running" and int(record.get("cursor", 0)) <= position:
+                    if result_at == position:
+                        return
+                    # Started behind the run's last event (its last cursor, say): the run as it
+                    # stands, as a store's follower gets it, so a reconnect loop ends.
+                    result = await self.wait_result(session_id, run_id)
+                    yield RunEvent(
+                        RunEventType.RUN_RESULT,
+                        result,
+                        session_id,
+                        run_id,
+                        event_id=f"{run_id}:result:{result.status.value}",
+                    )
                     return
             await self.events.wait(run_id, position, self.poll_interval * 4)
 
@@ -336,6 +352,8 @@ class TemporalBackend:
 def _refusal(cause: BaseException | None) -> Exception:
     """The harnessx error an update's refusal names (ConfigurationError if unnamed)."""
     if isinstance(cause, ApplicationError) and cause.type in _REFUSALS:
+        if cause.type == "UnknownExecutionKey" and cause.details:
+            return _errors.UnknownExecutionKey(cause.details[0], cause.message)
         cls: type[Exception] = getattr(_errors, cause.type)
         return cls(cause.message)
     message = getattr(cause, "message", None) or str(cause)

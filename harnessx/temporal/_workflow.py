@@ -28,7 +28,17 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from harnessx._agent import Agent
 from harnessx._driver import _fresh, checkpoint_phase
-from harnessx._engine import AskApproval, CallModel, CompleteResult, Dispatch, Engine, PrepareTools, Stop
+from harnessx._engine import (
+    AskApproval,
+    CallModel,
+    CompleteResult,
+    Dispatch,
+    Engine,
+    PrepareTools,
+    Stop,
+    expect_waiting,
+)
+from harnessx._errors import ResolutionError, UnknownExecutionKey
 from harnessx._events import RunEventType
 from harnessx._hooks import HookEvent
 from harnessx._policies import ToolRetry
@@ -96,9 +106,10 @@ def _cause(error: BaseException) -> tuple[str, str]:
     return type(inner).__name__, str(inner)
 
 
-def _refuse(kind: str, message: str) -> ApplicationError:
-    """An update refused: the client raises the harnessx error named ``kind``."""
-    return ApplicationError(message, type=kind, non_retryable=True)
+def _refuse(kind: str, message: str, *details: Any) -> ApplicationError:
+    """An update refused: the client raises the harnessx error named ``kind`` (for
+    ``UnknownExecutionKey``, ``details`` holds the key)."""
+    return ApplicationError(message, *details, type=kind, non_retryable=True)
 
 
 class SessionWorkflow:
@@ -373,6 +384,7 @@ class SessionWorkflow:
             await self.commit(engine.fail(state, _remote_error(error["type"], error["message"])))
             return
         response = response_from_dict(outcome["response"])
+        state.attempt = int(outcome.get("attempt", state.attempt))  # (older activities: no label)
         if response.stop_reason == StopReason.MAX_TOKENS:
             # Histories recorded before a reply cut off at its budget was asked again ended
             # the run there: they replay as they were decided.
@@ -560,13 +572,12 @@ class SessionWorkflow:
         state = self.state
         key = str(request["key"])
         wanted = ToolStatus.APPROVAL if request["kind"] == "approve" else ToolStatus.UNCERTAIN
-        entry = state.tools.get(key) if state is not None else None
-        if state is None or entry is None or entry.status is not wanted:
-            label = "awaiting approval" if wanted is ToolStatus.APPROVAL else "uncertain"
-            raise _refuse(
-                "UnknownExecutionKey",
-                f"no tool call {label} has execution key {key!r} in session {self.session_id}",
-            )
+        if state is None:
+            raise _refuse("UnknownExecutionKey", f"session {self.session_id} has no run to decide for", key)
+        try:
+            expect_waiting(state, key, wanted)  # the refusals a store-backed runtime gives
+        except (UnknownExecutionKey, ResolutionError) as exc:
+            raise _refuse(type(exc).__name__, str(exc), key) from None
         if self.busy:
             raise _refuse(
                 "RuntimeStateError",

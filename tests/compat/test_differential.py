@@ -15,7 +15,6 @@ listed difference is still there (remove the entry when it goes) and that no oth
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -24,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from probe_support import PROBES, clean_env, flatten, observe
 
 from harnessx.testing import dsn_with_database, quote_ident, run_psql
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBES = Path(__file__).resolve().parent / "probes"
 DOC = ROOT / "docs" / "compatibility.md"
 
 # probe:path -> why this project differs there. A path names a value in the probe's JSON
@@ -63,7 +62,7 @@ def original_python() -> str:
             capture_output=True,
             text=True,
             cwd="/",
-            env=_clean_env(),
+            env=clean_env(),
             timeout=120,
         )
         if probe.returncode != 0 or probe.stdout.strip() != "0.9.1":
@@ -81,39 +80,6 @@ def original_python() -> str:
             f"harnessx 0.9.1 is required for the differential tests: {problem}; {advice}", pytrace=False
         )
     pytest.skip(f"harnessx 0.9.1 unavailable: {problem}; {advice}")
-
-
-def _clean_env() -> dict[str, str]:
-    # Neither package may see the other: no PYTHONPATH, and the probe runs outside the tree.
-    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-
-
-def observe(python: str, probe: str, workdir: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
-    done = subprocess.run(
-        [python, str(PROBES / f"{probe}.py")],
-        capture_output=True,
-        text=True,
-        cwd=workdir,
-        env={**_clean_env(), **(env or {})},
-        timeout=300,
-    )
-    assert done.returncode == 0, f"{probe} failed under {python}:\n{done.stderr[-4000:]}"
-    observed: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return observed
-
-
-def flatten(value: Any, path: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        flat: dict[str, Any] = {}
-        for key, item in value.items():
-            flat.update(flatten(item, f"{path}.{key}" if path else key))
-        return flat if flat else {path: value}
-    if isinstance(value, list) and value and any(isinstance(item, dict | list) for item in value):
-        flat = {}
-        for index, item in enumerate(value):
-            flat.update(flatten(item, f"{path}[{index}]"))
-        return flat
-    return {path: value}
 
 
 PROBE_NAMES = sorted(p.stem for p in PROBES.glob("*.py") if not p.stem.startswith("_"))

@@ -23,6 +23,7 @@ from harnessx import (
     AgentRef,
     AgentRuntime,
     ConfigurationError,
+    ResolutionError,
     RunEventType,
     RunStatus,
     SessionBusyError,
@@ -198,8 +199,11 @@ async def test_approve_and_decline(backend: TemporalBackend, setup: TemporalSetu
     assert waiting.status is RunStatus.AWAITING_INPUT
     [pending] = waiting.pending
     assert pending.status == "approval"
-    with pytest.raises(UnknownExecutionKey):
+    with pytest.raises(ResolutionError, match="awaits approval"):  # as a store-backed runtime refuses it
         await runtime.resolve_tool(pending, retry=True)
+    with pytest.raises(UnknownExecutionKey) as unknown:
+        await runtime.approve(f"{waiting.run_id}:1:nothing")
+    assert unknown.value.execution_key == f"{waiting.run_id}:1:nothing"
     done = await runtime.approve(pending, resume=True)
     assert done.status is RunStatus.COMPLETED and done.output == "Done: safe_tool did ask first"
 

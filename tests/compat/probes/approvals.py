@@ -5,18 +5,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import tempfile
-from pathlib import Path
 from typing import Any
 
+from _durable import durable
 from _probe import caught, emit, event
 
 from harnessx import (
     Agent,
-    AgentRuntime,
     HookEvent,
     PermissionLevel,
     ProviderResponse,
-    SQLiteBackend,
     ToolCall,
 )
 from harnessx.providers import LLMProvider
@@ -53,10 +51,19 @@ def agent() -> Agent:
     return a
 
 
+async def record(backend: Any, session_id: str) -> list[str] | str:
+    """``[status, phase]`` of the session's latest run as the backend stores it."""
+    latest = getattr(backend, "latest_run", None)
+    if latest is None:
+        return "no latest_run"
+    stored = await latest(session_id)
+    return [stored["status"], stored["phase"]]
+
+
 async def main(folder: str) -> None:
     observed: dict[str, Any] = {}
-    async with SQLiteBackend(str(Path(folder) / "runtime.db")) as backend:
-        async with AgentRuntime(agent(), backend=backend) as runtime:
+    async with durable(folder, {"notes": agent}) as (backend, make):
+        async with make("notes") as runtime:
             handle = await runtime.submit("note it")
             events = [e async for e in handle.events()]
             waiting = await handle.result()
@@ -71,8 +78,7 @@ async def main(folder: str) -> None:
                 "pending_frozen": type(pending).__dataclass_params__.frozen,  # type: ignore[attr-defined]
             }
             observed["events"] = [event(e) for e in events]
-            stopped = await backend.latest_run(waiting.session_id)
-            observed["stopped_record"] = [stopped["status"], stopped["phase"]]
+            observed["stopped_record"] = await record(backend, waiting.session_id)
             observed["last_checkpoint_at_the_stop"] = checkpoints[-1]
             try:
                 await runtime.resolve_tool(pending, retry=True)
@@ -91,16 +97,15 @@ async def main(folder: str) -> None:
                 "status": approved.status.value,
                 "output": approved.output,
             }
-            finished = await backend.latest_run(waiting.session_id)
-            observed["finished_record"] = [finished["status"], finished["phase"]]
+            observed["finished_record"] = await record(backend, waiting.session_id)
             observed["last_checkpoint_at_the_end"] = checkpoints[-1]
             observed["approve_without_resume"] = None
-        async with AgentRuntime(agent(), backend=backend) as runtime:
+        async with make("notes") as runtime:
             waiting = await runtime.run("note it")
             observed["approve_without_resume"] = repr(await runtime.decline(waiting.pending[0]))
             declined = await runtime.resume(waiting.session_id)
             observed["after_decline"] = (await declined.result()).output if declined else None
-        async with AgentRuntime(agent(), backend=backend) as runtime:
+        async with make("notes") as runtime:
             waiting = await runtime.run("note it")
             declined = await runtime.decline(waiting.pending[0], resume=True)
             observed["decline_resume"] = {"type": type(declined).__name__, "output": declined.output}

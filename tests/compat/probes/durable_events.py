@@ -1,16 +1,17 @@
-"""A durable run on SQLite: events live and read back, checkpoints, status, reconnecting."""
+"""A durable run on SQLite (or Temporal, see ``_durable``): events live and read back,
+checkpoints, status, reconnecting."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 import tempfile
-from pathlib import Path
 from typing import Any
 
+from _durable import durable
 from _probe import emit, event
 
-from harnessx import Agent, AgentRuntime, HookEvent, ProviderResponse, SQLiteBackend, ToolCall
+from harnessx import Agent, HookEvent, ProviderResponse, ToolCall
 from harnessx.providers import LLMProvider
 
 
@@ -27,9 +28,11 @@ class Provider(LLMProvider):
         return 0
 
 
-async def main(folder: str) -> None:
+checkpoints: list[list[Any]] = []
+
+
+def adder() -> Agent:
     agent = Agent(provider=Provider())
-    checkpoints: list[list[Any]] = []
     agent.hooks.on(
         HookEvent.CHECKPOINT,
         lambda ctx: checkpoints.append([sorted(ctx.data), ctx.data["phase"], ctx.data["status"]]),
@@ -40,8 +43,12 @@ async def main(folder: str) -> None:
         """Add two numbers."""
         return a + b
 
-    async with SQLiteBackend(str(Path(folder) / "runtime.db")) as backend:
-        runtime = AgentRuntime(agent, backend=backend)
+    return agent
+
+
+async def main(folder: str) -> None:
+    async with durable(folder, {"adder": adder}) as (_, make):
+        runtime = make("adder")
         state_before = repr(runtime.state)
         await runtime.start()
         state_started = repr(runtime.state)
