@@ -29,6 +29,7 @@ LocalFeed = Callable[[], RunFeed | None]
 UNCLAIMED_WARNING_SECONDS = 5.0
 """How long a follower waits on a queued pool run before it logs that no worker claimed it."""
 _CHECK_EVERY = 1.0  # seconds between looks at the run's row while no events arrive
+_PAGE = 500  # events read at a time
 
 
 async def follow_events(
@@ -59,22 +60,30 @@ async def follow_events(
     watch = _Watch(store, run_id)
     while True:
         feed = local_feed()
+        caught_up = False
         if feed is not None and feed.covers(position + 1):
             events = feed.after(position)
         else:
-            events = await store.read_events(run_id, position)
+            events = await store.read_events(run_id, position, _PAGE)
+            # A short page is all there is for now: waiting follows at once, rather than
+            # after another read (and a look at the run) that finds nothing new.
+            caught_up = len(events) < _PAGE
         for event in events:
             position = int(event.cursor or position)
             yield _with_session(event, session_id)
             if event.type is RunEventType.RUN_RESULT:
                 result_at, result_status = position, event.data.status
         driven_here = feed is not None and not feed.closed
-        if not driven_here and (result_at == position or not events):
+        # The run's row tells whether the execution has ended: once its run_result is read,
+        # and otherwise (nothing new) at most once a second, as a woken follower finds
+        # nothing new whenever one read took the events of several notifications.
+        if not driven_here and (result_at == position or (not events and watch.due())):
             record = await store.get_run(run_id)
             if record is None:
                 if result_at == position:
                     return  # ended with its run_result, and deleted since
                 raise _gone(run_id)
+            await watch.seen(record)
             settled = record.status is not RunStatus.RUNNING and not record.queued
             if settled and record.event_count <= position:
                 # The execution ends when its process lets the session go: until then it
@@ -98,7 +107,7 @@ async def follow_events(
                     event_id=f"{run_id}:result:{record.status.value}",
                 )
                 return
-        if events:
+        if events and not caught_up:
             continue
         if driven_here:
             assert feed is not None
@@ -118,17 +127,28 @@ class _Watch:
         self.looked = float("-inf")
         self.warned = False
 
-    async def look(self) -> None:
+    def due(self) -> bool:
+        """Whether it is time for another look at the row (counted as taken)."""
         now = time.monotonic()
         if now - self.looked < _CHECK_EVERY:
-            return
+            return False
         self.looked = now
+        return True
+
+    async def look(self) -> None:
+        if not self.due():
+            return
         record = await self.store.get_run(self.run_id)
         if record is None:
             raise _gone(self.run_id)
-        if record.queued and not self.warned and now - self.since >= UNCLAIMED_WARNING_SECONDS:
+        await self.seen(record)
+
+    async def seen(self, record: RunRecord) -> None:
+        """What a look at the row found: a pool run nobody claims is worth a warning."""
+        waited = time.monotonic() - self.since
+        if record.queued and not self.warned and waited >= UNCLAIMED_WARNING_SECONDS:
             self.warned = True
-            logger.warning("%s", await _unclaimed(self.store, record, now - self.since))
+            logger.warning("%s", await _unclaimed(self.store, record, waited))
 
 
 def _gone(run_id: str) -> StorageError:

@@ -33,14 +33,14 @@ def count_looks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The looks the follower takes at the run's row (where it decides to warn), counted as
     they happen: ``[n]``."""
     looks = [0]
-    look = _Watch.look
+    due = _Watch.due
 
-    async def counted(watch: _Watch) -> None:
-        before = watch.looked
-        await look(watch)
-        looks[0] += watch.looked != before
+    def counted(watch: _Watch) -> bool:
+        taken = due(watch)
+        looks[0] += taken
+        return taken
 
-    monkeypatch.setattr(_Watch, "look", counted)
+    monkeypatch.setattr(_Watch, "due", counted)
     return looks
 
 
