@@ -26,7 +26,8 @@ What they hold a store to (the store protocol's guarantees, ``harnessx.store._pr
   owner's next renewal exactly once, and goes with the commit that stops the run if it was
   not taken by then.
 
-With pytest (both backends of this project run it, ``tests/integration/test_store_conformance.py``)::
+With pytest and pytest-asyncio in ``asyncio_mode = auto`` (both backends of this project
+run it so, ``tests/integration/test_store_conformance.py``)::
 
     import pytest
     from harnessx.store import SQLiteBackend
