@@ -49,7 +49,10 @@ __all__ = [
     "final_tool_result",
     "listed_worker",
     "lease_lost",
+    "newer_record",
+    "no_run",
     "no_session",
+    "nothing_to_claim",
     "not_recorded",
     "not_this_sessions_run",
     "request_taken",
@@ -58,6 +61,7 @@ __all__ = [
     "session_record",
     "session_summary",
     "too_many_records",
+    "unfinished_blocks_erasure",
     "unfinished_run",
     "worker_info",
 ]
@@ -96,6 +100,29 @@ def unfinished_run(session_id: str) -> SessionBusyError:
     return SessionBusyError(
         f"session {session_id} already has an unfinished run: "
         "resume, cancel or finish it before submitting another"
+    )
+
+
+def nothing_to_claim(session_id: str, where: str) -> ConfigurationError:
+    return ConfigurationError(f"no session {session_id!r} in {where}")
+
+
+def no_run(run_id: str, where: str) -> StorageError:
+    return StorageError(f"no run {run_id!r} in {where}")
+
+
+def unfinished_blocks_erasure(session_id: str, run_id: str) -> SessionBusyError:
+    return SessionBusyError(
+        f"session {session_id} has an unfinished run {run_id}: cancel it first "
+        "(harnessx cancel), or delete with --force / force=True, which cancels it"
+    )
+
+
+def newer_record(session_id: str, where: str, unknown: Sequence[str]) -> ConfigurationError:
+    return ConfigurationError(
+        f"session {session_id}'s record has columns {where} lacks "
+        f"({', '.join(unknown)}): it comes from a newer harnessx; migrate this database "
+        "with that harnessx's 'harnessx migrate', then import again"
     )
 
 

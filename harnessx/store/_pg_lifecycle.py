@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from harnessx._errors import ConfigurationError, SessionBusyError
 from harnessx.store._archive import TABLES, ArchiveRecord, build_records, unknown_columns, why_not_restored
+from harnessx.store._core import newer_record, unfinished_blocks_erasure
 from harnessx.store._lifecycle import Fact, judge
 from harnessx.store._pg_execution import PostgresExecution
 from harnessx.store._pg_types import Connection
@@ -108,10 +109,7 @@ class PostgresLifecycle(PostgresExecution):
                     return None
                 held, unfinished = row
                 if unfinished is not None:
-                    raise SessionBusyError(
-                        f"session {session_id} has an unfinished run {unfinished}: cancel it first "
-                        "(harnessx cancel), or delete with --force / force=True, which cancels it"
-                    )
+                    raise unfinished_blocks_erasure(session_id, unfinished)
                 if held:
                     raise SessionBusyError(
                         f"session {session_id} is held by another process (an unexpired lease): try "
@@ -151,11 +149,7 @@ class PostgresLifecycle(PostgresExecution):
                 types = await _column_types(conn)
                 unknown = unknown_columns(record, {table: list(columns) for table, columns in types.items()})
                 if unknown:
-                    raise ConfigurationError(
-                        f"session {record.session_id}'s record has columns {self._where} lacks "
-                        f"({', '.join(unknown)}): it comes from a newer harnessx; migrate this database "
-                        "with that harnessx's 'harnessx migrate', then import again"
-                    )
+                    raise newer_record(record.session_id, self._where, unknown)
                 for table, rows in record.tables():
                     for row in rows:
                         columns = types[table]

@@ -72,9 +72,11 @@ from harnessx.store._core import (
     Row,
     final_tool_result,
     lease_lost,
+    no_run,
     no_session,
     not_recorded,
     not_this_sessions_run,
+    nothing_to_claim,
     session_exists,
     session_held,
     session_record,
@@ -308,7 +310,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, Po
             lambda conn: conn.fetchrow(Q["take_lease"], session_id, owner, self.lease_seconds),
         )
         if row is None:
-            raise ConfigurationError(f"no session {session_id!r} in {self._where}")
+            raise nothing_to_claim(session_id, self._where)
         generation, busy_seconds = row
         if generation is None:
             raise session_held(session_id, busy_seconds)
@@ -533,7 +535,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, Po
     async def load_state(self, run_id: str) -> RunState:
         loaded = await self.load_run(run_id)
         if loaded is None:
-            raise StorageError(f"no run {run_id!r} in {self._where}")
+            raise no_run(run_id, self._where)
         if loaded.problem is not None:
             raise loaded.problem
         assert loaded.state is not None
@@ -554,7 +556,7 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, Po
     async def _load(self, conn: Connection, run_id: str) -> RunState:
         row = await conn.fetchrow(Q["get_run"], run_id)
         if row is None:
-            raise StorageError(f"no run {run_id!r} in {self._where}")
+            raise no_run(run_id, self._where)
         record = run_record(tuple(row))
         bodies = await conn.fetch(Q["session_messages"], record.session_id)
         tools = [tuple(r) for r in await conn.fetch(Q["run_tool_calls"], run_id)]

@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 from harnessx._errors import (
     ConfigurationError,
     CorruptStateError,
-    StorageError,
 )
 from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
@@ -53,9 +52,11 @@ from harnessx.store._core import (
     Row,
     final_tool_result,
     lease_lost,
+    no_run,
     no_session,
     not_recorded,
     not_this_sessions_run,
+    nothing_to_claim,
     request_taken,
     session_exists,
     session_held,
@@ -170,7 +171,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         def body(conn: sqlite3.Connection) -> Lease:
             row = conn.execute(Q["get_session"], (session_id,)).fetchone()
             if row is None:
-                raise ConfigurationError(f"no session {session_id!r} in {self.path}")
+                raise nothing_to_claim(session_id, self._where)
             current, expires = row[3], row[5]
             now = time.time()
             held = current and current != owner and expires is not None and expires > now
@@ -479,7 +480,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
     def _load(self, conn: sqlite3.Connection, run_id: str) -> RunState:
         row = conn.execute(Q["get_run"], (run_id,)).fetchone()
         if row is None:
-            raise StorageError(f"no run {run_id!r} in {self.path}")
+            raise no_run(run_id, self._where)
         record = run_record(row)
         bodies = [body for (body,) in conn.execute(Q["session_messages"], (record.session_id,))]
         tools = conn.execute(Q["run_tool_calls"], (run_id,)).fetchall()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from harnessx._errors import ConfigurationError, SessionBusyError
 from harnessx.store._archive import TABLES, ArchiveRecord, build_records, unknown_columns, why_not_restored
 from harnessx.store._codec import dumps
+from harnessx.store._core import newer_record, unfinished_blocks_erasure
 from harnessx.store._lifecycle import Fact, judge
 from harnessx.store._protocol import Archiver, Leadership, PruneBatch, PruneCursor
 from harnessx.store._queries import load_queries
@@ -125,10 +126,7 @@ class SQLiteLifecycle:
                 return None
             owner, expires, unfinished = row
             if unfinished is not None:
-                raise SessionBusyError(
-                    f"session {session_id} has an unfinished run {unfinished}: cancel it first "
-                    "(harnessx cancel), or delete with --force / force=True, which cancels it"
-                )
+                raise unfinished_blocks_erasure(session_id, unfinished)
             leased = owner is not None and expires is not None and expires > time.time()
             if leased and self._owner_alive(owner):
                 raise SessionBusyError(
@@ -160,11 +158,7 @@ class SQLiteLifecycle:
             columns = {table: _columns(conn, table) for table in TABLES}
             unknown = unknown_columns(record, columns)
             if unknown:
-                raise ConfigurationError(
-                    f"session {record.session_id}'s record has columns {self.path} lacks "
-                    f"({', '.join(unknown)}): it comes from a newer harnessx; migrate this database "
-                    "with that harnessx's 'harnessx migrate', then import again"
-                )
+                raise newer_record(record.session_id, str(self.path), unknown)
             for table, rows in record.tables():
                 for row in rows:
                     values = dict(row)
