@@ -19,8 +19,9 @@ binds but every claim checks, the key as its fair-share tenant, and a model rate
 
 ``--modes`` adds the parts of *on* alone: ``sched`` (priorities, the key's limit and its
 tenant, no rate limit) and ``rate`` (plain runs, the rate limit only), to say which part costs
-what. The rounds alternate (off, on, off, on, ...) and each figure is the median of its
-rounds, so that a machine's drift weighs on every mode alike. ``--profile DIR`` records each
+what. The rounds alternate (off, on, off, on, ...) on one fleet of two workers (a round
+switches the store's limits and waits until every worker has read them), and each figure is
+the median of its rounds, so that a machine's drift weighs on every mode alike. ``--profile DIR`` records each
 throughput round's workers with py-spy (``pip install py-spy``; root or ptrace rights) into
 DIR as collapsed stacks, to read where a worker's time goes.
 """
@@ -31,6 +32,7 @@ import argparse
 import asyncio
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -45,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pool import BIN, STEPS_PER_RUN, Fleet, live_workers, percentile, postgres_timestamps, sqlite_timestamps
 
 from harnessx import AgentRef, AgentRuntime
+from harnessx._rate_gate import REFRESH_SECONDS
 from harnessx.store._protocol import Store
 
 KEYS = 50
@@ -82,7 +85,8 @@ async def set_limits(store: Store, mode: str) -> None:
 
 
 def profile(folder: Path | None, name: str, workers: list[subprocess.Popen[bytes]]) -> list[Any]:
-    """py-spy recording each worker into ``folder`` until it exits (nothing without a folder)."""
+    """py-spy recording each worker into ``folder`` until ``stop_profiles`` (nothing without
+    a folder)."""
     if folder is None:
         return []
     folder.mkdir(parents=True, exist_ok=True)
@@ -98,12 +102,25 @@ def profile(folder: Path | None, name: str, workers: list[subprocess.Popen[bytes
     ]  # fmt: skip
 
 
-async def claim_latency(store: Store, fleet: Fleet, mode: str, claims: int, timestamps: Any) -> list[float]:
+def stop_profiles(spies: list[Any]) -> None:
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)  # py-spy writes what it recorded, then exits
+    for spy in spies:
+        spy.wait(timeout=60)
+
+
+async def switch_to(store: Store, mode: str) -> None:
+    """Set the mode's limits and wait until every worker's rate gate has read them (it reads
+    them again when its copy is 5 s old), then drive a few runs unmeasured."""
     await set_limits(store, mode)
-    fleet.worker()
-    fleet.worker()
-    await live_workers(store, 2)
-    await asyncio.sleep(6.0)  # idle polling, and the rate gate's copy of the limits is fresh
+    await asyncio.sleep(REFRESH_SECONDS + 1.0)
+    for index in range(4):
+        runtime, handle = await scheduled(store, mode, index)
+        await handle.result()
+        await runtime.stop()
+
+
+async def claim_latency(store: Store, mode: str, claims: int, timestamps: Any) -> list[float]:
     run_ids = []
     for index in range(claims):
         runtime, handle = await scheduled(store, mode, index)
@@ -111,28 +128,58 @@ async def claim_latency(store: Store, fleet: Fleet, mode: str, claims: int, time
         await runtime.stop()
         run_ids.append(handle.run_id)
         await asyncio.sleep(0.05)
-    fleet.stop()
     return [first - created for created, first in await timestamps(run_ids)]
 
 
+def _cpu(pid: int, children: bool = False) -> float:
+    """CPU seconds a process used (with ``children``: also its children that exited)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def database_cpu(postmaster: int | None) -> float:
+    """CPU seconds the PostgreSQL cluster used so far: the postmaster, the backends it reaped
+    and those alive (0 without a cluster of the benchmark's own)."""
+    if postmaster is None:
+        return 0.0
+    total = _cpu(postmaster, children=True)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if parent == postmaster:
+                total += _cpu(int(entry.name))
+    return total
+
+
 async def throughput(
-    store: Store, fleet: Fleet, mode: str, runs: int, spied: Path | None = None, name: str = ""
-) -> float:
-    await set_limits(store, mode)
-    workers = [fleet.worker(concurrency=8) for _ in range(2)]
-    await live_workers(store, 2)
-    await asyncio.sleep(6.0)
+    store: Store,
+    mode: str,
+    runs: int,
+    workers: list[Any],
+    postmaster: int | None,
+    spied: Path | None = None,
+    name: str = "",
+) -> tuple[float, float, float]:
+    """Steps per second, and the workers' and the database's CPU milliseconds per step."""
     spies = profile(spied, name, workers)
+    cpu = (sum(_cpu(w.pid) for w in workers), database_cpu(postmaster))
     started = time.perf_counter()
     submitted = [await scheduled(store, mode, index) for index in range(runs)]
     await asyncio.gather(*(handle.result() for _, handle in submitted))
     elapsed = time.perf_counter() - started
+    used = (sum(_cpu(w.pid) for w in workers) - cpu[0], database_cpu(postmaster) - cpu[1])
+    stop_profiles(spies)
     for runtime, _ in submitted:
         await runtime.stop()
-    fleet.stop()
-    for spy in spies:
-        spy.wait(timeout=60)
-    return runs * STEPS_PER_RUN / elapsed
+    steps = runs * STEPS_PER_RUN
+    return steps / elapsed, used[0] * 1000 / steps, used[1] * 1000 / steps
 
 
 # --------------------------------------------------------------------- the deep queue
@@ -312,6 +359,12 @@ def report_rounds(args: argparse.Namespace, label: str, rounds: dict[str, dict[s
         row(f"claim latency {name}, creation -> first event (ms)", values, 1000, 1)
     values = {m: statistics.median(rounds["steps"][m]) for m in modes}
     row(f"checkpointed steps / s, 2 workers, {args.runs} runs", values, 1, 0)
+    # CPU per step: what a mode costs, much less swayed by a shared machine than a rate.
+    values = {m: statistics.median(rounds["worker_cpu"][m]) for m in modes}
+    row("workers' CPU per checkpointed step (ms)", values, 1, 3)
+    if any(rounds["db_cpu"]["off"]):
+        values = {m: statistics.median(rounds["db_cpu"][m]) for m in modes}
+        row("database's CPU per checkpointed step (ms)", values, 1, 3)
     # Each round against the off rounds either side of it (the machine drifts).
     print()
     for m in others:
@@ -331,30 +384,45 @@ async def main(args: argparse.Namespace) -> None:
     rounds: dict[str, dict[str, list[Any]]] = {
         "claims": {m: [] for m in args.modes},
         "steps": {m: [] for m in args.modes},
+        "worker_cpu": {m: [] for m in args.modes},
+        "db_cpu": {m: [] for m in args.modes},
     }
     deep: dict[bool, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as folder_name, ExitStack() as stack:
         folder = Path(folder_name)
         dsn = None
+        postmaster: int | None = None
         label = "SQLite (WAL, synchronous=FULL)"
         if not args.sqlite:
             from harnessx.testing import ThrowawayCluster
 
-            dsn = args.dsn or stack.enter_context(ThrowawayCluster(durable=True)).dsn
+            if args.dsn is None:
+                cluster = stack.enter_context(ThrowawayCluster(durable=True))
+                dsn = cluster.dsn
+                postmaster = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
+            else:
+                dsn = args.dsn
             label = "PostgreSQL 15 (loopback, fsync on)" if args.dsn is None else "PostgreSQL (given DSN)"
         store, store_args, store_env, timestamps = await one_store(args, folder, dsn, "sched_bench")
         async with store:
             fleet = Fleet(store_args, folder, store_env)
             try:
+                # One fleet for every round: the modes differ in the store's limits and in
+                # what is submitted, so a round switches the limits, not the processes.
+                workers = [fleet.worker(concurrency=8) for _ in range(2)] if args.rounds else []
+                await live_workers(store, len(workers))
                 for index in range(args.rounds):
                     for mode in args.modes:
+                        await switch_to(store, mode)
                         rounds["claims"][mode].append(
-                            await claim_latency(store, fleet, mode, args.claims, timestamps)
+                            await claim_latency(store, mode, args.claims, timestamps)
                         )
-                        steps = await throughput(
-                            store, fleet, mode, args.runs, args.profile, f"{mode}{index}"
+                        steps, worker_cpu, db_cpu = await throughput(
+                            store, mode, args.runs, workers, postmaster, args.profile, f"{mode}{index}"
                         )
                         rounds["steps"][mode].append(steps)
+                        rounds["worker_cpu"][mode].append(worker_cpu)
+                        rounds["db_cpu"][mode].append(db_cpu)
             finally:
                 fleet.stop()
         if args.rounds:
