@@ -114,11 +114,17 @@ async def test_a_run_whose_lease_expired_is_not_stranded(tmp_path: Path) -> None
         supervisor = Supervisor(supervisor_store)
         term = await supervisor_store.try_leadership(ROLE)
         assert term is not None
-        for _ in range(3):
+
+        async def scanned_and_finished() -> RunRecord | None:
+            # The supervisor scans as it does in service. The stalled worker's heartbeat may
+            # have renewed the lease after the stall (nobody had taken it), so the orphan
+            # shows once that renewal expires rather than at the first scan.
             await supervisor.scan(term)
+            return await finished(client, run_id)
+
         # Another worker gets its chance to continue the run.
         async with _running(Worker(second_store, _registry(lambda: "ok"), WorkerConfig(concurrency=1))):
-            run = await wait_until(lambda: finished(client, run_id), "the run to finish")
+            run = await wait_until(scanned_and_finished, "the supervisor to requeue the run and it to finish")
         assert run.status == "completed", (run, await client.get_session(run.session_id))
 
 
