@@ -381,8 +381,13 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                 done = asyncio.Event()
                 deadline = time.monotonic() + args.settle_timeout
                 faults = asyncio.create_task(_faults(backend.events, fleet, server, args, outcome, done))
-                runs = []
-                for index in range(args.runs):
+                runs: list[asyncio.Task[None]] = []
+                # Past --runs, keep submitting while faults are still owed (a loaded machine
+                # finishes the planned runs before every kill has landed mid-tool), but only
+                # for the first half of the settle time, so the extra runs can finish too.
+                stop_adding = time.monotonic() + args.settle_timeout / 2
+                while len(runs) < args.runs or (not faults.done() and time.monotonic() < stop_adding):
+                    index = len(runs)
                     policy = POLICIES[index % 3 == 2]  # two safe runs for each manual one
                     runs.append(asyncio.create_task(_one_run(backend, index, policy, outcome, deadline)))
                     await asyncio.sleep(args.submit_every)
@@ -393,10 +398,10 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                 streams = {run_id: await _all_events(backend.events, run_id) for run_id in outcome.runs}
         finally:
             fleet.stop_all()
-        violations = check(fleet, outcome, args.runs, streams)
+        violations = check(fleet, outcome, len(runs), streams)
         return {
             "ok": not any(violations.values()),
-            "runs": args.runs,
+            "runs": len(runs),
             "completed": sum(r.status is RunStatus.COMPLETED for r in outcome.runs.values()),
             "kills_mid_tool": outcome.kills_mid_tool,
             "server_restarts": outcome.server_restarts,
@@ -409,7 +414,7 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos.temporal", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="the CI profile (30 runs, 10 kills, 1 restart)")
+    parser.add_argument("--quick", action="store_true", help="the CI profile (30+ runs, 10 kills, 1 restart)")
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--kills", type=int, default=None, help="workers SIGKILLed mid-tool")

@@ -56,5 +56,6 @@ def test_quick_temporal_profile(tmp_path: Path) -> None:
     assert report_path.exists(), done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(report_path.read_text())
     assert done.returncode == 0 and report["ok"], json.dumps(report["violations"], indent=1)
-    assert report["completed"] == report["runs"] == 30
+    # At least the profile's 30 runs: more were submitted if the kills had not all landed.
+    assert report["completed"] == report["runs"] >= 30
     assert report["kills_mid_tool"] >= 10 and report["server_restarts"] >= 1
