@@ -602,6 +602,7 @@ def _marked_message(message: dict[str, Any], control: dict[str, Any]) -> dict[st
 
 
 def _refused_markers(exc: ProviderError) -> bool:
-    """Whether the API refused the request for its cache markers (then it goes unmarked:
-    caching is an optimisation, never a reason for a call to fail)."""
-    return exc.status_code == 400 and "cache_control" in str(exc)
+    """Whether the request may have been refused for its cache markers: any invalid-request
+    refusal, since a compatible server (llama.cpp, a gateway) may not say why. It then goes
+    again unmarked: caching is an optimisation, never a reason for a call to fail."""
+    return exc.status_code == 400

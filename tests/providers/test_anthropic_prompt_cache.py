@@ -114,9 +114,22 @@ async def test_a_request_refused_for_its_markers_goes_again_without_them(
     assert "cache_control" in str(first) and "cache_control" not in str(second)
 
 
-async def test_another_refusal_is_not_sent_twice(server: ScriptedServer, anthropic: MakeAnthropic) -> None:
+async def test_a_refusal_that_does_not_say_why_goes_again_unmarked_once(
+    server: ScriptedServer, anthropic: MakeAnthropic
+) -> None:
+    """A compatible server may refuse the markers without naming them."""
+    bad = {"type": "error", "error": {"type": "invalid_request_error", "message": "bad request"}}
+    server.reply_json(bad, status=400)
+    server.reply_json(bad, status=400)
+    result = await weather_agent(anthropic()).run("Weather in Rome?")
+    assert result.failed and result.error is not None and "bad request" in result.error["message"]
+    first, second = (r.json for r in server.requests)
+    assert "cache_control" in str(first) and "cache_control" not in str(second)
+
+
+async def test_other_refusals_are_not_sent_again(server: ScriptedServer, anthropic: MakeAnthropic) -> None:
     server.reply_json(
-        {"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}}, status=400
+        {"type": "error", "error": {"type": "authentication_error", "message": "no"}}, status=401
     )
     result = await weather_agent(anthropic()).run("Weather in Rome?")
     assert result.failed and len(server.requests) == 1
