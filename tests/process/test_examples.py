@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,8 @@ def readme_blocks() -> list[str]:
 @pytest.mark.parametrize("index", range(len(readme_blocks())))
 def test_readme_python_blocks_run(index: int, tmp_path: Path) -> None:
     script = tmp_path / "block.py"
-    script.write_text(readme_blocks()[index])
+    # A block inside a list item is indented with it.
+    script.write_text(textwrap.dedent(readme_blocks()[index]))
     done = run_python([str(script)], tmp_path)
     assert done.returncode == 0, done.stderr
 
