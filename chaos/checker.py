@@ -18,6 +18,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from harnessx._results import FINISHED_STATUSES
+
 __all__ = [
     "INVARIANTS",
     "Dataset",
@@ -54,7 +56,8 @@ INVARIANTS: dict[str, str] = {
 }
 
 PROVISIONAL = frozenset({"text_delta", "thinking_delta"})
-PRUNABLE = frozenset({"completed", "failed", "cancelled"})
+# What retention may remove: sessions whose every run has one of these statuses.
+PRUNABLE = frozenset(status.value for status in FINISHED_STATUSES)
 FINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "awaiting_input"})
 
 
