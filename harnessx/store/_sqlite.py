@@ -741,6 +741,8 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         deadline = loop.time() + max_wait
         while (left := deadline - loop.time()) > 0:
             await asyncio.sleep(min(_CONTROL_POLL, left))
+            if deadline - loop.time() <= 0:
+                break  # the caller's renewal is due: it takes any request, no look needed
             if await self.pending_controls():
                 return True
         return False
