@@ -274,13 +274,13 @@ def _serve_temporal(
 
 
 async def _serve(
-    backend: Store, registry: AgentRegistry, config: WorkerConfig, sockets: list[socket.socket] | None
+    store: Store, registry: AgentRegistry, config: WorkerConfig, sockets: list[socket.socket] | None
 ) -> None:
     notifier = SystemdNotifier()
     metrics = WorkerMetrics()
     asyncio.get_running_loop().set_default_executor(_ToolThreads())
-    async with backend:
-        worker = Worker(backend, registry, config, metrics=metrics, on_heartbeat=notifier.watchdog)
+    async with store:
+        worker = Worker(store, registry, config, metrics=metrics, on_heartbeat=notifier.watchdog)
 
         def stop() -> None:
             notifier.stopping()

@@ -14,7 +14,7 @@ from harnessx._errors import HarnessError
 from harnessx._processes import open_store, waiting_notice
 from harnessx.store._protocol import Store
 
-__all__ = ["format_time", "open_backend", "run_command", "to_stderr"]
+__all__ = ["format_time", "opened_store", "run_command", "to_stderr"]
 
 T = TypeVar("T")
 
@@ -29,7 +29,7 @@ def run_command(work: Awaitable[T]) -> T:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
 
 
-def open_backend(
+def opened_store(
     sqlite_path: str, dsn: str | None, schema: str, *, auto_migrate: bool = True, read_only: bool = False
 ) -> contextlib.AbstractAsyncContextManager[Store]:
     """The store a command names, opened; a slow PostgreSQL server is reported as it waits."""

@@ -11,7 +11,7 @@ from typing import Any, TextIO, TypeVar
 
 import click
 
-from harnessx._cli_common import open_backend, run_command
+from harnessx._cli_common import opened_store, run_command
 from harnessx._cli_operate import actor_option
 from harnessx._erasure import erase_session
 from harnessx._errors import ConfigurationError
@@ -93,7 +93,7 @@ def prune(
     awaiting input is never removed, however old."""
 
     async def go() -> str:
-        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as store:
+        async with opened_store(sqlite_path, dsn, schema, auto_migrate=False) as store:
             policy = RetentionPolicy(
                 older_than,
                 batch=batch or default_batch(store),
@@ -124,7 +124,7 @@ def delete(
     events, journal, operators' actions. Refused while a run of it is unfinished, unless --force."""
 
     async def go() -> dict[str, int]:
-        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as store:
+        async with opened_store(sqlite_path, dsn, schema, auto_migrate=False) as store:
             who = actor or default_actor()
             return await erase_session(store, session_id, force=force, actor=who, via="cli")
 
@@ -155,7 +155,7 @@ def export(
         raise click.UsageError("--status selects among finished sessions: give --older-than too")
 
     async def go() -> int:
-        async with open_backend(sqlite_path, dsn, schema, read_only=True) as store:
+        async with opened_store(sqlite_path, dsn, schema, read_only=True) as store:
             count = 0
             async for ids in _chosen(store, older_than, session_ids, statuses):
                 for record in await store.export_sessions(ids):
@@ -215,7 +215,7 @@ def import_(file: TextIO, sqlite_path: str, dsn: str | None, schema: str) -> Non
 
     async def go() -> None:
         # Like every command but migrate: a mistyped path is an error, not a new database.
-        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as store:
+        async with opened_store(sqlite_path, dsn, schema, auto_migrate=False) as store:
             for number, line in _lines(file):
                 where = f"{name} line {number}"
                 try:

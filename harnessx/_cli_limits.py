@@ -15,7 +15,7 @@ import json
 
 import click
 
-from harnessx._cli_common import open_backend, run_command
+from harnessx._cli_common import opened_store, run_command
 from harnessx._errors import ConfigurationError
 from harnessx._processes import store_options
 from harnessx.store._scheduling import check_max_running, check_pattern, check_rate, check_weight
@@ -62,8 +62,8 @@ def set_limit(key: str, max_running: int, sqlite_path: str, dsn: str | None, sch
     over a shorter one."""
 
     async def go() -> None:
-        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
-            await backend.set_concurrency_limit(key, max_running)
+        async with opened_store(sqlite_path, dsn, schema, auto_migrate=False) as store:
+            await store.set_concurrency_limit(key, max_running)
         click.echo(f"at most {max_running} runs of {key} drive at once")
 
     run_command(go())
@@ -76,8 +76,8 @@ def remove_limit(key: str, sqlite_path: str, dsn: str | None, schema: str) -> No
     """Remove the limit set on KEY (a registry's limit on an agent applies again)."""
 
     async def go() -> bool:
-        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
-            return await backend.remove_concurrency_limit(key)
+        async with opened_store(sqlite_path, dsn, schema, auto_migrate=False) as store:
+            return await store.remove_concurrency_limit(key)
 
     if not run_command(go()):
         raise click.ClickException(f"no limit is set on {key!r}: 'harnessx limits list' shows those that are")
@@ -93,8 +93,8 @@ def set_weight(tenant: str, weight: float, sqlite_path: str, dsn: str | None, sc
     proportion to its weight."""
 
     async def go() -> None:
-        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
-            await backend.set_tenant_weight(tenant, weight)
+        async with opened_store(sqlite_path, dsn, schema, auto_migrate=False) as store:
+            await store.set_tenant_weight(tenant, weight)
         click.echo(f"tenant {tenant} has weight {weight:g}")
 
     run_command(go())
@@ -134,8 +134,8 @@ def set_rate(
             raise click.UsageError("--off removes the rate limit: give it without --rpm or --tpm")
 
         async def remove() -> bool:
-            async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
-                return await backend.remove_rate_limit(bucket)
+            async with opened_store(sqlite_path, dsn, schema, auto_migrate=False) as store:
+                return await store.remove_rate_limit(bucket)
 
         if not run_command(remove()):
             raise click.ClickException(
@@ -149,8 +149,8 @@ def set_rate(
         raise click.UsageError(str(exc)) from None
 
     async def go() -> None:
-        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
-            await backend.set_rate_limit(bucket, rpm, tpm, burst)
+        async with opened_store(sqlite_path, dsn, schema, auto_migrate=False) as store:
+            await store.set_rate_limit(bucket, rpm, tpm, burst)
 
     run_command(go())
     said = [
@@ -166,11 +166,11 @@ def list_limits(as_json: bool, sqlite_path: str, dsn: str | None, schema: str) -
     """Every concurrency limit (runs driving and queued under it) and the tenants that wait."""
 
     async def go() -> None:
-        async with open_backend(sqlite_path, dsn, schema, read_only=True) as backend:
-            found = await backend.concurrency_limits()
-            shares = [s for s in await backend.tenant_shares() if s.tenant and (s.queued or s.weight != 1)]
-            rates = await backend.rate_limits()
-            buckets = await backend.rate_buckets()
+        async with opened_store(sqlite_path, dsn, schema, read_only=True) as store:
+            found = await store.concurrency_limits()
+            shares = [s for s in await store.tenant_shares() if s.tenant and (s.queued or s.weight != 1)]
+            rates = await store.rate_limits()
+            buckets = await store.rate_buckets()
         if as_json:
             for rate in rates:
                 click.echo(

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from harnessx._cli_common import format_time, open_backend, run_command
+from harnessx._cli_common import format_time, opened_store, run_command
 from harnessx._errors import ConfigurationError
 from harnessx._operator import Done, Operator, default_actor
 from harnessx._processes import store_options
@@ -74,7 +74,7 @@ def runs(
     async def go() -> tuple[list[RunRow], str | None]:
         where = RunFilter(status=status, agent_ref=agent_ref, session_id=session_id)
         key = decode_key(before) if before else None
-        async with open_backend(sqlite_path, dsn, schema, read_only=True) as store:
+        async with opened_store(sqlite_path, dsn, schema, read_only=True) as store:
             page = await store.list_runs(where, limit=limit, before=key)
         return page.runs, encode_key(page.next) if page.next else None
 
@@ -120,7 +120,7 @@ def show(run_id: str, as_json: bool, sqlite_path: str, dsn: str | None, schema: 
     """Show one run: its state, tool calls, pending decisions, operators' actions, conversation."""
 
     async def go() -> RunDetail | None:
-        async with open_backend(sqlite_path, dsn, schema, read_only=True) as store:
+        async with opened_store(sqlite_path, dsn, schema, read_only=True) as store:
             return await read_run(store, run_id)
 
     detail = run_command(go())
@@ -211,7 +211,7 @@ def approve(
     queued for any worker."""
 
     async def go() -> Done:
-        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as store:
+        async with opened_store(sqlite_path, dsn, schema, auto_migrate=False) as store:
             key = execution_key or await _only_pending(store, session_id)
             _same_session(key, session_id)
             return await operate(store, actor, lambda op: op.approve(key, allow=not decline))
@@ -273,7 +273,7 @@ def resolve(
         raise click.UsageError("--error goes with --result TEXT")
 
     async def go() -> Done:
-        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as store:
+        async with opened_store(sqlite_path, dsn, schema, auto_migrate=False) as store:
             await _check_session(store, session_id, execution_key)
             return await operate(
                 store,
@@ -300,7 +300,7 @@ def _control(verb: str) -> click.Command:
     @store_options
     def command(session_id: str, actor: str | None, sqlite_path: str, dsn: str | None, schema: str) -> None:
         async def go() -> str:
-            async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as store:
+            async with opened_store(sqlite_path, dsn, schema, auto_migrate=False) as store:
                 if await store.get_session(session_id) is None:
                     raise click.ClickException(f"no session {session_id!r}")
                 record = await store.latest_run(session_id)

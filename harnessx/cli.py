@@ -20,7 +20,7 @@ import click
 from click.core import ParameterSource
 
 from harnessx._agent import Agent
-from harnessx._cli_common import format_time, open_backend, run_command, to_stderr
+from harnessx._cli_common import format_time, opened_store, run_command, to_stderr
 from harnessx._cli_lifecycle import COMMANDS as LIFECYCLE_COMMANDS
 from harnessx._cli_limits import limits
 from harnessx._cli_operate import COMMANDS, actor_option, operate
@@ -181,8 +181,8 @@ def _step(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[s
 @store_options
 def demo_drive(session_file: str, sqlite_path: str, dsn: str | None, schema: str) -> None:
     async def drive() -> None:
-        async with open_backend(sqlite_path, dsn, schema) as backend:
-            runtime = AgentRuntime(DEMO_AGENT, backend=backend, registry=registry)
+        async with opened_store(sqlite_path, dsn, schema) as store:
+            runtime = AgentRuntime(DEMO_AGENT, backend=store, registry=registry)
             runtime.agent.middleware.add(CrashAfterRawResult())
             session_id = await runtime.start()
             await asyncio.to_thread(Path(session_file).write_text, json.dumps({"session_id": session_id}))
@@ -198,8 +198,8 @@ def demo_drive(session_file: str, sqlite_path: str, dsn: str | None, schema: str
 def demo_resume(session_file: str, sqlite_path: str, dsn: str | None, schema: str) -> None:
     async def resume() -> RunResult:
         saved = json.loads(await asyncio.to_thread(Path(session_file).read_text))
-        async with open_backend(sqlite_path, dsn, schema) as backend:
-            runtime = AgentRuntime(DEMO_AGENT, backend=backend, registry=registry)
+        async with opened_store(sqlite_path, dsn, schema) as store:
+            runtime = AgentRuntime(DEMO_AGENT, backend=store, registry=registry)
             try:
                 handle = await runtime.resume(saved["session_id"])
                 if handle is None:
@@ -222,9 +222,9 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
     """List recent sessions, or show one session's latest run."""
 
     async def show() -> None:
-        async with open_backend(sqlite_path, dsn, schema, read_only=True) as backend:
+        async with opened_store(sqlite_path, dsn, schema, read_only=True) as store:
             if session_id is None:
-                rows = await backend.recent_sessions(limit)
+                rows = await store.recent_sessions(limit)
                 if not rows:
                     click.echo("no sessions")
                     return
@@ -238,12 +238,12 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
                         f"{row.run_id or '-'}"
                     )
                 return
-            session = await backend.get_session(session_id)
-            summary = await backend.session_summary(session_id)
+            session = await store.get_session(session_id)
+            summary = await store.session_summary(session_id)
             if session is None or summary is None:
                 raise click.ClickException(f"no session {session_id!r}")
-            record = await backend.latest_run(session_id)
-            schedule = await backend.schedule_of(record.id) if record is not None else None
+            record = await store.latest_run(session_id)
+            schedule = await store.schedule_of(record.id) if record is not None else None
             agent = session.agent_ref or "-"
             header = (
                 f"session {session_id}  agent {agent}  generation {session.generation}  "
@@ -259,7 +259,7 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
                 click.echo("no runs")
                 return
             try:
-                result = (await backend.load_state(record.id)).result()
+                result = (await store.load_state(record.id)).result()
             except CorruptStateError as exc:
                 # Show what the run's row says; the rest of its state cannot be read.
                 shown = {"session_id": session_id, "run_id": record.id, "status": record.status.value}
@@ -306,11 +306,11 @@ def events(run_id: str, after: str, follow: bool, sqlite_path: str, dsn: str | N
     """Print a run's stored events as JSON lines."""
 
     async def dump() -> None:
-        async with open_backend(sqlite_path, dsn, schema, read_only=True) as backend:
-            if await backend.get_run(run_id) is None:
+        async with opened_store(sqlite_path, dsn, schema, read_only=True) as store:
+            if await store.get_run(run_id) is None:
                 raise click.ClickException(f"no run {run_id!r}")
-            found = follow_events(backend, run_id, after, poll_interval=0.2) if follow else None
-            async for event in found or stored_events(backend, run_id, after):
+            found = follow_events(store, run_id, after, poll_interval=0.2) if follow else None
+            async for event in found or stored_events(store, run_id, after):
                 click.echo(json.dumps(event.to_dict()))
 
     run_command(dump())
@@ -335,19 +335,19 @@ def resume(
     queued: list[str] = []
 
     async def go() -> RunResult | None:
-        async with open_backend(sqlite_path, dsn, schema, auto_migrate=False) as backend:
-            session = await backend.get_session(session_id)
+        async with opened_store(sqlite_path, dsn, schema, auto_migrate=False) as store:
+            session = await store.get_session(session_id)
             if session is None:
                 raise click.ClickException(f"no session {session_id!r}")
             # Decided before looking for the agent: a finished run needs none.
-            latest = await backend.latest_run(session_id)
+            latest = await store.latest_run(session_id)
             if latest is None or latest.status in CLOSED_STATUSES:
                 return None
             if agent_path is None and _for_the_pool(session.agent_ref):
-                done = await operate(backend, actor, lambda op: op.resume(session_id))
+                done = await operate(store, actor, lambda op: op.resume(session_id))
                 queued.append(done.message)
                 return None
-            runtime = _runtime_for(agent_path, session.agent_ref, backend)
+            runtime = _runtime_for(agent_path, session.agent_ref, store)
             try:
                 handle = await runtime.resume(session_id)
                 return await handle.result() if handle else None
@@ -400,7 +400,7 @@ def _for_the_pool(agent_ref: str | None) -> bool:
     return ref not in registry and ref not in agents
 
 
-def _runtime_for(agent_path: str | None, agent_ref: str | None, backend: Store) -> AgentRuntime:
+def _runtime_for(agent_path: str | None, agent_ref: str | None, store: Store) -> AgentRuntime:
     target: Any = _import(agent_path) if agent_path else None
     if target is None or isinstance(target, AgentRegistry):
         if agent_ref is None:
@@ -410,12 +410,12 @@ def _runtime_for(agent_path: str | None, agent_ref: str | None, backend: Store) 
         ref = AgentRef.parse(agent_ref)
         for candidate in [target] if target is not None else [registry, agents]:
             if ref in candidate:
-                return AgentRuntime(ref, backend=backend, registry=candidate)
+                return AgentRuntime(ref, backend=store, registry=candidate)
         raise click.ClickException(f"agent {ref} is not registered; pass --agent module:registry")
     agent = target if isinstance(target, Agent) else target()
     if not isinstance(agent, Agent):
         raise click.ClickException(f"{agent_path} did not give an Agent")
-    return AgentRuntime(agent, backend=backend)
+    return AgentRuntime(agent, backend=store)
 
 
 def _import(path: str) -> Any:

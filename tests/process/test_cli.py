@@ -448,7 +448,7 @@ async def test_a_damaged_schema_is_not_sent_round_in_circles(
     assert harnessx("status", *store_args(target), cwd=tmp_path).stdout == "no sessions\n"
 
 
-async def test_a_table_dropped_under_an_open_backend_leads_to_migrate_then_the_repair(
+async def test_a_table_dropped_under_an_opened_store_leads_to_migrate_then_the_repair(
     target: BackendTarget, tmp_path: Path
 ) -> None:
     from harnessx import SchemaError
