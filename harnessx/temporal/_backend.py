@@ -32,9 +32,9 @@ from harnessx import _errors
 from harnessx._errors import ConfigurationError, StorageError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._registry import AgentRef, AgentRegistry, agents
-from harnessx._results import RunResult
+from harnessx._results import RunResult, RunStatus
 from harnessx._runlog import parse_cursor
-from harnessx.store._records import ControlRequest
+from harnessx.store._records import ControlRequest, RunRecord
 from harnessx.temporal._artifacts import ArtifactCodec, ArtifactStore, data_converter
 from harnessx.temporal._events import EventSink
 from harnessx.temporal._workflow import WORKFLOW_NAME, workflow_id
@@ -231,6 +231,27 @@ class TemporalBackend:
 
     async def run_record(self, session_id: str, run_id: str) -> dict[str, Any]:
         return dict(await self._query(session_id, "run", run_id))
+
+    async def latest_run(self, session_id: str) -> RunRecord | None:
+        """The session's latest run as the stores return it (``None`` before its first run):
+        a ``RunRecord``, read as the original harnessx's state mapping (``["status"]``,
+        ``["phase"]`` by the original's phase names, ``["output"]``, ...). Read from the
+        session's workflow, as 0.9.1's ``TemporalBackend.latest_run()`` does."""
+        record = await self._query(session_id, "latest")
+        if not record or "phase" not in record:
+            return None  # no run yet, or a workflow of a build before this query said more
+        result = dict(record.get("result") or {})
+        result["iteration"] = int(record.get("iteration", 0))
+        return RunRecord(
+            id=str(result.get("run_id", "")),
+            session_id=session_id,
+            request_id=record.get("request_id"),
+            request_message=str(record.get("message", "")),
+            status=RunStatus(record["status"]),
+            phase=str(record["phase"]),
+            event_count=int(record.get("cursor", 0)),
+            result=result,
+        )
 
     async def latest_result(self, session_id: str) -> RunResult | None:
         record = await self._query(session_id, "latest")

@@ -499,6 +499,8 @@ class SessionWorkflow:
         if state is not None and state.run_id == run_id:
             record["result"] = state.result().to_dict()
             record["status"] = state.status.value
+            record["phase"] = state.phase.value
+            record["iteration"] = state.iteration
         record["cursor"] = self.data["cursors"].get(run_id, 0)
         record["busy"] = self.busy and state is not None and state.run_id == run_id
         return record

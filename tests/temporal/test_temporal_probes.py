@@ -29,8 +29,6 @@ TEMPORAL_DIFFERS: dict[str, str] = {
     "durable_events:stopped.run": (
         "stop() returns the status without asking a worker for the run, so its run is None"
     ),
-    "approvals:stopped_record": "TemporalBackend has no latest_run(); runtime.status() reads the run",
-    "approvals:finished_record": "TemporalBackend has no latest_run(); runtime.status() reads the run",
 }
 
 
