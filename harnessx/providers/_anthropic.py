@@ -126,6 +126,9 @@ class AnthropicProvider(HTTPProvider):
         self._default_max_tokens = default_max_tokens
         self.extra_body = checked_extra_body("AnthropicProvider", extra_body, _RESERVED_FIELDS)
         self._warned_temperature = False
+        # Set once a request refused with its cache markers went through without them: the
+        # server does not take markers, so later calls go unmarked instead of twice each.
+        self._markers_refused = False
 
     def default_max_tokens(self, model: str) -> int:
         """``default_max_tokens=`` if given, else the model's limit (``harnessx.models``)."""
@@ -168,13 +171,14 @@ class AnthropicProvider(HTTPProvider):
         cache: PromptCacheHint | None = None,
     ) -> ProviderResponse:
         payload = self._payload(model, messages, system, tools, max_tokens, temperature)
-        marked = with_cache_markers(payload, cache, len(messages))
+        marked = self._marked(payload, cache, len(messages))
         try:
             data = await self._post_json("/v1/messages", marked)
         except ProviderError as exc:
             if marked is payload or not _refused_markers(exc):
                 raise
             data = await self._post_json("/v1/messages", payload)
+            self._markers_refused = True
         return _parse_message(data)
 
     async def stream(
@@ -190,7 +194,7 @@ class AnthropicProvider(HTTPProvider):
     ) -> AsyncIterator[StreamChunk]:
         payload = self._payload(model, messages, system, tools, max_tokens, temperature)
         payload["stream"] = True
-        marked = with_cache_markers(payload, cache, len(messages))
+        marked = self._marked(payload, cache, len(messages))
         delivered = False
         try:
             async for chunk in self._stream_chunks("/v1/messages", marked, _parse_stream):
@@ -201,7 +205,11 @@ class AnthropicProvider(HTTPProvider):
             if delivered or marked is payload or not _refused_markers(exc):
                 raise
         async for chunk in self._stream_chunks("/v1/messages", payload, _parse_stream):
+            self._markers_refused = True
             yield chunk
+
+    def _marked(self, payload: dict[str, Any], cache: PromptCacheHint | None, count: int) -> dict[str, Any]:
+        return payload if self._markers_refused else with_cache_markers(payload, cache, count)
 
     async def count_tokens(
         self,

@@ -114,6 +114,46 @@ async def test_a_request_refused_for_its_markers_goes_again_without_them(
     assert "cache_control" in str(first) and "cache_control" not in str(second)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_server_that_refused_the_markers_gets_none_after(
+    server: ScriptedServer, anthropic: MakeAnthropic, stream: bool
+) -> None:
+    """Once an unmarked request went through after a refusal, the provider's later calls go
+    unmarked the first time instead of twice each."""
+    refusal = {"type": "error", "error": {"type": "invalid_request_error", "message": "bad request"}}
+    server.reply_json(refusal, status=400)
+    text = {"type": "text_delta", "text": "ok"}
+    for _ in range(2):
+        if stream:
+            server.reply_sse(
+                [
+                    server.event(
+                        {"type": "message_start", "message": {"id": "m", "content": [], "usage": {}}}
+                    ),
+                    server.event(
+                        {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
+                    ),
+                    server.event({"type": "content_block_delta", "index": 0, "delta": text}),
+                    server.event({"type": "content_block_stop", "index": 0}),
+                    server.event(
+                        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}}
+                    ),
+                    server.event({"type": "message_stop"}),
+                ]
+            )
+        else:
+            server.reply_json(reply())
+    agent = weather_agent(anthropic())
+    for question in ("Weather in Rome?", "And in Oslo?"):
+        if stream:
+            async with agent.run_stream(question) as run:
+                [event async for event in run]
+            assert (await run.result()).ok
+        else:
+            assert (await agent.run(question)).ok
+    assert ["cache_control" in str(r.json) for r in server.requests] == [True, False, False]
+
+
 async def test_a_refusal_that_does_not_say_why_goes_again_unmarked_once(
     server: ScriptedServer, anthropic: MakeAnthropic
 ) -> None:
