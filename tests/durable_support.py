@@ -6,6 +6,7 @@ count what really ran, across processes and crashes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -28,7 +29,15 @@ from harnessx import (
 )
 from harnessx._demo import CrashAfterRawResult
 
-__all__ = ["BackendTarget", "ChildRun", "ledger_lines", "make_agent", "sales_script", "spawn_child"]
+__all__ = [
+    "BackendTarget",
+    "ChildRun",
+    "holder_gone",
+    "ledger_lines",
+    "make_agent",
+    "sales_script",
+    "spawn_child",
+]
 
 HERE = Path(__file__).resolve().parent
 
@@ -140,6 +149,26 @@ class ChildRun:
     @property
     def session_id(self) -> str:
         return str(json.loads(self.session_file.read_text())["session_id"])
+
+
+async def holder_gone(backend: Any, session_id: str) -> None:
+    """Wait until the store sees that the process holding ``session_id``'s lease is dead.
+
+    A SIGKILLed process's socket closes at once, but PostgreSQL frees its liveness lock only
+    when the server's backend for that connection notices and exits: a few milliseconds,
+    more on a loaded machine. The lease itself runs for much longer than this wait may take,
+    so a claim that succeeds after it still shows that a dead holder's lease need not expire.
+    """
+    session = await backend.get_session(session_id)
+    owner = session.lease_owner if session is not None else None
+    if owner is None:
+        return
+    try:
+        async with asyncio.timeout(10.0):
+            while await backend.process_alive(owner):
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"the dead holder {owner} still looks alive after 10 s") from None
 
 
 def spawn_child(

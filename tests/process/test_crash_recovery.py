@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from durable_support import BackendTarget, ChildRun, ledger_lines, make_agent, spawn_child
+from durable_support import BackendTarget, ChildRun, holder_gone, ledger_lines, make_agent, spawn_child
 
 from harnessx import (
     AgentRuntime,
@@ -38,6 +38,7 @@ def killed_mid_tool(target: BackendTarget, tmp_path: Path, policy: str) -> tuple
 async def test_manual_tool_killed_mid_call_becomes_uncertain(target: BackendTarget, tmp_path: Path) -> None:
     child, ledger = killed_mid_tool(target, tmp_path, "manual")
     async with target.open() as backend:
+        await holder_gone(backend, child.session_id)
         runtime = AgentRuntime(make_agent(policy="manual", ledger=ledger), backend=backend)
         handle = await runtime.resume(child.session_id)  # at once: the dead holder's lock is gone
         assert handle is not None
@@ -68,6 +69,7 @@ async def test_manual_tool_killed_mid_call_becomes_uncertain(target: BackendTarg
 async def test_resolve_retry_invokes_the_tool_again(target: BackendTarget, tmp_path: Path) -> None:
     child, ledger = killed_mid_tool(target, tmp_path, "manual")
     async with target.open() as backend:
+        await holder_gone(backend, child.session_id)
         runtime = AgentRuntime(make_agent(policy="manual", ledger=ledger), backend=backend)
         handle = await runtime.resume(child.session_id)
         assert handle is not None
@@ -84,6 +86,7 @@ async def test_resolve_retry_invokes_the_tool_again(target: BackendTarget, tmp_p
 async def test_resolve_abort_cancels_the_run(target: BackendTarget, tmp_path: Path) -> None:
     child, ledger = killed_mid_tool(target, tmp_path, "manual")
     async with target.open() as backend:
+        await holder_gone(backend, child.session_id)
         runtime = AgentRuntime(make_agent(policy="manual", ledger=ledger), backend=backend)
         handle = await runtime.resume(child.session_id)
         assert handle is not None
@@ -105,6 +108,7 @@ async def test_replayable_tool_killed_mid_call_runs_again_once(
 ) -> None:
     child, ledger = killed_mid_tool(target, tmp_path, policy)
     async with target.open() as backend:
+        await holder_gone(backend, child.session_id)
         runtime = AgentRuntime(make_agent(policy=policy, ledger=ledger), backend=backend)
         handle = await runtime.resume(child.session_id)
         assert handle is not None
@@ -146,6 +150,7 @@ async def test_session_held_by_a_live_process_is_busy_until_it_dies(
             with pytest.raises(SessionBusyError):
                 await runtime.resume(child.session_id)
             child.kill()
+            await holder_gone(backend, child.session_id)
             handle = await runtime.resume(child.session_id)  # no wait for the 30 s lease
             assert handle is not None
             assert (await handle.result()).ok
