@@ -20,12 +20,17 @@ from harnessx._permissions import PermissionLevel
 from harnessx._tools import ToolRegistry
 
 __all__ = [
+    "MAX_TODOS",
     "PLANNING_GUIDANCE",
     "TODO_STATUSES",
+    "WRITE_TODOS_DESCRIPTION",
+    "WRITE_TODOS_SCHEMA",
     "RunView",
     "install_builtin_tools",
+    "install_planning_tools",
     "is_builtin",
     "normalize_todos",
+    "planning_guidance",
     "render_todos",
     "run_view_scope",
     "todos_of",
@@ -43,7 +48,7 @@ PLANNING_GUIDANCE = (
     "When the work is done, give your answer; the list needs no final update."
 )
 
-_WRITE_TODOS_SCHEMA: dict[str, Any] = {
+WRITE_TODOS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "todos": {
@@ -63,10 +68,12 @@ _WRITE_TODOS_SCHEMA: dict[str, Any] = {
     "required": ["todos"],
 }
 
-_WRITE_TODOS_DESCRIPTION = (
+# The tool's description names the rules the model must keep (0.9.1's programs and tests
+# look for "Send the whole list every time").
+WRITE_TODOS_DESCRIPTION = (
     "Keep a task list for multi-step work; each call replaces the whole list. Call it before a task of "
-    "three or more steps and again as steps finish, sending every item each time (completed ones too), "
-    "with exactly one item in_progress."
+    "three or more steps and again as steps finish. Send the whole list every time, completed items "
+    "too, with exactly one item in_progress (of several, the first stays and the rest go back to pending)."
 )
 
 
@@ -183,7 +190,8 @@ async def write_todos(todos: list[dict[str, Any]]) -> str:
     if demoted:
         kept = next(item["content"] for item in cleaned if item["status"] == "in_progress")
         moved = ", ".join(f'"{content}"' for content in demoted)
-        reply += f' Only one item can be in progress: "{kept}" stays, {moved} went back to pending.'
+        # 0.9.1's wording, which programs may look for.
+        reply += f' Only one item can be in progress: kept "{kept}", set {moved} back to pending.'
     return reply
 
 
@@ -259,23 +267,32 @@ def install_builtin_tools(registry: ToolRegistry, *, planning: bool) -> None:
         registry.register_tool(
             read_tool_result, permission=PermissionLevel.ALLOW, replay_policy="safe", replace=True
         )
-    if not planning:
-        return
-    if _ours_or_free(registry, "write_todos"):
+    if planning:
+        install_planning_tools(registry)
+
+
+def install_planning_tools(registry: ToolRegistry, *, replace: bool = False) -> list[str]:
+    """Register ``write_todos`` and ``read_todos`` (an application's own tool of the same
+    name stays, unless ``replace``); the names registered."""
+    names = []
+    if replace or _ours_or_free(registry, "write_todos"):
+        names.append("write_todos")
         registry.register_with_schema(
             "write_todos",
-            _WRITE_TODOS_DESCRIPTION,
-            _WRITE_TODOS_SCHEMA,
+            WRITE_TODOS_DESCRIPTION,
+            WRITE_TODOS_SCHEMA,
             write_todos,
             permission=PermissionLevel.ALLOW,
             concurrent=False,
             replay_policy="safe",
             replace=True,
         )
-    if _ours_or_free(registry, "read_todos"):
+    if replace or _ours_or_free(registry, "read_todos"):
+        names.append("read_todos")
         registry.register_tool(
             read_todos, permission=PermissionLevel.ALLOW, concurrent=False, replay_policy="safe", replace=True
         )
+    return names
 
 
 def planning_guidance(registry: ToolRegistry) -> str:

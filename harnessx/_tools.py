@@ -600,6 +600,24 @@ class ToolRegistry:
         self._inherits_retry.discard(name)
         return self._tools.pop(name, None) is not None
 
+    def load_builtin(self, bundle_or_tool: str, *, replace: bool = False) -> list[str]:
+        """Register a built-in tool bundle; the names registered. ``"planning"`` (or one of
+        its tools, ``"write_todos"``, ``"read_todos"``) is the bundle this harnessx has."""
+        from harnessx._builtin_tools import install_planning_tools  # it registers into this class
+
+        if bundle_or_tool not in ("planning", "write_todos", "read_todos"):
+            raise ConfigurationError(
+                f"built-in tool bundle {bundle_or_tool!r} is not supported by this harnessx yet (only "
+                "'planning' is); docs/compatibility.md lists what is supported"
+            )
+        names = install_planning_tools(self, replace=replace)
+        if bundle_or_tool != "planning":
+            for name in names:
+                if name != bundle_or_tool:
+                    self.unregister(name)
+            names = [n for n in names if n == bundle_or_tool]
+        return names
+
     # ------------------------------------------------------------- lookups
 
     def get(self, name: str) -> ToolDefinition | None:

@@ -67,13 +67,8 @@ INTERNAL_MODULES = ("harnessx.engine", "harnessx.prompt_cache", "harnessx.provid
 # engine does not have): module -> name -> the feature, or None for an internal.
 _MODULE_NAMES: dict[str, dict[str, str | None]] = {
     "harnessx.messages": {"MEDIA_KINDS": "media content blocks"},
-    "harnessx.execution": {
-        "transition": None,
-        "next_command": None,
-        "close_open_tool_calls": None,
-        "cancel_state": None,
-        "apply_accounting": None,
-    },
+    # Its engine's accounting of heartbeat-reported usage, on its Temporal activities.
+    "harnessx.execution": {"apply_accounting": None},
 }
 
 _BY_NAME = {name: feature for feature, (names, _) in FEATURES.items() for name in names}

@@ -8,6 +8,7 @@ from harnessx._driver import current_agent
 from harnessx._errors import ToolApprovalRequired
 from harnessx._events import RunEvent, RunEventType
 from harnessx._results import PendingTool, RunResult, RunStatus
+from harnessx._run_dict import cancel_state, close_open_tool_calls, next_command, transition
 from harnessx._stream import RunStream
 from harnessx._tools import ReplayPolicy, ToolExecutionContext, current_tool_context
 from harnessx._unsupported import unsupported_attribute
@@ -25,9 +26,13 @@ __all__ = [
     "ToolApprovalRequired",
     "ToolCallData",
     "ToolExecutionContext",
+    "cancel_state",
+    "close_open_tool_calls",
     "current_agent",
     "current_tool_context",
+    "next_command",
     "result_from_state",
+    "transition",
     "wire",
 ]
 

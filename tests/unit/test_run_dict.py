@@ -1,0 +1,89 @@
+"""harnessx.execution's step functions over the original's run-state dict, and the
+planning built-in's module (harnessx.builtin.planning): 0.9.1's names, this engine's rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harnessx import ConfigurationError, ToolCall, ToolRegistry
+from harnessx.execution import cancel_state, close_open_tool_calls, next_command, transition
+
+
+def _turn(*ids: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "tool_use", "id": i, "name": "probe", "input": {}} for i in ids]}
+
+
+def _model_state(stop: str, calls: list[str], messages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    response = {"text": "part", "stop_reason": stop, "tool_calls": [{"id": c, "name": "probe", "input": {}} for c in calls]}
+    state: dict[str, Any] = {"phase": "model", "status": "running", "response": response}
+    if messages is not None:
+        state["messages"] = messages
+        state["tools"] = []
+    return state
+
+
+@pytest.mark.parametrize("stop", ["end_turn", "stop", "tool_use", "something_new"])
+def test_calls_run_whatever_the_stop_reason_says(stop: str) -> None:
+    assert transition(_model_state(stop, ["c1"]), "model", {})["phase"] == "prepare_tools"
+
+
+@pytest.mark.parametrize(("stop", "answer"), [("max_tokens", "token budget"), ("refusal", "refused")])
+def test_a_cut_off_or_refused_reply_finishes_and_answers_its_calls(stop: str, answer: str) -> None:
+    state = _model_state(stop, ["c1"], messages=[_turn("c1")])
+    advanced = transition(state, "model", {})
+    assert advanced["phase"] == "finish" and advanced["stop_reason"] == stop and advanced["output"] == "part"
+    block = advanced["messages"][-1]["content"][0]
+    assert advanced["messages"][-1]["role"] == "user"
+    assert block["tool_use_id"] == "c1" and block["is_error"] is True and answer in block["content"]
+    assert state["phase"] == "model", "the state passed in is not changed"
+
+
+def test_the_other_commands_move_the_phase_on() -> None:
+    state = {"phase": "prepare_model", "status": "running"}
+    assert transition(state, "prepare_model", {})["phase"] == "model"
+    assert transition(state, "prepare_model", {"phase": "compact"})["phase"] == "compact"
+    assert transition(state, "prepare_tools", {})["phase"] == "tools"
+    assert transition(state, "collect_tools", {})["phase"] == "prepare_model"
+    done = transition(state, "finish", {})
+    assert (done["phase"], done["status"], next_command(done)) == ("result", "completed", "result")
+    assert next_command({"phase": "tools", "status": "running"}) == "tools"
+
+
+def test_closing_keeps_recorded_results_and_never_answers_twice() -> None:
+    state = {
+        "messages": [_turn("c1", "c2")],
+        "tools": [{"call": {"id": "c1"}, "raw_result": {"content": "ran", "is_error": False}}],
+    }
+    once = close_open_tool_calls(dict(state), "never ran")
+    answers = {b["tool_use_id"]: b for b in once["messages"][-1]["content"]}
+    assert (answers["c1"]["content"], answers["c1"]["is_error"]) == ("ran", False)
+    assert (answers["c2"]["content"], answers["c2"]["is_error"]) == ("never ran", True)
+    assert close_open_tool_calls(dict(once), "never ran")["messages"] == once["messages"]
+
+
+def test_a_cancelled_state_answers_open_calls_as_possibly_run() -> None:
+    cancelled = cancel_state({"status": "running", "messages": [_turn("c1")], "tools": []})
+    assert cancelled["status"] == "cancelled"
+    assert cancelled["messages"][-1]["content"][0]["content"] == "Run cancelled; execution outcome may be unknown."
+
+
+def test_the_planning_bundle_loads_into_a_bare_registry() -> None:
+    from harnessx.builtin.planning import PLANNING_GUIDANCE, normalize, render
+
+    registry = ToolRegistry()
+    assert set(registry.load_builtin("planning")) == {"write_todos", "read_todos"}
+    assert "Send the whole list every time" in registry.get_tool("write_todos").description
+    cleaned, demoted = normalize([{"content": "a", "status": "in_progress"}, {"content": "b", "status": "in_progress"}])
+    assert demoted == ["b"] and "0/2 complete" in render(cleaned) and PLANNING_GUIDANCE
+    with pytest.raises(ConfigurationError, match="not supported by this harnessx yet"):
+        ToolRegistry().load_builtin("filesystem")
+
+
+async def test_a_corrected_list_is_reported_in_the_original_words() -> None:
+    registry = ToolRegistry()
+    registry.load_builtin("planning")
+    todos = [{"content": "Read", "status": "in_progress"}, {"content": "Fix", "status": "in_progress"}]
+    result = await registry.execute(ToolCall("c1", "write_todos", {"todos": todos}))
+    assert 'kept "Read", set "Fix" back to pending' in result.content
