@@ -102,7 +102,11 @@ def close_open_tool_calls(state: dict[str, Any], unanswered: str) -> dict[str, A
     are left alone, so closing twice adds nothing. The answers are one user message of
     ``tool_result`` blocks, what a provider needs before the next request."""
     messages = list(state.get("messages") or [])
-    if not messages or messages[-1].get("role") != "assistant" or not isinstance(messages[-1].get("content"), list):
+    if (
+        not messages
+        or messages[-1].get("role") != "assistant"
+        or not isinstance(messages[-1].get("content"), list)
+    ):
         return state
     recorded = {}
     for entry in state.get("tools") or []:

@@ -192,7 +192,7 @@ def test_the_same_objects_under_every_name() -> None:
         ("import harnessx.mcp", "MCP servers"),
         ("from harnessx.builtin.filesystem import register_filesystem_tools", "built-in tool bundles"),
         ("from harnessx.messages import MEDIA_KINDS", "media content blocks"),
-        ("from harnessx.execution import apply_accounting", "internal to the original harnessx 0.9.1's engine"),
+        ("from harnessx.execution import apply_accounting", "internal to the original harnessx 0.9.1"),
         ("from harnessx.providers.gemini import GeminiProvider", "Gemini"),
         ("from harnessx.backends.temporal_workflow import AgentSessionWorkflow", "Temporal"),
         ("from harnessx.evals import evaluate_agent", "evals"),

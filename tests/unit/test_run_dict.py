@@ -12,11 +12,18 @@ from harnessx.execution import cancel_state, close_open_tool_calls, next_command
 
 
 def _turn(*ids: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": [{"type": "tool_use", "id": i, "name": "probe", "input": {}} for i in ids]}
+    return {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": i, "name": "probe", "input": {}} for i in ids],
+    }
 
 
 def _model_state(stop: str, calls: list[str], messages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    response = {"text": "part", "stop_reason": stop, "tool_calls": [{"id": c, "name": "probe", "input": {}} for c in calls]}
+    response = {
+        "text": "part",
+        "stop_reason": stop,
+        "tool_calls": [{"id": c, "name": "probe", "input": {}} for c in calls],
+    }
     state: dict[str, Any] = {"phase": "model", "status": "running", "response": response}
     if messages is not None:
         state["messages"] = messages
@@ -66,7 +73,10 @@ def test_closing_keeps_recorded_results_and_never_answers_twice() -> None:
 def test_a_cancelled_state_answers_open_calls_as_possibly_run() -> None:
     cancelled = cancel_state({"status": "running", "messages": [_turn("c1")], "tools": []})
     assert cancelled["status"] == "cancelled"
-    assert cancelled["messages"][-1]["content"][0]["content"] == "Run cancelled; execution outcome may be unknown."
+    assert (
+        cancelled["messages"][-1]["content"][0]["content"]
+        == "Run cancelled; execution outcome may be unknown."
+    )
 
 
 def test_the_planning_bundle_loads_into_a_bare_registry() -> None:
@@ -75,7 +85,9 @@ def test_the_planning_bundle_loads_into_a_bare_registry() -> None:
     registry = ToolRegistry()
     assert set(registry.load_builtin("planning")) == {"write_todos", "read_todos"}
     assert "Send the whole list every time" in registry.get_tool("write_todos").description
-    cleaned, demoted = normalize([{"content": "a", "status": "in_progress"}, {"content": "b", "status": "in_progress"}])
+    cleaned, demoted = normalize(
+        [{"content": "a", "status": "in_progress"}, {"content": "b", "status": "in_progress"}]
+    )
     assert demoted == ["b"] and "0/2 complete" in render(cleaned) and PLANNING_GUIDANCE
     with pytest.raises(ConfigurationError, match="not supported by this harnessx yet"):
         ToolRegistry().load_builtin("filesystem")
