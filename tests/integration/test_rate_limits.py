@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sqlite3
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from durable_support import BackendTarget
 from fake_vendor import FakeVendor
 
-from harnessx import Agent, AgentConfig, AgentRuntime, ConfigurationError, RunEvent
+from harnessx import Agent, AgentConfig, AgentRef, AgentRuntime, ConfigurationError, RunEvent
 from harnessx._config import RetryPolicy
 from harnessx.providers import OpenAIProvider
 
@@ -252,3 +255,89 @@ async def test_a_plain_agent_run_obeys_the_stores_limits_when_given_the_store(
         assert call.at >= taken.start + 1 - 0.01  # its start, a second after the other call's
         (bucket,) = [b for b in await store.rate_buckets() if b.name == "openai/gpt-plain"]
         assert bucket.waits == 1
+
+
+async def table_rows(target: BackendTarget, query: str) -> list[tuple[Any, ...]]:
+    """Rows read from the test's database, outside the store."""
+    if target.kind == "sqlite":
+        with sqlite3.connect(target.location) as conn:
+            return list(conn.execute(query))
+    conn = await asyncpg.connect(target.location, server_settings={"search_path": "harness_x"})
+    try:
+        return [tuple(row) for row in await conn.fetch(query)]
+    finally:
+        await conn.close()
+
+
+async def held_back(store: Any, bucket: str) -> tuple[AgentRuntime, Any]:
+    """A pool run that went back to the queue to wait for its budget, its reservation of
+    ``bucket`` (an hour from now) kept for it, as a worker's long wait leaves it."""
+    runtime = AgentRuntime(AgentRef("a", "v1"), backend=store, execution="pool")
+    await runtime.start()
+    handle = await runtime.submit("held back")
+    ((lease, run_id),) = await store.claim_queued("w", None, 1)
+    await store.hold_rate(lease, run_id, bucket, time.time() + 3600, 3599)
+    await store.release(lease)
+    return runtime, handle
+
+
+async def test_a_run_cancelled_while_it_waits_for_budget_in_the_queue_leaves_no_hold(
+    target: BackendTarget,
+) -> None:
+    async with target.open() as store:
+        await store.set_rate_limit("openai/gpt-held", 1, None)
+        runtime, handle = await held_back(store, "openai/gpt-held")
+        kept = await table_rows(target, "SELECT run_id, bucket FROM rate_holds")
+        assert kept == [(handle.run_id, "openai/gpt-held")]
+        await runtime.cancel()  # it is queued: ended without a worker taking it
+        result = await asyncio.wait_for(handle.result(), 30)
+        assert result.status.value == "cancelled"
+        assert await table_rows(target, "SELECT run_id FROM rate_holds") == []
+        await runtime.stop()
+
+
+# Undoing the schema version that drops finished runs' holds, by backend: (its statements,
+# its version).
+UNDO_FINISHED_HOLDS = {
+    "sqlite": ("DROP TRIGGER runs_finished_rate_holds", 12),
+    "postgres": (
+        "DROP TRIGGER runs_finished_rate_holds ON runs; DROP FUNCTION harnessx_drop_rate_holds()",
+        16,
+    ),
+}
+
+
+async def test_upgrading_removes_the_holds_of_runs_that_already_finished(target: BackendTarget) -> None:
+    undo, version = UNDO_FINISHED_HOLDS[target.kind]
+    async with target.open() as store:
+        await store.set_rate_limit("openai/gpt-held", 1, None)
+        runtime, handle = await held_back(store, "openai/gpt-held")
+        waiting, waiting_handle = await held_back(store, "openai/gpt-held")
+        session = waiting.session_id
+        await runtime.stop()
+        await waiting.stop()
+    # As a store of the version before left it: the first run cancelled with its hold kept.
+    if target.kind == "sqlite":
+        with sqlite3.connect(target.location) as conn:
+            conn.executescript(f"{undo}; DELETE FROM harnessx_migrations WHERE version = {version};")
+            conn.execute(
+                "UPDATE runs SET status = 'cancelled', queued_at = NULL WHERE id = ?", (handle.run_id,)
+            )
+    else:
+        conn = await asyncpg.connect(target.location, server_settings={"search_path": "harness_x"})
+        try:
+            await conn.execute(f"{undo}; DELETE FROM harnessx_migrations WHERE version = {version}")
+            await conn.execute(
+                "UPDATE runs SET status = 'cancelled', queued_at = NULL WHERE id = $1", handle.run_id
+            )
+        finally:
+            await conn.close()
+    assert len(await table_rows(target, "SELECT run_id FROM rate_holds")) == 2
+    async with target.open() as store:  # migrates
+        kept = await table_rows(target, "SELECT run_id FROM rate_holds")
+        assert kept == [(waiting_handle.run_id,)]  # the queued run's hold is still its own
+        again = AgentRuntime(AgentRef("a", "v1"), backend=store, execution="pool")
+        await again.start(session)
+        await again.cancel()  # and the trigger is back: cancelling it drops its hold
+        assert await table_rows(target, "SELECT run_id FROM rate_holds") == []
+        await again.stop()
