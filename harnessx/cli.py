@@ -286,7 +286,7 @@ def _shown_status(row: SessionSummary) -> str:
     # A queued pool run is stored as 'running' (it is unfinished) but nothing drives it yet.
     if row.queued:
         return "queued"
-    return row.run_status or "idle"
+    return row.run_status.value if row.run_status is not None else "idle"
 
 
 def _cursor(ctx: click.Context, param: click.Parameter, value: str) -> str:

@@ -188,7 +188,7 @@ async def supervisor_view(console: ConsoleState) -> dict[str, Any]:
             }
         )
     stuck = [
-        {"run_id": s.run_id, "session_id": s.session_id, "status": s.status, "updated_at": s.updated_at}
+        {"run_id": s.run_id, "session_id": s.session_id, "status": s.status.value, "updated_at": s.updated_at}
         for s in await store.stuck_runs(3600.0, limit=20)
     ]
     return {"leaders": roles, "stuck": stuck}

@@ -20,6 +20,7 @@ from harnessx.providers._base import TokenUsage, ToolCall
 from harnessx.store._integrity import call_problem, state_problem
 from harnessx.store._legacy import NEEDS_CALL, upgrade_event
 from harnessx.store._protocol import Action, RunRecord, RunRow
+from harnessx.store._records import listed_status
 
 __all__ = [
     "INLINE_RESULT",
@@ -578,7 +579,7 @@ def run_row(row: Sequence[Any]) -> RunRow:
         session_id=str(session_id),
         agent_ref=agent_ref,
         request_id=request_id,
-        status=str(status),
+        status=listed_status(status),
         phase=str(phase),
         iteration=int(iteration),
         event_count=int(events),

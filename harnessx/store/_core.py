@@ -39,6 +39,7 @@ from harnessx.store._records import (
     SessionSummary,
     WorkerInfo,
     control_request,
+    listed_status,
     with_step_tools,
 )
 from harnessx.store._scheduling import RunSchedule
@@ -170,7 +171,8 @@ def session_record(row: Row) -> SessionRecord:
 
 def session_summary(row: Row) -> SessionSummary:
     session_id, agent_ref, created_at, run_id, run_status, updated_at, queued = row
-    return SessionSummary(session_id, agent_ref, created_at, run_id, run_status, updated_at, bool(queued))
+    status = None if run_status is None else listed_status(run_status)
+    return SessionSummary(session_id, agent_ref, created_at, run_id, status, updated_at, bool(queued))
 
 
 def final_tool_result(key: str, rows: Sequence[Row]) -> str | None:

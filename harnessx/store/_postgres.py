@@ -114,6 +114,7 @@ from harnessx.store._records import (
     StuckRun,
     WorkerInfo,
     leadership_lost,
+    listed_status,
 )
 from harnessx.store._scheduling import Claims, Schedule
 
@@ -775,7 +776,9 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, Po
         rows = await self._run(
             "listing stuck runs", lambda conn: conn.fetch(Q["stuck_runs"], float(older_than), limit)
         )
-        return [StuckRun(*row) for row in rows]
+        return [
+            StuckRun(run_id, session_id, listed_status(status), at) for run_id, session_id, status, at in rows
+        ]
 
     # --------------------------------------------------------------- events
 

@@ -46,6 +46,7 @@ __all__ = [
     "WorkerInfo",
     "control_request",
     "leadership_lost",
+    "listed_status",
     "with_step_tools",
 ]
 
@@ -144,6 +145,16 @@ def control_request(stored: object) -> ControlRequest | None:
     if stored == "cancel":
         return "cancel"
     return None
+
+
+def listed_status(stored: object) -> RunStatus:
+    """A listed run's stored status as a ``RunStatus``. Text no harnessx writes stands for a
+    run that cannot go on, so a listing shows it as failed, as loading the run does (a
+    listing never fails on one bad row)."""
+    try:
+        return RunStatus(stored)
+    except ValueError:
+        return RunStatus.FAILED
 
 
 @dataclass
@@ -267,7 +278,7 @@ class SessionSummary:
     agent_ref: str | None
     created_at: float
     run_id: str | None
-    run_status: str | None
+    run_status: RunStatus | None  # text as ``RunStatus`` (a str enum); ``.value`` to show it
     updated_at: float | None
     queued: bool = False  # the latest run waits in the pool's queue, claimed by no worker yet
 
@@ -383,7 +394,7 @@ class RunRow:
     session_id: str
     agent_ref: str | None
     request_id: str | None
-    status: str
+    status: RunStatus
     phase: str
     iteration: int
     event_count: int
@@ -395,7 +406,8 @@ class RunRow:
 
     @property
     def shown_status(self) -> str:
-        return "queued" if self.queued else self.status
+        """The status as plain text (``queued`` for a pool run nothing drives yet)."""
+        return "queued" if self.queued else self.status.value
 
 
 @dataclass
@@ -453,7 +465,7 @@ class Login:
 class StuckRun:
     run_id: str
     session_id: str
-    status: str
+    status: RunStatus
     updated_at: float
 
 

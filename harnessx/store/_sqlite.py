@@ -81,6 +81,7 @@ from harnessx.store._records import (
     StuckRun,
     WorkerInfo,
     leadership_lost,
+    listed_status,
 )
 from harnessx.store._scheduling import Schedule
 from harnessx.store._sqlite_console import SQLiteConsole
@@ -762,7 +763,9 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
     async def stuck_runs(self, older_than: float, limit: int = 100) -> list[StuckRun]:
         cutoff = time.time() - older_than
         rows = await self._call(lambda conn: conn.execute(Q["stuck_runs"], (cutoff, limit)).fetchall())
-        return [StuckRun(*row) for row in rows]
+        return [
+            StuckRun(run_id, session_id, listed_status(status), at) for run_id, session_id, status, at in rows
+        ]
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
         def body(conn: sqlite3.Connection) -> list[RunEvent]:

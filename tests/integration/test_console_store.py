@@ -270,3 +270,27 @@ async def test_every_listing_walks_an_index_in_order(target: BackendTarget, wher
         assert "Seq Scan on runs" not in plan, plan
         if where.session_id is None and where.request_id is None:
             assert "Sort" not in plan, plan
+
+
+async def test_listed_statuses_are_run_statuses_shown_as_plain_text(target: BackendTarget) -> None:
+    """Listings carry a ``RunStatus`` (not bare text), and every place that shows one shows its
+    value: a str enum formats as ``RunStatus.COMPLETED`` in an f-string, never what a script
+    reading the CLI or the console's JSON expects."""
+    from harnessx import RunStatus
+    from harnessx.cli import _shown_status
+
+    async with target.open() as store:
+        made = await make_runs(store)
+        rows = (await store.list_runs(RunFilter(), limit=100)).runs
+        assert {row.status for row in rows} == {RunStatus.COMPLETED, RunStatus.AWAITING_INPUT}
+        assert all(type(row.status) is RunStatus for row in rows)
+        assert {row.shown_status for row in rows} == {"completed", "awaiting_input"}
+        assert all(type(row.shown_status) is str for row in rows)
+        summaries = await store.recent_sessions(10)
+        assert all(type(s.run_status) is RunStatus for s in summaries)
+        assert {_shown_status(s) for s in summaries} == {"completed", "awaiting_input"}
+        one = await store.session_summary(summaries[0].session_id)
+        assert one is not None and type(one.run_status) is RunStatus
+        stuck = await store.stuck_runs(-3600.0)  # every unfinished run counts as stuck
+        assert [s.run_id for s in stuck] == made["asks"]
+        assert stuck[0].status is RunStatus.AWAITING_INPUT
