@@ -103,6 +103,7 @@ class RemoteRuntime(AgentRuntime):
         self._session_id = None
         self._state = RuntimeState.INITIALIZING
         self._last_status: dict[str, Any] | None = None
+        self._known: dict[str, Any] | None = None
         self._active = None
         self._keeper = None
         self._executor = None
@@ -152,8 +153,10 @@ class RemoteRuntime(AgentRuntime):
         """Stop this client and return its status (``state`` ``"stopped"``). The session's
         run pauses at its next boundary (active tools settle on the workers), as a local
         runtime's does; ``resume()`` continues it. Returns once the request is recorded,
-        without waiting for the pause, nor for a worker: so ``"run"`` is ``None`` here
-        (reading a run asks a worker; ``status()`` before ``stop()`` has it)."""
+        without waiting for the pause, nor for a worker: ``"run"`` is what this runtime
+        last knew of the session's runs, as a local runtime's (what ``status()`` last read,
+        or the result it waited for last; ``None`` when it knows neither), since reading it
+        anew would ask a worker."""
         if self._state is RuntimeState.STOPPED:
             assert self._last_status is not None
             return self._last_status
@@ -163,7 +166,10 @@ class RemoteRuntime(AgentRuntime):
                 await self._remote.request_pause(sid, self._last_run(sid))
         finally:
             self._state = RuntimeState.STOPPED
-            self._last_status = {"session_id": sid or "", "run": None, "state": RuntimeState.STOPPED.value}
+            last: dict[str, Any] = {"session_id": sid or "", "run": None}
+            if self._known is not None and self._known["session_id"] == sid:
+                last = dict(self._known)
+            self._last_status = {**last, "state": RuntimeState.STOPPED.value}
             if self._agent is not None:
                 await self._agent.aclose()
         return self._last_status
@@ -296,6 +302,7 @@ class RemoteRuntime(AgentRuntime):
         remote = await self._ready_remote()
         sid = self._require_session()
         result = await remote.latest_result(sid)
+        self._known = {"session_id": sid, "run": result}
         return {"session_id": sid, "state": self._state.value, "run": result}
 
     async def export_incident(
@@ -326,4 +333,6 @@ class RemoteRuntime(AgentRuntime):
 
     async def _await_result(self, run_id: str, start_seq: int) -> RunResult:
         remote = await self._ready_remote()
-        return await remote.wait_result(self._session_for(run_id), run_id)
+        result = await remote.wait_result(self._session_for(run_id), run_id)
+        self._remember(result)
+        return result

@@ -294,8 +294,8 @@ class AgentRuntime:
     async def stop(self) -> dict[str, Any]:
         """Pause local work at its next boundary, release leases, close the agent and any
         backend this runtime created. Returns the status this runtime last knew (what
-        ``status()`` last read, or the result of the run it drove last; ``"run"`` ``None``
-        when it knows neither), with ``state`` ``"stopped"``, without reading the store.
+        ``status()`` last read, or the result of the run it drove or waited for last;
+        ``"run"`` ``None`` when it knows neither), with ``state`` ``"stopped"``, without reading the store.
         Safe to call more than once."""
         if self._state is RuntimeState.STOPPED:
             assert self._last_status is not None
@@ -820,8 +820,12 @@ class AgentRuntime:
 
     def _remember_result(self, task: asyncio.Task[RunResult]) -> None:
         if not task.cancelled() and task.exception() is None:
-            result = task.result()
-            self._known = {"session_id": result.session_id, "run": result}
+            self._remember(task.result())
+
+    def _remember(self, result: RunResult) -> None:
+        """``result`` is the latest this runtime knows of its session's runs (what ``stop()``
+        returns without a read)."""
+        self._known = {"session_id": result.session_id, "run": result}
 
     async def checkpoint(self) -> RunRecord | None:
         """The latest run of the bound session as stored. Every boundary is already
@@ -891,4 +895,5 @@ class AgentRuntime:
                 last = event.data
         if last is None:
             raise StorageError(f"run {run_id} has no result to report")
+        self._remember(last)  # a pool run's result, as a run driven here is remembered
         return last

@@ -7,7 +7,9 @@ tool needs a person's approval first (set on the agent, not at registration), an
 ``TransientToolError`` on its first ``$HX_FLAKY_FAILURES`` tries of a call (each try writes a
 ledger line first; ``$HX_LEDGER`` must be set); ``hooked``, the ``safe`` agent noting every
 hook it fires in ``$HX_HOOKS``; ``truncated``, whose model's first reply is cut off at its
-token budget (the second says what budget it was given); ``vendor-rpm``, ``chaos.agents``'
+token budget (the second says what budget it was given); ``recovering``, noting its hooks as
+``hooked`` does, whose model replies empty, then cut off, then pausing its turn, then
+answers; ``vendor-rpm``, ``chaos.agents``'
 agent calling the model vendor at ``$HX_VENDOR_URL``.
 """
 
@@ -67,7 +69,11 @@ def _flaky(policy: str) -> Agent:
 
 def _hooked() -> Agent:
     """``safe``, with a callback on every hook event appending it to ``$HX_HOOKS``."""
-    agent = ledger_agent("safe")
+    return _noting(ledger_agent("safe"))
+
+
+def _noting(agent: Agent) -> Agent:
+    """``agent`` with a callback on every hook event appending it to ``$HX_HOOKS``."""
 
     def note(context: HookContext) -> None:
         path = os.environ.get("HX_HOOKS")
@@ -96,6 +102,26 @@ def _truncated() -> Agent:
     )
 
 
+def _recovering() -> Agent:
+    """Every reply the driver recovers from after it is recorded, in turn, noting its hooks
+    as ``hooked`` does: an empty reply, one cut off at its budget, a paused turn, an answer."""
+
+    def reply(request: ScriptedRequest) -> ProviderResponse | str:
+        # An empty reply is not kept in the conversation: the notice asking to go on shows it.
+        nudged = "empty" in json.dumps(request.last_message)
+        if request.turn == 0:
+            if not nudged:
+                return ProviderResponse(text="", stop_reason="end_turn")
+            return ProviderResponse(text="The first half, ", stop_reason="max_tokens")
+        if request.turn == 1:
+            return ProviderResponse(text="paused, ", stop_reason="pause_turn")
+        return f"the rest (budget {request.max_tokens})."
+
+    return _noting(
+        Agent(config=AgentConfig(model="claude-sonnet-4-6", planning=False), provider=ScriptedProvider(reply))
+    )
+
+
 registry = AgentRegistry()
 for _policy in LEDGER_POLICIES:
     registry.register(_policy, lambda policy=_policy: ledger_agent(policy), version="v1")
@@ -104,5 +130,6 @@ registry.register("flaky", lambda: _flaky("safe"), version="v1")
 registry.register("flaky_manual", lambda: _flaky("manual"), version="v1")
 registry.register("hooked", _hooked, version="v1")
 registry.register("truncated", _truncated, version="v1")
+registry.register("recovering", _recovering, version="v1")
 # Calls the model vendor at $HX_VENDOR_URL as gpt-rpm (tests/fake_vendor.py; the rate limits).
 registry.register("vendor-rpm", functools.partial(vendor_agent, "gpt-rpm"), version="v1")

@@ -22,7 +22,7 @@ from pool_support import (
     submit_many,
 )
 
-from harnessx import RunStatus
+from harnessx import AgentRef, AgentRuntime, RunStatus
 
 pytestmark = pytest.mark.process
 
@@ -37,6 +37,18 @@ def pool(target: BackendTarget, tmp_path: Path):  # type: ignore[no-untyped-def]
 
 async def results_of(submitted: list, within: float = 90) -> list:  # type: ignore[type-arg]
     return await asyncio.wait_for(asyncio.gather(*(handle.result() for _, handle, _ in submitted)), within)
+
+
+async def test_stop_returns_the_pool_run_it_waited_for(pool: Pool) -> None:
+    # As a runtime that drove the run returns it, and as on Temporal: stop() reads nothing.
+    pool.worker("w1")
+    await pool.wait_for_workers(1)
+    async with pool.target.open(auto_migrate=False) as store:
+        runtime = AgentRuntime(AgentRef("safe", "v1"), backend=store, execution="pool")
+        result = await asyncio.wait_for(runtime.run("the report"), 60)
+        stopped = await runtime.stop()
+    assert result.ok
+    assert stopped == {"session_id": result.session_id, "run": result, "state": "stopped"}
 
 
 async def test_fifty_runs_complete_and_a_killed_worker_is_recovered(pool: Pool) -> None:

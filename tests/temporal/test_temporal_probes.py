@@ -25,11 +25,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "temporal.md"
 PROBES = ("durable_events", "approvals")
 
 # probe:path -> why Temporal observes otherwise. (A path as in test_differential.KNOWN.)
-TEMPORAL_DIFFERS: dict[str, str] = {
-    "durable_events:stopped.run": (
-        "stop() returns the status without asking a worker for the run, so its run is None"
-    ),
-}
+TEMPORAL_DIFFERS: dict[str, str] = {}
 
 
 @pytest.mark.timeout(300)

@@ -57,6 +57,24 @@ async def test_a_run_with_a_tool_and_an_answer(backend: TemporalBackend) -> None
     assert status["state"] == "running" and status["run"].run_id == result.run_id  # the runtime's state
 
 
+async def test_stop_returns_the_run_it_last_knew(backend: TemporalBackend) -> None:
+    """As on SQLite and PostgreSQL: the run this runtime waited for or read last, without
+    asking a worker again (``None`` when it knows of none)."""
+    runtime = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
+    result = await runtime.run("the report")
+    stopped = await runtime.stop()
+    assert stopped == {"session_id": result.session_id, "run": result, "state": "stopped"}
+    assert await runtime.stop() == stopped
+    reader = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
+    await reader.start(result.session_id)
+    status = await reader.status()
+    assert status["run"] == result
+    assert await reader.stop() == {**status, "state": "stopped"}
+    idle = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
+    await idle.start(result.session_id)
+    assert await idle.stop() == {"session_id": result.session_id, "run": None, "state": "stopped"}
+
+
 async def test_a_reply_cut_off_at_its_budget_is_continued(backend: TemporalBackend) -> None:
     """The engine's truncation recovery in the workflow, the raised budget in the activity."""
     result = await AgentRuntime(AgentRef("truncated", "v1"), backend=backend).run("write")
