@@ -434,21 +434,20 @@ def tool_entry_values(entry: ToolEntry, run_id: str, generation: int, now: float
     return (key, run_id, *columns, generation, now)
 
 
-def events_from_rows(
-    rows: Sequence[Sequence[Any]], results: Mapping[str, str] | None = None
-) -> tuple[list[RunEvent], dict[int, str]]:
+def events_from_rows(rows: Sequence[Sequence[Any]]) -> tuple[list[RunEvent], dict[int, str]]:
     """Events from ``read_events`` rows (seq, event_id, type, step_id, attempt_id, data,
-    run_id, session_id), and the events (by position) whose call must be filled in from the
-    run's tool calls, by execution key: ``tool_call_complete`` rows stored before 0.2.
-    ``results`` gives the final result text of each tool call a stored ``tool_result``
-    event refers to (``event_result_key``)."""
+    run_id, session_id, then for an event that refers to its tool call's result: the call's
+    execution_key, raw_result and result columns and its large results as a JSON array of
+    ``[kind, body]``), and the events (by position) whose call must be filled in from the
+    run's tool calls, by execution key: ``tool_call_complete`` rows stored before 0.2."""
+    results = _referred_results(rows)
     events: list[RunEvent] = []
     missing: dict[int, str] = {}
     for row in rows:
-        seq, event_id, kind, step_id, attempt_id, data, run_id, session_id = row
+        seq, event_id, kind, step_id, attempt_id, data, run_id, session_id = row[:8]
         try:
             kind = RunEventType(kind)
-            value = _dereferenced_event(loads(data, f"event {seq} of run {run_id}"), results or {})
+            value = _dereferenced_event(loads(data, f"event {seq} of run {run_id}"), results)
             upgraded = upgrade_event(kind, value, step_id, attempt_id)
             if upgraded is None:
                 continue
@@ -475,6 +474,24 @@ def events_from_rows(
                 "something other than harnessx, or damaged on disk: restore the database from a backup"
             ) from exc
     return events, missing
+
+
+def _referred_results(rows: Sequence[Sequence[Any]]) -> dict[str, str]:
+    """The final result text of each tool call an event of ``rows`` refers to (by execution
+    key; empty when the call is not stored), from the columns ``read_events`` joins in."""
+    results: dict[str, str] = {}
+    for row in rows:
+        key = event_result_key(row[5])
+        if key is None or key in results:
+            continue
+        found, raw_result, result, bodies = row[8:12]
+        if found is None:
+            results[key] = ""
+            continue
+        pairs = loads(bodies, f"the large results of tool call {key}") or []
+        stored = {(key, str(kind)): str(body) for kind, body in pairs}
+        results[key] = final_result(raw_result, result, key, stored) or ""
+    return results
 
 
 def _dereferenced_event(value: Any, results: Mapping[str, str]) -> Any:

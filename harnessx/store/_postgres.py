@@ -59,7 +59,6 @@ from harnessx.store._codec import (
     decode_state,
     dumps,
     event_data,
-    event_result_key,
     events_from_rows,
     fill_calls,
     has_result_refs,
@@ -593,13 +592,9 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, Po
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
         async def read(conn: Connection) -> list[RunEvent]:
+            # One statement, so one snapshot: the results events refer to are joined in.
             rows = [tuple(r) for r in await conn.fetch(Q["read_events"], run_id, after, limit)]
-            keys = {key for row in rows if (key := event_result_key(row[5]))}
-            results: dict[str, str] = {}
-            if keys:
-                async with conn.transaction(isolation="repeatable_read", readonly=True):
-                    results = {key: await self._final_result(conn, key) or "" for key in keys}
-            events, missing = events_from_rows(rows, results)
+            events, missing = events_from_rows(rows)
             if missing:  # stored before 0.2: fill the calls in from the run's tool calls
                 tools = await conn.fetch(Q["run_tool_calls"], run_id)
                 fill_calls(events, missing, [tuple(r) for r in tools])

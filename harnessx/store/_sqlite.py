@@ -36,7 +36,6 @@ from harnessx.store._codec import (
     decode_state,
     dumps,
     event_data,
-    event_result_key,
     events_from_rows,
     fill_calls,
     has_result_refs,
@@ -769,15 +768,14 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
 
     async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
         def body(conn: sqlite3.Connection) -> list[RunEvent]:
-            rows = conn.execute(Q["read_events"], (run_id, run_id, after, limit)).fetchall()
-            keys = {key for row in rows if (key := event_result_key(row[5]))}
-            results = {key: self._final_result(conn, key) or "" for key in keys}
-            events, missing = events_from_rows(rows, results)
+            # One statement, so one snapshot: the results events refer to are joined in.
+            rows = conn.execute(Q["read_events"], (run_id, after, limit)).fetchall()
+            events, missing = events_from_rows(rows)
             if missing:  # stored before 0.2: fill the calls in from the run's tool calls
                 fill_calls(events, missing, conn.execute(Q["run_tool_calls"], (run_id,)).fetchall())
             return events
 
-        return await self._call(self._reading(body))
+        return await self._call(body)
 
     def _final_result(self, conn: sqlite3.Connection, key: str) -> str | None:
         return final_tool_result(key, conn.execute(Q["tool_call_results"], (key,)).fetchall())

@@ -263,3 +263,26 @@ async def test_a_supervisor_scan_is_one_statement_however_many_runs_and_workers(
         assert supervisor.metrics.registry.get_sample_value("harnessx_orphan_recovery_seconds_count") == 1
     for worker in workers:
         await worker.aclose()
+
+
+async def test_reading_events_is_one_statement_whatever_results_they_refer_to(target: BackendTarget) -> None:
+    """A page of events whose tool_result events refer to their calls' results (over 1 KiB:
+    stored once, on the call; over 16 KiB: apart, in tool_results) is read in one statement,
+    not one more per result, and every result reads back whole."""
+    from harnessx import Agent, ProviderResponse, RunEventType, ScriptedProvider, ToolCall
+
+    texts = {f"c{i}": f"{i}" * (2_000 * (i + 1)) for i in range(3)}
+    texts["big"] = "b" * 20_000
+    calls = [ToolCall(call_id, "fetch", {"call_id": call_id}) for call_id in texts]
+    agent = Agent(provider=ScriptedProvider([ProviderResponse(tool_calls=calls), "Fetched."]))
+    agent.tools.register(name="fetch", replay_policy="safe")(lambda call_id: texts[call_id])
+    async with counted(target) as (backend, counter):
+        async with AgentRuntime(agent, backend=backend) as runtime:
+            done = await runtime.run("Fetch them.")
+        await backend.read_events(done.run_id, 0)  # prepared once
+        counter.reset()
+        events = await backend.read_events(done.run_id, 0)
+        trips = [trip for trip in counter.trips if trip]
+        assert len(trips) == 1 and len(trips[0]) == 1, counter.describe()
+    results = {e.data.tool_call_id: e.data.content for e in events if e.type is RunEventType.TOOL_RESULT}
+    assert results == texts

@@ -307,10 +307,23 @@ WHERE r.session_id = $1 AND tc.status = 'completed'
 ORDER BY r.created_at DESC, tc.iteration DESC LIMIT 1;
 
 -- name: read_events
--- A page of a run's events behind a cursor, with the run's session.
-SELECT seq, event_id, type, step_id, attempt_id, data::text, run_id,
-       (SELECT session_id FROM runs WHERE id = $1)
-FROM events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3;
+-- A page of a run's events behind a cursor, with the run's session. An event that refers to
+-- its tool call's result (content_ref) comes with that call's key, result columns and large
+-- results (a JSON array of [kind, body]): one statement, however many results the page holds.
+SELECT e.seq, e.event_id, e.type, e.step_id, e.attempt_id, e.data::text, e.run_id,
+       (SELECT session_id FROM runs WHERE id = $1),
+       tc.execution_key, tc.raw_result::text, tc.result::text,
+       (SELECT json_agg(json_build_array(tr.kind, tr.body))::text FROM tool_results tr
+        WHERE tr.execution_key = tc.execution_key)
+FROM events e
+LEFT JOIN tool_calls tc ON tc.execution_key = CASE
+    -- The cheap test first: most events refer to nothing.
+    WHEN strpos(e.data::text, '"content_ref"') = 0 THEN NULL
+    WHEN e.data ->> 'content_ref' = 'tool_call'
+        -- Rows written before typed payloads name the call by their own execution_key.
+        THEN coalesce(e.data ->> 'result_of', e.data ->> 'execution_key')
+END
+WHERE e.run_id = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3;
 
 -- name: requeue_run
 -- Put an unfinished run (back) in the pool's queue, fenced by the holder's lease, and wake

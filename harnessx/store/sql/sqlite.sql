@@ -179,10 +179,26 @@ WHERE r.session_id = ?1 AND tc.status = 'completed'
 ORDER BY r.created_at DESC, tc.iteration DESC LIMIT 1;
 
 -- name: read_events
--- A page of a run's events behind a cursor, with the run's session.
-SELECT seq, event_id, type, step_id, attempt_id, data, run_id,
-       (SELECT session_id FROM runs WHERE id = ?)
-FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?;
+-- A page of a run's events behind a cursor, with the run's session. An event that refers to
+-- its tool call's result (content_ref) comes with that call's key, result columns and large
+-- results (a JSON array of [kind, body]): one statement, however many results the page holds.
+SELECT e.seq, e.event_id, e.type, e.step_id, e.attempt_id, e.data, e.run_id,
+       (SELECT session_id FROM runs WHERE id = ?1),
+       tc.execution_key, tc.raw_result, tc.result,
+       CASE WHEN tc.execution_key IS NOT NULL THEN
+           (SELECT json_group_array(json_array(tr.kind, tr.body)) FROM tool_results tr
+            WHERE tr.execution_key = tc.execution_key)
+       END
+FROM events e
+LEFT JOIN tool_calls tc ON tc.execution_key = CASE
+    -- The cheap test first: most events refer to nothing (and a damaged row is no JSON).
+    WHEN instr(e.data, '"content_ref"') = 0 THEN NULL
+    WHEN NOT json_valid(e.data) THEN NULL
+    WHEN json_extract(e.data, '$.content_ref') = 'tool_call'
+        -- Rows written before typed payloads name the call by their own execution_key.
+        THEN coalesce(json_extract(e.data, '$.result_of'), json_extract(e.data, '$.execution_key'))
+END
+WHERE e.run_id = ?1 AND e.seq > ?2 ORDER BY e.seq LIMIT ?3;
 
 -- name: requeue_run
 -- Put an unfinished run (back) in the pool's queue; a worker reopens it when it claims it.
