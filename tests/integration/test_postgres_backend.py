@@ -37,6 +37,7 @@ from harnessx.store._queries import load_queries
 from harnessx.testing import ThrowawayCluster, free_port, quote_ident, run_psql
 
 SCHEMA = "harness_x"
+Q_PG = load_queries("postgres")
 LISTING_FILTERS = ("status", "not_queued", "queued", "agent_ref", "session_id", "run_id", "request_id",
                    "created_from", "created_to", "before")  # fmt: skip
 TABLES = {
@@ -1318,6 +1319,37 @@ async def test_wait_for_work_wakes_when_another_process_queues_a_run(pg_database
         waiting = await waiting_for_work(app)
         await worker.requeue(taken, "r1")  # a drain hand-off wakes the others too
         await asyncio.wait_for(waiting, 5)
+
+
+async def test_liveness_is_judged_by_one_view_that_every_statement_reads(pg_database: str) -> None:
+    """A process is alive while it holds its liveness lock, as the view
+    harnessx_live_processes (migration 17) lists it: the one place that reads pg_locks.
+    Its keys are the locks' whole bigint keys (pg_locks shows them split in two), also the
+    negative ones and the extremes; the statements that judge many owners read it once."""
+    assert [name for name, text in Q_PG.items() if "pg_locks" in text] == []
+    for name in ("pool_scan", "find_orphans", "running_workers"):
+        assert "harnessx_live_processes" in Q_PG[name], name
+    keys = [-1, -(2**63), 2**63 - 1, 1, 0x7FFFFFFF80000000, -0x0000000180000000]
+    async with backends(pg_database, 1) as (store,):
+        holder = await asyncpg.connect(pg_database, server_settings={"search_path": SCHEMA})
+        reader = await asyncpg.connect(pg_database, server_settings={"search_path": SCHEMA})
+        try:
+            for key in keys:
+                await holder.execute("SELECT pg_advisory_lock($1::bigint)", key)
+            live = {row[0] for row in await reader.fetch("SELECT key FROM harnessx_live_processes")}
+            assert set(keys) <= live
+            mine = await reader.fetchval("SELECT harnessx_liveness_key($1)", store.process_id)
+            assert mine in live  # the store's own liveness lock
+            assert await store.process_alive(store.owner_for("x"))
+            await holder.execute("SELECT pg_advisory_unlock_all()")
+            live = {row[0] for row in await reader.fetch("SELECT key FROM harnessx_live_processes")}
+            assert not set(keys) & live and mine in live
+            # The supervisor's scan reads the lock table once for both of its liveness checks.
+            plan = await reader.fetchval("EXPLAIN (FORMAT JSON) " + Q_PG["pool_scan"], "supervisor", [])
+            assert json.dumps(plan).count("pg_lock_status") == 1, plan
+        finally:
+            await holder.close()
+            await reader.close()
 
 
 async def test_orphans_are_found_and_recovered_with_a_generation_bump(pg_database: str) -> None:

@@ -461,20 +461,13 @@ UPDATE workers SET stopped_at = now() WHERE id = $1 AND stopped_at IS NULL;
 -- lease (as find_orphans), every running worker with its liveness (as running_workers) and,
 -- for each run in $2 whose recovery the leader tracks, its status and whether its session is
 -- leased again. One read of the lock table serves both liveness checks.
-WITH live AS MATERIALIZED (
-    SELECT l.classid, l.objid
-    FROM pg_catalog.pg_locks l
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-      AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-), leased AS (
+WITH live AS MATERIALIZED (SELECT key FROM harnessx_live_processes), leased AS (
     SELECT s.id, s.lease_owner, s.generation, s.agent_ref, s.lease_expires_at,
            harnessx_liveness_key(split_part(s.lease_owner, '/', 1)) AS key
     FROM sessions s WHERE s.lease_owner IS NOT NULL
 ), judged AS (
     SELECT id, lease_owner, generation, agent_ref, lease_expires_at,
-           EXISTS (SELECT 1 FROM live
-                   WHERE live.classid = ((key >> 32) & 4294967295)::oid
-                     AND live.objid = (key & 4294967295)::oid) AS alive
+           leased.key IN (SELECT key FROM live) AS alive
     FROM leased
 ), running AS (
     SELECT w.*, harnessx_liveness_key(w.id) AS key FROM workers w WHERE w.stopped_at IS NULL
@@ -484,9 +477,7 @@ SELECT (SELECT ROW(t.epoch, t.holder) FROM leadership t WHERE t.role = $1),
              FROM judged WHERE NOT alive OR lease_expires_at <= clock_timestamp() ORDER BY id),
        ARRAY(SELECT ROW(id, host, pid, agents::text, concurrency, extract(epoch FROM started_at)::float8,
                         extract(epoch FROM heartbeat_at)::float8, draining,
-                        EXISTS (SELECT 1 FROM live
-                                WHERE live.classid = ((key >> 32) & 4294967295)::oid
-                                  AND live.objid = (key & 4294967295)::oid))
+                        running.key IN (SELECT key FROM live))
              FROM running ORDER BY started_at),
        ARRAY(SELECT ROW(r.id, r.status, s.lease_owner IS NOT NULL)
              FROM runs r JOIN sessions s ON s.id = r.session_id WHERE r.id = ANY($2::text[]));
@@ -494,19 +485,12 @@ SELECT (SELECT ROW(t.epoch, t.holder) FROM leadership t WHERE t.role = $1),
 -- name: running_workers
 -- Workers not known to have stopped, each with whether its process still holds its liveness
 -- lock: one statement (one read of the lock table) however many workers there are.
-WITH live AS MATERIALIZED (
-    SELECT l.classid, l.objid
-    FROM pg_catalog.pg_locks l
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-      AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-), running AS (
+WITH live AS MATERIALIZED (SELECT key FROM harnessx_live_processes), running AS (
     SELECT w.*, harnessx_liveness_key(w.id) AS key FROM workers w WHERE w.stopped_at IS NULL
 )
 SELECT id, host, pid, agents::text, concurrency, extract(epoch FROM started_at)::float8,
        extract(epoch FROM heartbeat_at)::float8, draining,
-       EXISTS (SELECT 1 FROM live
-               WHERE live.classid = ((key >> 32) & 4294967295)::oid
-                 AND live.objid = (key & 4294967295)::oid)
+       running.key IN (SELECT key FROM live)
 FROM running ORDER BY started_at;
 
 -- name: prune_workers
@@ -519,20 +503,13 @@ DELETE FROM workers WHERE id IN (
 
 -- name: find_orphans
 -- Leases whose holder process lost its liveness lock ('dead') or that expired ('expired').
-WITH live AS MATERIALIZED (
-    SELECT l.classid, l.objid
-    FROM pg_catalog.pg_locks l
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-      AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
-), leased AS (
+WITH live AS MATERIALIZED (SELECT key FROM harnessx_live_processes), leased AS (
     SELECT s.id, s.lease_owner, s.generation, s.agent_ref, s.lease_expires_at,
            harnessx_liveness_key(split_part(s.lease_owner, '/', 1)) AS key
     FROM sessions s WHERE s.lease_owner IS NOT NULL
 ), judged AS (
     SELECT id, lease_owner, generation, agent_ref, lease_expires_at,
-           EXISTS (SELECT 1 FROM live
-                   WHERE live.classid = ((key >> 32) & 4294967295)::oid
-                     AND live.objid = (key & 4294967295)::oid) AS alive
+           leased.key IN (SELECT key FROM live) AS alive
     FROM leased
 )
 SELECT id, lease_owner, generation, agent_ref, CASE WHEN alive THEN 'expired' ELSE 'dead' END
