@@ -31,7 +31,6 @@ from harnessx._engine import (
     PrepareTools,
     Step,
     Stop,
-    empty_nudges,
     step_id,
     truncation_recoveries,
 )
@@ -441,25 +440,16 @@ class Driver:
             # Middleware rewrote the reply, so it reaches the stream whole, as rewritten.
             await self._provisional(state, RunEventType.TEXT_DELTA, response.text)
         await self.commit(state, self.engine.model_responded(state, response))
-        if self.engine.nudges_empty_reply(state):
+        for recovery in self.engine.recoveries(state, response):
+            budget = await self.raised_budget(state) if recovery.raised_budget else request.max_tokens
             await self._hook(
-                HookEvent.RECOVERY,
-                reason="empty_reply",
-                attempt=empty_nudges(state) + 1,
-                reply_budget=request.max_tokens,
+                HookEvent.RECOVERY, reason=recovery.reason, attempt=recovery.attempt, reply_budget=budget
             )
-        elif response.stop_reason == StopReason.MAX_TOKENS and self.engine.recovers_truncation(state):
-            done = truncation_recoveries(state)
-            await self._hook(
-                HookEvent.RECOVERY,
-                reason="truncated_tool_call" if response.tool_calls else "truncated_text",
-                attempt=done + 1,
-                reply_budget=await self._reply_budget(state, raised=done + 1),
-            )
-        if response.stop_reason == StopReason.PAUSE_TURN and not response.tool_calls:
-            await self._hook(
-                HookEvent.RECOVERY, reason="paused_turn", attempt=1, reply_budget=request.max_tokens
-            )
+
+    async def raised_budget(self, state: RunState) -> int:
+        """The reply budget of the call after a reply of ``state``'s run is cut off at its
+        budget and asked again (raised once more than the call's)."""
+        return await self._reply_budget(state, raised=truncation_recoveries(state) + 1)
 
     async def vendor_refused(self, admission: Admission | None, exc: BaseException) -> None:
         """A vendor's own limit refused a call the fleet's limit let through (429 with

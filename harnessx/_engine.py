@@ -51,6 +51,7 @@ __all__ = [
     "Dispatch",
     "Engine",
     "PrepareTools",
+    "Recovery",
     "RecoveryExhaustedError",
     "Step",
     "Stop",
@@ -60,6 +61,17 @@ __all__ = [
     "step_id",
     "truncation_recoveries",
 ]
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """A ``RECOVERY`` hook a reply just recorded calls for (``Engine.recoveries``).
+    ``raised_budget``: its ``reply_budget`` is the next call's raised one (a reply cut off at
+    its budget), not the budget the reply was given."""
+
+    reason: str
+    attempt: int
+    raised_budget: bool = False
 
 
 @dataclass(frozen=True)
@@ -237,6 +249,21 @@ class Engine:
     def nudges_empty_reply(self, state: RunState) -> bool:
         """Whether the reply just recorded was empty and the model is asked to go on."""
         return self.recover_empty and not _replied(state) and empty_nudges(state) < MAX_EMPTY_NUDGES
+
+    def recoveries(self, state: RunState, response: ProviderResponse) -> list[Recovery]:
+        """The ``RECOVERY`` hooks of ``response``, once ``model_responded`` recorded it: the
+        model is asked to go on after an empty reply, asked again after one cut off at its
+        budget, or continues a paused turn. Pure, so a Temporal workflow decides them as the
+        driver does."""
+        found = []
+        if self.nudges_empty_reply(state):
+            found.append(Recovery("empty_reply", empty_nudges(state) + 1))
+        elif response.stop_reason == StopReason.MAX_TOKENS and self.recovers_truncation(state):
+            reason = "truncated_tool_call" if response.tool_calls else "truncated_text"
+            found.append(Recovery(reason, truncation_recoveries(state) + 1, raised_budget=True))
+        if response.stop_reason == StopReason.PAUSE_TURN and not response.tool_calls:
+            found.append(Recovery("paused_turn", 1))
+        return found
 
     def _is_empty(self, state: RunState, response: ProviderResponse, calls: list[ToolCall]) -> bool:
         return (

@@ -35,6 +35,7 @@ from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import RunResult, ToolResult
 from harnessx._state import Delta, RunState
 from harnessx._tools import RetryWanted
+from harnessx.providers._base import StopReason
 from harnessx.temporal._codec import response_to_dict, state_from_dict
 from harnessx.temporal._events import EventSink
 from harnessx.temporal._workflow import ACTIVITY_MODEL, ACTIVITY_PUBLISH, ACTIVITY_RESULT, ACTIVITY_TOOL
@@ -240,8 +241,13 @@ class SessionActivities:
             stop_reason=response.stop_reason,
             provider=served_by(agent.provider),
         )
+        # The budgets a RECOVERY hook names: the workflow decides whether the reply is
+        # recovered (the engine's rule, as the driver does after its commit) and fires it.
+        budgets: dict[str, int | None] = {"request": request.max_tokens}
+        if response.stop_reason == StopReason.MAX_TOKENS:
+            budgets["raised"] = await driver.raised_budget(state)
         # The attempt that answered labels the run's events from here on, as in the driver.
-        return {"response": response_to_dict(response), "attempt": state.attempt}
+        return {"response": response_to_dict(response), "attempt": state.attempt, "budgets": budgets}
 
     # ---------------------------------------------------------------- tools
 

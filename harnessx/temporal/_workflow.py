@@ -72,6 +72,9 @@ ACTIVITY_PUBLISH = "harnessx.publish.v1"
 _HOOKS_PATCH = "harnessx-hooks-1"
 _TRUNCATION_PATCH = "harnessx-truncation-recovery-1"
 _EMPTY_REPLY_PATCH = "harnessx-empty-reply-1"
+# The patch marker of firing the RECOVERY hooks of an empty, cut-off or paused reply (from
+# the publish activity, after the reply's boundary); earlier histories replay without them.
+_RECOVERY_HOOKS_PATCH = "harnessx-recovery-hooks-1"
 # Everything the engine reads fits in memory; a finished run keeps only its summary.
 _SUMMARY_FIELDS = ("request_id", "message")
 
@@ -393,6 +396,27 @@ class SessionWorkflow:
             # Likewise for an empty reply, which ended the run before it was asked to go on.
             engine.recover_empty = workflow.patched(_EMPTY_REPLY_PATCH)
         await self.commit(engine.model_responded(state, response))
+        await self._recovering(engine, state, response, dict(outcome.get("budgets") or {}))
+
+    async def _recovering(
+        self, engine: Engine, state: RunState, response: Any, budgets: dict[str, Any]
+    ) -> None:
+        """Fire the RECOVERY hooks of the reply just recorded, as the driver does after its
+        commit: the engine decides them from the state (the same on every replay), and the
+        model activity reported the budgets they name (recorded in its result)."""
+        hooks = [
+            self._hook(
+                HookEvent.RECOVERY,
+                reason=recovery.reason,
+                attempt=recovery.attempt,
+                reply_budget=budgets.get("raised" if recovery.raised_budget else "request"),
+            )
+            for recovery in engine.recoveries(state, response)
+        ]
+        wanted = [hook for hook in hooks if hook is not None]
+        # Histories recorded before these hooks fired here have no activity for them.
+        if wanted and workflow.patched(_RECOVERY_HOOKS_PATCH):
+            await self.fire(*wanted)
 
     def _start_tool(self, state: RunState, key: str) -> Any:
         entry = state.tools[key]

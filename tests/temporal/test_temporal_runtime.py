@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from temporal_agents import registry
 from temporal_support import TemporalSetup, ledger, wait_until
-from temporalio.client import RPCTimeoutOrCancelledError
+from temporalio.client import RPCTimeoutOrCancelledError, WorkflowHistory
 
 from harnessx import (
     Agent,
@@ -35,6 +35,8 @@ from harnessx.temporal import TemporalBackend, replayer
 from harnessx.temporal._backend import _update_cut_off
 
 pytestmark = pytest.mark.timeout(120)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "temporal"
 
 
 @pytest.fixture
@@ -174,6 +176,49 @@ async def test_hooks_are_those_of_a_sqlite_run(
     replay = await replayer(registry, backend.client.data_converter).replay_workflow(
         history, raise_on_replay_failure=True
     )
+    assert replay.replay_failure is None
+
+
+async def test_recovery_hooks_are_those_of_a_sqlite_run(
+    backend: TemporalBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The model activity reports the reply budgets; the workflow decides the recovery and
+    # fires RECOVERY after the reply's boundary, as the driver does after its commit.
+    noted = tmp_path / "hooks.jsonl"
+    monkeypatch.setenv("HX_HOOKS", str(noted))
+    remote = await AgentRuntime(AgentRef("recovering", "v1"), backend=backend).run("write")
+    on_temporal = _hooks_noted(noted)
+    local = AgentRuntime(
+        registry.create(AgentRef("recovering", "v1")), backend=SQLiteBackend(tmp_path / "db")
+    )
+    try:
+        await local.run("write")
+    finally:
+        await local.stop()
+    in_sqlite = _hooks_noted(noted)
+    assert remote.ok
+    assert on_temporal == in_sqlite
+    assert [n for n in on_temporal if n["event"] == "recovery"] == [
+        {"event": "recovery", "reason": "empty_reply", "attempt": 1, "reply_budget": 32000},
+        {"event": "recovery", "reason": "truncated_text", "attempt": 1, "reply_budget": 64000},
+        {"event": "recovery", "reason": "paused_turn", "attempt": 1, "reply_budget": 64000},
+    ]
+    history = await backend.handle(remote.session_id).fetch_history()
+    replay = await replayer(registry, backend.client.data_converter).replay_workflow(
+        history, raise_on_replay_failure=True
+    )
+    assert replay.replay_failure is None
+
+
+async def test_a_history_recorded_before_the_recovery_hooks_replays() -> None:
+    """A session of the ``recovering`` agent recorded by the workflow before it fired the
+    RECOVERY hooks (tests/fixtures/temporal/recovery_before_hooks.json: an empty reply, one
+    cut off, a paused turn, an answer; its worker fired no RECOVERY) replays on this one:
+    the hooks are behind the patch marker ``harnessx-recovery-hooks-1``, so what that
+    history decided is decided again, with no local activity it does not have."""
+    recorded = FIXTURES / "recovery_before_hooks.json"
+    history = WorkflowHistory.from_json("harnessx-session:recorded", recorded.read_text())
+    replay = await replayer(registry).replay_workflow(history, raise_on_replay_failure=True)
     assert replay.replay_failure is None
 
 
