@@ -369,9 +369,6 @@ class AgentRuntime:
         sid = self._session_id
         assert sid is not None
         new = self._unwritten if self._unwritten is not None and self._unwritten.id == sid else None
-        if new is not None and schedule is not None:
-            await self._write_session()  # a scheduled run is created the general way, below
-            new = None
         if request_id is not None and new is None:  # a session not written yet has no runs
             existing = await store.find_run(sid, request_id)
             if existing is not None:
@@ -394,6 +391,7 @@ class AgentRuntime:
                     start,
                     queued=self._submission.queued,
                     journal=journal,
+                    schedule=schedule,
                 )
             except ConfigurationError:
                 found = await store.get_session(sid)

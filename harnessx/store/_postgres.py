@@ -445,14 +445,18 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, Po
         *,
         queued: bool = False,
         journal: Sequence[JournalRecord] = (),
+        schedule: Schedule | None = None,
     ) -> Lease:
         if delta.tools:  # no first boundary has any; the statement writes none
             await self.create_session(
                 session.id, session.agent_ref, session.fingerprint, recording=session.recording
             )
             lease = await self.claim(session.id, holder)
-            await self.create_run(lease, run_id, request_id, message, delta, queued=queued, journal=journal)
+            await self.create_run(
+                lease, run_id, request_id, message, delta, queued=queued, journal=journal, schedule=schedule
+            )
             return lease
+        plan = (schedule or Schedule()) if queued else Schedule()
         # A new session's first lease: generation 1, as a claim of a session never held gives.
         lease = Lease(session.id, self.owner_for(holder), 1)
         events = delta.events
@@ -479,6 +483,10 @@ class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, Po
             *(list(column) for column in (zip(*rows, strict=True) if rows else [()] * 6)),
             max((row[0] for row in rows), default=0),
             *journal_columns(journal),
+            plan.priority,
+            plan.concurrency_key,
+            plan.group,
+            plan.wait,
         )
 
         async def write(conn: Connection) -> None:

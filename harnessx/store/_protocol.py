@@ -223,11 +223,13 @@ class RunStore(Protocol):
         *,
         queued: bool = False,
         journal: Sequence[JournalRecord] = (),
+        schedule: Schedule | None = None,
     ) -> Lease:
         """``create_session``, ``claim`` and ``create_run`` in one transaction (on
         PostgreSQL one statement): the new session's lease goes to ``holder``, or with
-        ``queued`` to nobody (the run waits for a pool worker; the lease returned no longer
-        holds). ``ConfigurationError`` if the session exists: then nothing is written."""
+        ``queued`` to nobody (the run waits for a pool worker, as ``schedule`` says; the
+        lease returned no longer holds). ``ConfigurationError`` if the session exists: then
+        nothing is written."""
 
     async def find_run(self, session_id: str, request_id: str) -> RunRecord | None: ...
 

@@ -387,6 +387,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         *,
         queued: bool = False,
         journal: Sequence[JournalRecord] = (),
+        schedule: Schedule | None = None,
     ) -> Lease:
         owner = self.owner_for(holder)
 
@@ -401,7 +402,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
                 Q["take_lease"], (owner, now + self.lease_seconds, session.id)
             ).fetchone()
             lease = Lease(session.id, owner, int(generation))
-            self._insert_run(conn, lease, run_id, request_id, message, delta, queued, journal)
+            self._insert_run(conn, lease, run_id, request_id, message, delta, queued, journal, schedule)
             return lease
 
         sent = self._sent()

@@ -10,10 +10,12 @@ docs/benchmarks.md): the failure lists every round trip with its statements.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
 from durable_support import BackendTarget, make_agent
 
 from harnessx import AgentRef, AgentRuntime
@@ -63,10 +65,10 @@ async def test_a_fresh_run_makes_a_known_number_of_round_trips(target: BackendTa
         assert of_the_run(counter) == FRESH_RUN[target.kind], counter.describe()
 
 
-async def pool_submission(backend: Any) -> None:
+async def pool_submission(backend: Any, **schedule: Any) -> str:
     runtime = AgentRuntime(AgentRef("sales", "v1"), backend=backend, execution="pool")
     try:
-        await runtime.submit("Write the report.")
+        return (await runtime.submit("Write the report.", **schedule)).run_id
     finally:
         await runtime.stop()
 
@@ -78,6 +80,36 @@ async def test_a_pool_submission_makes_a_known_number_of_round_trips(target: Bac
         counter.reset()
         await pool_submission(backend)
         assert of_the_run(counter) == POOL_SUBMISSION[target.kind], counter.describe()
+
+
+async def test_a_scheduled_pool_submission_is_as_many_round_trips_and_keeps_its_schedule(
+    target: BackendTarget,
+) -> None:
+    # Priority, concurrency key, tenant and delay go with the new session's one statement
+    # (they used to make the submission write the session, claim it and create the run apart).
+    schedule = {
+        "priority": 4,
+        "concurrency_key": "crm",
+        "tenant": "acme",
+        "not_before": dt.timedelta(hours=1),
+    }
+    async with counted(target) as (backend, counter):
+        for _ in range(2):
+            await pool_submission(backend, **schedule)
+        counter.reset()
+        run_id = await pool_submission(backend, **schedule)
+        assert of_the_run(counter) == POOL_SUBMISSION[target.kind], counter.describe()
+        taken = await backend.schedule_of(run_id)
+        assert taken is not None and taken.queued
+        assert (taken.priority, taken.concurrency_key, taken.tenant) == (4, "crm", "acme")
+        assert taken.not_before is not None and taken.not_before - taken.queued_at == pytest.approx(
+            3600, abs=5
+        )
+        assert [share.queued for share in await backend.tenant_shares() if share.tenant == "acme"] == [3]
+        await backend.publish_agent_defaults({"sales@v1": (7, None)})
+        defaulted = await backend.schedule_of(await pool_submission(backend, concurrency_key="crm"))
+        assert defaulted is not None and (defaulted.priority, defaulted.tenant) == (7, "crm")
+        assert defaulted.not_before is None
 
 
 async def test_the_proxy_counts_each_wait_for_the_server(postgres_dsn: str) -> None:

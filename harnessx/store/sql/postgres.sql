@@ -162,8 +162,9 @@ RETURNING pg_notify(harnessx_channel('control'), s.id) IS NULL;
 -- channel to notify. Then the run (request message $11, request id $12, its fields $15-$22
 -- as the checkpoint's run fields), its messages ($6) and events ($23-$28, one array per events
 -- column; $29 the last one's seq, 0: none) and a recorded run's journal records ($30-$36, one
--- array per journal column). A retry after a lost reply finds the run (result false: already
--- written). A session that exists already is left alone and nothing is written: HX004.
+-- array per journal column), and a queued run's schedule ($37 priority, NULL: its agent's
+-- default; $38 concurrency key; $39 tenant, NULL: none; $40 delay in seconds, NULL: claimable
+-- at once). A retry after a lost reply finds the run (result false: already written). A session that exists already is left alone and nothing is written: HX004.
 -- Nobody follows a session that did not exist, so no 'events' notification.
 WITH session AS (
     INSERT INTO sessions (id, agent_ref, fingerprint, created_at, recording, lease_owner, generation,
@@ -180,10 +181,12 @@ WITH session AS (
 new_run AS (
     INSERT INTO runs (id, session_id, request_id, request_message, status, phase, iteration, usage,
                       output, stop_reason, error, usage_incomplete, history_length, event_count,
-                      generation, created_at, updated_at, queued_at, agent_ref, priority, tenant)
+                      generation, created_at, updated_at, queued_at, agent_ref, priority, concurrency_key,
+                      tenant, not_before)
     SELECT $5, s.id, $12::text, $11::text, $15::text, $16, $17::bigint, $18::jsonb, $19::text, $20::text,
            $21::json, $22::boolean, 0, $29, $3, now(), now(), CASE WHEN $13 AND $15 = 'running' THEN now() END,
-           $7, coalesce((SELECT d.priority FROM agent_defaults d WHERE d.agent_ref = $7), 0), ''
+           $7, coalesce($37::integer, (SELECT d.priority FROM agent_defaults d WHERE d.agent_ref = $7), 0),
+           $38::text, coalesce($39::text, ''), CASE WHEN $40::float8 > 0 THEN now() + make_interval(secs => $40) END
     FROM session s
 ),
 -- Set-returning functions in a select list run in lockstep, one row per array element.
