@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, assert_never, overload
 import httpx
 
 from harnessx._builtin_tools import RunView, planning_guidance, render_todos, run_view_scope, todos_of
+from harnessx._condense import view
 from harnessx._config import Limits, RetryPolicy
 from harnessx._context_fit import fit_context
 from harnessx._engine import (
@@ -34,13 +35,20 @@ from harnessx._engine import (
     step_id,
     truncation_recoveries,
 )
-from harnessx._errors import LeaseLostError, MalformedToolInputError, ProviderError, StorageError
+from harnessx._errors import (
+    ContextOverflowError,
+    LeaseLostError,
+    MalformedToolInputError,
+    ProviderError,
+    StorageError,
+)
 from harnessx._events import RunEvent, RunEventType
 from harnessx._hooks import HookEvent, HookManager
 from harnessx._journal import RunJournal
 from harnessx._messages import request_messages
 from harnessx._middleware import MiddlewarePipeline, ModelRequest
 from harnessx._model_limits import learn_model_limits, reply_budget, reply_limit_from_error
+from harnessx._overflow import condense_if_due, is_context_overflow, recover_overflow
 from harnessx._policies import ProgressPolicy, PromptCachePolicy
 from harnessx._prompt_cache import build_hint, offer_cache
 from harnessx._rate_gate import Admission, RateGate
@@ -238,6 +246,8 @@ class Driver:
         self.stream = stream
         self.checkpoints = checkpoints
         self._sleep = sleep
+        # A short request refused as too long is asked once more in a run (_overflow).
+        self.overflow_retried = False
 
     async def commit(self, state: RunState, delta: Delta) -> None:
         """Commit ``delta``, apply it to ``state``, and announce the checkpoint (a durable
@@ -252,6 +262,22 @@ class Driver:
 
     async def _hook(self, event: HookEvent, **data: Any) -> None:
         await self.settings.hooks.fire(event, self.settings.agent, **data)
+
+    # What _overflow (the driver's condensing) uses of it.
+    hook = _hook
+
+    def provider(self) -> LLMProvider:
+        return self._provider()
+
+    async def cancellable(self, work: Awaitable[T]) -> T:
+        return await self._cancellable(work)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._sleep(seconds)
+
+    @staticmethod
+    def is_cancel(exc: BaseException) -> bool:
+        return isinstance(exc, _Cancelled)
 
     async def drive(self, state: RunState) -> RunResult:
         if _fresh(state):
@@ -331,16 +357,12 @@ class Driver:
         activity too.)"""
         settings = self.settings
         await self._hook(HookEvent.LOOP_ITERATION_START, iteration=state.iteration + 1)
-        final = self.engine.final_call(state)
-        system = settings.system_prompt
-        guidance = planning_guidance(settings.tools)
-        if guidance:
-            system = f"{system}\n\n{guidance}" if system else guidance
+        system, offered = self.request_frame(state)
         middleware = settings.middleware
-        # The one last call of a run at its limit is asked for an answer, not more work.
-        offered = [] if final else settings.tools.specs(settings.offered_tools)
-        limit = settings.limits.max_context_tokens if settings.limits is not None else None
-        fitted = fit_context(state.messages, limit, system, offered)
+        budget = await self.reply_tokens(state)
+        # The conversation as shown (condensed where it was: _condense), old tool results
+        # cleared to leave the reply its room in the window.
+        fitted = fit_context(view(state.messages), self.context_room(budget), system, offered)
         messages, tools = await middleware.process_llm_request(
             _with_task_reminder(request_messages(fitted), state.messages), offered
         )
@@ -350,7 +372,7 @@ class Driver:
             system=system,
             tools=tools,
             # As 0.9.1: unset, the budget is the model's (harnessx.models), not the vendor's.
-            max_tokens=await self._reply_budget(state, raised=truncation_recoveries(state)),
+            max_tokens=budget,
             temperature=settings.temperature,
         )
         request = await middleware.process_model_request(request)
@@ -358,6 +380,28 @@ class Driver:
             settings.prompt_cache, request.model, request.system or None, request.tools, request.messages
         )
         return request
+
+    def request_frame(self, state: RunState) -> tuple[str, list[dict[str, Any]]]:
+        """The next request's system prompt and the tools it offers."""
+        settings = self.settings
+        system = settings.system_prompt
+        guidance = planning_guidance(settings.tools)
+        if guidance:
+            system = f"{system}\n\n{guidance}" if system else guidance
+        # The one last call of a run at its limit is asked for an answer, not more work.
+        offered = [] if self.engine.final_call(state) else settings.tools.specs(settings.offered_tools)
+        return system, offered
+
+    def context_room(self, reply_tokens: int) -> int | None:
+        """What ``Limits.max_context_tokens`` leaves the request once the reply has its
+        share (the window holds both); None without a limit."""
+        limits = self.settings.limits
+        window = limits.max_context_tokens if limits is not None else None
+        return None if window is None else max(1, window - max(0, reply_tokens))
+
+    async def reply_tokens(self, state: RunState) -> int:
+        """The next model call's reply budget."""
+        return await self._reply_budget(state, raised=truncation_recoveries(state))
 
     async def _reply_budget(self, state: RunState, *, raised: int) -> int:
         settings = self.settings
@@ -386,6 +430,7 @@ class Driver:
             self.rates.settle(admission, response.usage)
 
     async def _call_model(self, state: RunState) -> None:
+        await condense_if_due(self, state)
         request = await self.model_request(state)
         admission, go = await self.admit_call(state, request)
         if not go:
@@ -414,10 +459,17 @@ class Driver:
             raise
         except (LeaseLostError, StorageError):
             raise  # writing streamed text failed: the store's problem, not the model's (see drive)
-        except Exception as exc:
+        except Exception as failure:
+            exc: BaseException = failure
             if journal is not None:
                 journal.model_failed(exc)
             await self.vendor_refused(admission, exc)
+            if is_context_overflow(exc):
+                try:
+                    if await recover_overflow(self, state, exc, request):
+                        return  # made room (or a spurious refusal): the loop asks again
+                except ContextOverflowError as overflow:
+                    exc = overflow
             logger.warning("model call for run %s failed: %s", state.run_id, exc)
             await self._hook(HookEvent.ERROR, error=str(exc))
             await self.commit(state, self.engine.fail(state, exc))

@@ -16,6 +16,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from harnessx._condense import (
+    SPILL_THRESHOLD,
+    condensation,
+    cut_point,
+    over_budget,
+    plain_summary,
+    replaced_count,
+    spill,
+    view,
+)
 from harnessx._large_results import is_preview, preview_result, read_section
 from harnessx._messages import Message, from_blocks, to_blocks
 from harnessx._results import ToolResult
@@ -54,8 +64,9 @@ class ConversationMemory:
     # ------------------------------------------------------------ reading
 
     def get_messages(self) -> list[dict[str, Any]]:
-        """A detached copy of the conversation in the content-block form."""
-        return to_blocks(self._messages)
+        """A detached copy of the conversation in the content-block form, as it is shown
+        to the model (condensed where it was condensed: see ``_condense``)."""
+        return to_blocks(view(self._messages))
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -129,6 +140,107 @@ class ConversationMemory:
                     "is_error": is_error,
                 }
             )
+
+    # ------------------------------------------------------------ condensing
+    # harnessx 0.9.1's memory methods. A run condenses its own conversation (the driver,
+    # see _condense); these do the same to this memory between runs, for programs that
+    # call them. Indexes are positions in ``get_messages()``.
+
+    async def _count(
+        self, provider: Any, model: str, system: str | None, tools: list[dict[str, Any]]
+    ) -> int | None:
+        try:
+            counted = await provider.count_tokens(
+                model=model, system=system or None, tools=tools or [], messages=self.get_messages()
+            )
+            return int(counted)
+        except Exception:
+            # Unknown counts as too big (over_budget): condensing early is cheap, overflowing is not.
+            return None
+
+    async def needs_condensing(
+        self,
+        provider: Any,
+        model: str,
+        system: str | None,
+        tools: list[dict[str, Any]],
+        max_context_tokens: int = 150_000,
+        reply_tokens: int = 0,
+        *,
+        measured: int | None = None,
+    ) -> bool:
+        """Whether the next request (counted by ``provider.count_tokens``) would not leave
+        room for a reply of ``reply_tokens`` in the window, and there is a place to cut."""
+        blocks = self.get_messages()
+        self.last_prompt_tokens = None
+        if len(blocks) < 6:
+            return False
+        counted = await self._count(provider, model, system, tools)
+        self.last_prompt_tokens = counted
+        return over_budget(counted, max_context_tokens, reply_tokens) and cut_point(blocks) > 0
+
+    async def trim_if_needed(
+        self,
+        provider: Any,
+        model: str,
+        system: str | None,
+        tools: list[dict[str, Any]],
+        max_context_tokens: int = 150_000,
+        reply_tokens: int = 0,
+        *,
+        force: bool = False,
+    ) -> bool:
+        """Condense without a model (a plain digest of what is dropped) if the next request
+        would not fit, or at once with ``force``; whether it condensed."""
+        blocks = self.get_messages()
+        if len(blocks) < 6:
+            return False
+        if not force and not over_budget(
+            await self._count(provider, model, system, tools), max_context_tokens, reply_tokens
+        ):
+            return False
+        split = cut_point(blocks)
+        if not split:
+            return False
+        summary = plain_summary(blocks[:split])
+        self._messages.append(
+            condensation(summary, replaced_count(blocks, split), summarized=False, forced=force)
+        )
+        return True
+
+    def _find_safe_trim_boundary(self, min_keep: int = 4) -> int:
+        """Where the conversation can be cut keeping ``min_keep`` messages (0: nowhere)."""
+        return cut_point(self.get_messages(), min_keep)
+
+    def pending_condensation(self) -> tuple[list[dict[str, Any]], int]:
+        """The messages a condensation would drop, and where the kept ones start."""
+        blocks = self.get_messages()
+        split = cut_point(blocks)
+        return (blocks[:split], split) if split else ([], 0)
+
+    def apply_condensation(self, summary_text: str, split_point: int) -> bool:
+        """Show ``summary_text`` instead of the messages before ``split_point``."""
+        blocks = self.get_messages()
+        if not 0 < split_point <= len(blocks):
+            return False
+        replaces = replaced_count(blocks, split_point)
+        self._messages.append(condensation(summary_text, replaces, summarized=True, forced=False))
+        return True
+
+    def spill_large_results(self, *, threshold_chars: int = SPILL_THRESHOLD) -> int:
+        """Show every tool result longer than ``threshold_chars`` as a preview (its whole
+        text stays readable with ``read_tool_result``); the characters freed."""
+        shown = view(self._messages)
+        after = view([*self._messages, spill(threshold_chars)])
+        freed = 0
+        for before, now in zip(shown, after, strict=True):
+            if before is not now:
+                freed += len(str(before.get("content", ""))) - len(str(now.get("content", "")))
+                self.keep_result(str(before.get("tool_call_id", "")), str(before.get("content", "")))
+        if freed <= 0:
+            return 0
+        self._messages.append(spill(threshold_chars))
+        return freed
 
     # ---------------------------------------------------- large results
 

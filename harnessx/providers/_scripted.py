@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harnessx._condense import SUMMARY_SYSTEM
 from harnessx._errors import ProviderError
 from harnessx._policies import PromptCacheHint
 from harnessx.providers._base import LLMProvider, ProviderResponse, StreamChunk, TokenUsage
@@ -55,7 +56,10 @@ class ScriptedProvider(LLMProvider):
     on the conversation, never on how many calls this object has served, so a fresh process
     that resumes a saved run gets the reply that comes next, not the first one. A string
     reply is plain text. ``chunk_size`` splits streamed text into deltas of that many
-    characters. Every request is recorded in ``requests``.
+    characters. Every request is recorded in ``requests``. A list script's entries answer
+    the run's own calls; a history summary (a run condensing its conversation, see
+    ``Limits.max_context_tokens``) is answered with a digest. A conversation condensed holds
+    fewer assistant messages than the run made: script such a run with a function.
     """
 
     def __init__(self, replies: Script, *, chunk_size: int = 8, model: str = "scripted") -> None:
@@ -81,6 +85,11 @@ class ScriptedProvider(LLMProvider):
         temperature: float | None = None,
         cache: PromptCacheHint | None = None,
     ) -> ProviderResponse:
+        if system == SUMMARY_SYSTEM and not callable(self._script):
+            # A run condensing its history asks for a summary: a list script answers the
+            # run's own turns only, so this one gets a digest of what is dropped.
+            transcript = str(messages[-1].get("content", "")) if messages else ""
+            return ProviderResponse(text="\n".join(line[:200] for line in transcript.splitlines()[-12:-2]))
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         request = ScriptedRequest(model, list(messages), system, list(tools), max_tokens, temperature, turn)
         self.requests.append(request)

@@ -252,7 +252,8 @@ async def test_old_tool_results_are_cleared_from_a_request_over_max_context_toke
     calls = [ProviderResponse(tool_calls=[ToolCall(f"c{i}", "page", {"n": i})]) for i in range(6)]
     agent = Agent(
         provider=ScriptedProvider([*calls, "read them all"]),
-        config=AgentConfig(limits=Limits(max_context_tokens=3_000)),
+        # The window holds the reply too: 500 of 4,000 tokens leave the request 3,500.
+        config=AgentConfig(max_tokens=500, limits=Limits(max_context_tokens=4_000)),
     )
     agent.tools.register(name="page", replay_policy="safe")(lambda n: f"page {n}: " + "words " * 400)
     result = await agent.run("read every page")
