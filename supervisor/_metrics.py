@@ -71,6 +71,25 @@ class SupervisorMetrics:
             "Rows of workers that stopped long ago, forgotten (--worker-retention).",
             registry=r,
         )
+        self.partitions = Gauge(
+            "harnessx_event_partitions",
+            "Day partitions of events (PostgreSQL), as of the latest housekeeping.",
+            registry=r,
+        )
+        self.partitions_ahead = Gauge(
+            "harnessx_event_partitions_ahead_seconds",
+            "How far ahead the partitions of events reach (PostgreSQL): events of runs made later "
+            "cannot be stored. Alert well before 0.",
+            registry=r,
+        )
+        self.partitions_made = Counter(
+            "harnessx_event_partitions_made", "Partitions of events the leader made.", registry=r
+        )
+        self.partition_errors = Counter(
+            "harnessx_event_partition_errors",
+            "Housekeepings that failed to make or drop partitions of events.",
+            registry=r,
+        )
         self.queue_depth = Gauge("harnessx_queue_depth", "Runs waiting for a worker.", registry=r)
         self.queue_oldest = Gauge(
             "harnessx_queue_oldest_age_seconds", "Age of the oldest queued run (0 when empty).", registry=r

@@ -47,6 +47,10 @@ class SupervisorConfig:
     # Workers that stopped (or were found dead) this long ago are forgotten, checked this often.
     worker_retention: float = 86400.0
     housekeeping_interval: float = 60.0
+    # PostgreSQL's events partitions (one per day) are kept made this far ahead, checked at
+    # each housekeeping; fewer than partitions_warn seconds covered is logged as an error.
+    partitions_ahead: float = 7 * 86400.0
+    partitions_warn: float = 86400.0
     # Retention (off by default): a pass over finished sessions every retention_interval.
     retention: RetentionPolicy | None = None
     retention_interval: float = 60.0
@@ -217,6 +221,7 @@ class Supervisor:
         if time.monotonic() - self._last_housekeeping >= self.config.housekeeping_interval:
             forgotten = await self.store.prune_workers(term, self.config.worker_retention)
             self.metrics.workers_pruned.inc(forgotten)
+            await self._partitions()
             self._last_housekeeping = time.monotonic()
         if time.monotonic() - self._last_stuck >= self.config.stuck_interval:
             await self._stuck()
@@ -229,6 +234,31 @@ class Supervisor:
             await self.store.record_scan(term, scans=self._scans, recovered=self._recovered)
             self._last_record = time.monotonic()
         return True
+
+    async def _partitions(self) -> None:
+        """Keep the partitions of events made ahead; a failure is reported, not raised: runs
+        go on until the partitions made before run out (the metric shows how long that is)."""
+        try:
+            state = await self.store.maintain_partitions(self.config.partitions_ahead)
+        except HarnessError as exc:
+            self.metrics.partition_errors.inc()
+            logger.error("making partitions of events failed: %s", exc)
+            return
+        if state is None:
+            return
+        self.metrics.partitions_made.inc(state.made)
+        self.metrics.partitions.set(state.count)
+        covered = (state.covered_until or time.time()) - time.time()
+        self.metrics.partitions_ahead.set(covered)
+        if state.made:
+            logger.info("made %d partition(s) of %s", state.made, state.table)
+        if covered < self.config.partitions_warn:
+            logger.error(
+                "partitions of %s cover only the next %.0f s: events of runs made after that "
+                "cannot be stored",
+                state.table,
+                max(covered, 0.0),
+            )
 
     async def _recover(self, term: Leadership, orphan: Orphan) -> None:
         self.metrics.orphans_detected.labels(reason=orphan.reason).inc()

@@ -3,6 +3,14 @@
 A database records each applied migration's version and checksum. Opening a database
 whose recorded checksums differ from ours (tampered), or that has versions we do not
 know (written by a newer harnessx), raises ``SchemaError`` saying what to do.
+
+A PostgreSQL migration runs in the one transaction that applies every pending migration. One
+that must not hold its locks while it reads a large table (validating a constraint) may begin
+with parts of its own, each after a line ``-- harnessx: before``: they run first, each as a
+transaction of its own, while running workers go on, and must be safe to run again (a
+migration that failed after them runs them again). ``-- harnessx: body`` starts what runs in
+the transaction; a part after ``-- harnessx: on failure`` runs when the transaction failed,
+to take back what the parts before it left behind.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ __all__ = [
 ]
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_MARKER = re.compile(r"^-- harnessx: (before|body|on failure)\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,33 @@ class Migration:
     @property
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode("utf-8")).hexdigest()
+
+    @property
+    def before(self) -> tuple[str, ...]:
+        """The parts that run before the transaction, each on its own, in order."""
+        return tuple(text for kind, text in _parts(self.sql) if kind == "before")
+
+    @property
+    def body(self) -> str:
+        """What runs in the migrations' transaction (the whole file without parts)."""
+        return "".join(text for kind, text in _parts(self.sql) if kind == "body")
+
+    @property
+    def on_failure(self) -> str | None:
+        found = [text for kind, text in _parts(self.sql) if kind == "on failure"]
+        return found[0] if found else None
+
+
+def _parts(sql: str) -> list[tuple[str, str]]:
+    """The file cut at its marker lines, as (kind, text) in order: text under no marker is
+    the body (the whole of a migration without markers)."""
+    parts: list[tuple[str, str]] = []
+    kind, start = "body", 0
+    for match in _MARKER.finditer(sql):
+        parts.append((kind, sql[start : match.start()]))
+        kind, start = match.group(1), match.end()
+    parts.append((kind, sql[start:]))
+    return [(kind, text) for kind, text in parts if text.strip()]
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from harnessx.store._records import (
     Lease,
 )
 
-__all__ = ["DEFAULT_SCHEMA", "PostgresExecution", "quote_ident", "runtime_grants"]
+__all__ = ["DEFAULT_SCHEMA", "PostgresExecution", "missing_partition_advice", "quote_ident", "runtime_grants"]
 
 logger = logging.getLogger("harnessx.store.postgres")
 
@@ -75,6 +75,16 @@ def runtime_grants(schema: str, role: str) -> str:
         f"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {s} TO {r}; "
         f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {r}; "
         f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r};"
+    )
+
+
+def missing_partition_advice(schema: str) -> str:
+    """What to do when an event's day has no partition (the advice works as the schema's owner
+    or as any role that may run sessions: the function runs as its owner)."""
+    return (
+        "no partition of events covers this run's day: harness-supervisor's leader makes them "
+        "7 days ahead (is one running?); to make them now run: SELECT "
+        f"{quote_ident(schema)}.harnessx_add_event_partitions(now() + interval '7 days')"
     )
 
 
@@ -291,6 +301,9 @@ class PostgresExecution(StoreCore):
             )
         if isinstance(exc, asyncpg.exceptions.InsufficientPrivilegeError):
             return StorageError(self._privilege_advice(what, detail))
+        if sqlstate == "23514" and "no partition of relation" in str(exc):
+            advice = missing_partition_advice(self.schema)
+            return StorageError(f"{what} on {self._where}: {advice} ({detail})")
         if isinstance(exc, asyncpg.exceptions.InvalidAuthorizationSpecificationError):
             return StorageError(
                 f"PostgreSQL refused the login for {self._dsn.redacted} ({detail}): check the user name "

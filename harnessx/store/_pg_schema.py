@@ -5,6 +5,7 @@ to run or the privilege to grant when the role may not do what is needed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shlex
 
@@ -27,6 +28,7 @@ from harnessx.store._original import (
     read_postgres,
 )
 from harnessx.store._pg_driver import (
+    DRIVER_ERRORS,
     close_quietly,
 )
 from harnessx.store._pg_execution import DEFAULT_SCHEMA, PostgresExecution, quote_ident, runtime_grants
@@ -159,6 +161,24 @@ class PostgresSchema(PostgresExecution):
             if not pending("postgres", applied):
                 await self._check_objects(conn)
                 return report(self._where, applied, [])
+        # Parts a migration runs before the transaction, each on its own (see _migrations):
+        # those of every migration this database lacked when we looked.
+        waiting = pending("postgres", applied or {})
+        if any(migration.before for migration in waiting):
+            await self._check_may_migrate(conn)
+        for migration in waiting:
+            for part in migration.before:
+                await conn.execute(part)
+        try:
+            return await self._apply(conn)
+        except Exception:
+            for migration in waiting:
+                if migration.on_failure is not None:
+                    with contextlib.suppress(*DRIVER_ERRORS):
+                        await conn.execute(migration.on_failure)
+            raise
+
+    async def _apply(self, conn: Connection) -> MigrationReport:
         async with conn.transaction():
             # Concurrent starters queue here; each re-reads what the previous one applied.
             await conn.execute(Q["lock_migrations"], f"harnessx:migrate:{self.schema}")
@@ -170,7 +190,7 @@ class PostgresSchema(PostgresExecution):
             check_applied("postgres", applied, self._where, self._recreate)
             done = pending("postgres", applied)
             for migration in done:
-                await conn.execute(migration.sql)
+                await conn.execute(migration.body)
                 await conn.execute(
                     Q["record_migration"], migration.version, migration.name, migration.checksum
                 )

@@ -96,6 +96,7 @@ from harnessx.store._pg_execution import DEFAULT_SCHEMA, runtime_grants
 from harnessx.store._pg_lifecycle import PostgresLifecycle
 from harnessx.store._pg_liveness import PostgresLiveness
 from harnessx.store._pg_notifications import Notifications
+from harnessx.store._pg_partitions import PostgresPartitions
 from harnessx.store._pg_scheduling import PostgresScheduling
 from harnessx.store._pg_schema import check_schema_name
 from harnessx.store._pg_types import Connection, Pool
@@ -130,7 +131,9 @@ _PROGRESS_HINTS = 10_000  # sessions whose progress this process remembers holdi
 # --------------------------------------------------------------------------- backend
 
 
-class PostgresBackend(PostgresConsole, PostgresScheduling, PostgresLifecycle, PostgresLiveness):
+class PostgresBackend(
+    PostgresConsole, PostgresScheduling, PostgresLifecycle, PostgresPartitions, PostgresLiveness
+):
     """Durable state in PostgreSQL. Use as ``async with PostgresBackend(dsn) as backend``.
 
     Tables live in ``schema`` (created if needed when ``auto_migrate`` is true; otherwise

@@ -35,6 +35,7 @@ from harnessx.store._records import (
     NewSession,
     Orphan,
     Owner,
+    Partitions,
     PoolScan,
     PruneBatch,
     PruneCursor,
@@ -86,6 +87,7 @@ __all__ = [
     "Owner",
     "PoolScan",
     "PoolStore",
+    "Partitions",
     "PruneBatch",
     "PruneCursor",
     "QueueStats",
@@ -530,6 +532,11 @@ class LifecycleStore(Protocol):
     async def oldest_activity(self) -> float | None:
         """The oldest last known activity of any session (what retention examines next),
         epoch seconds; ``None`` without sessions."""
+
+    async def maintain_partitions(self, ahead: float) -> Partitions | None:
+        """Make the time partitions that cover rows of runs made up to ``ahead`` seconds from
+        now, and say what there is (PostgreSQL's events, migration 0018; ``None`` on a store
+        without partitions). Safe to call from several processes at once."""
 
     async def reclaim_space(self) -> int:
         """Give free pages back to the file system after deleting (SQLite's incremental

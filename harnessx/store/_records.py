@@ -29,6 +29,7 @@ __all__ = [
     "NewSession",
     "Orphan",
     "Owner",
+    "Partitions",
     "PoolScan",
     "PruneBatch",
     "PruneCursor",
@@ -317,6 +318,20 @@ class PruneBatch:
     rows: dict[str, int]
     examined: int
     cursor: PruneCursor | None
+
+
+@dataclass
+class Partitions:
+    """The time partitions of a partitioned table (PostgreSQL's events; ``Store.maintain_partitions``).
+
+    ``count``: its day partitions; ``covered_until``: the end of the newest, epoch seconds
+    (rows of runs made after it cannot be stored; ``None`` without any); ``made``: partitions
+    this call made."""
+
+    table: str
+    count: int
+    covered_until: float | None
+    made: int = 0
 
 
 # Called with the archive records of the sessions a prune is about to remove, inside its

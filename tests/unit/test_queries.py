@@ -32,6 +32,7 @@ MODULES = {
         "_pg_console.py",
         "_pg_scheduling.py",
         "_pg_lifecycle.py",
+        "_pg_partitions.py",
         "_listing.py",
     ),
 }

@@ -313,6 +313,8 @@ ORDER BY r.created_at DESC, tc.iteration DESC LIMIT 1;
 -- A page of a run's events behind a cursor, with the run's session. An event that refers to
 -- its tool call's result (content_ref) comes with that call's key, result columns and large
 -- results (a JSON array of [kind, body]): one statement, however many results the page holds.
+-- Every statement that reads one run's events names its partition too (harnessx_id_ms,
+-- migration 0018): one partition read.
 SELECT e.seq, e.event_id, e.type, e.step_id, e.attempt_id, e.data::text, e.run_id,
        (SELECT session_id FROM runs WHERE id = $1),
        tc.execution_key, tc.raw_result::text, tc.result::text,
@@ -326,7 +328,8 @@ LEFT JOIN tool_calls tc ON tc.execution_key = CASE
         -- Rows written before typed payloads name the call by their own execution_key.
         THEN coalesce(e.data ->> 'result_of', e.data ->> 'execution_key')
 END
-WHERE e.run_id = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3;
+WHERE e.run_id = $1 AND harnessx_id_ms(e.run_id) = harnessx_id_ms($1) AND e.seq > $2
+ORDER BY e.seq LIMIT $3;
 
 -- name: requeue_run
 -- Put an unfinished run (back) in the pool's queue, fenced by the holder's lease, and wake
@@ -354,7 +357,8 @@ WITH fence AS (
       AND last_checkpoint IS DISTINCT FROM $7
     RETURNING id
 ), last AS (
-    SELECT coalesce(max(seq), 0) AS seq FROM events WHERE run_id = $4
+    SELECT coalesce(max(seq), 0) AS seq FROM events
+    WHERE run_id = $4 AND harnessx_id_ms(run_id) = harnessx_id_ms($4)
 ), added AS (
     INSERT INTO events (run_id, seq, event_id, type, step_id, attempt_id, data, generation, created_at)
     SELECT $4, l.seq + e.n, e.event_id, e.type, e.step_id, e.attempt_id, e.data, $3, now()
@@ -376,7 +380,8 @@ SELECT CASE
            ELSE harnessx_raise('HX001', 'lease on session ' || $1 || ' (generation ' || $3 || ') no longer holds')
        END,
        coalesce((SELECT min(seq) FROM added),
-                (SELECT min(seq) FROM events WHERE run_id = $4 AND event_id = ANY ($8::text[]))),
+                (SELECT min(seq) FROM events WHERE run_id = $4 AND harnessx_id_ms(run_id) = harnessx_id_ms($4)
+                                                AND event_id = ANY ($8::text[]))),
        (SELECT count(pg_notify(harnessx_channel('events'), $4)) FROM deferred);
 
 -- name: clear_start_attempts
@@ -400,7 +405,8 @@ WITH fence AS (
       AND last_checkpoint IS DISTINCT FROM $8
     RETURNING id
 ), last AS (
-    SELECT coalesce(max(seq), 0) AS seq FROM events WHERE run_id = $4
+    SELECT coalesce(max(seq), 0) AS seq FROM events
+    WHERE run_id = $4 AND harnessx_id_ms(run_id) = harnessx_id_ms($4)
 ), added AS (
     INSERT INTO events (run_id, seq, event_id, type, step_id, attempt_id, data, generation, created_at)
     SELECT $4, l.seq + e.n, e.event_id, e.type, e.step_id, e.attempt_id, e.data, $3, now()
@@ -423,7 +429,8 @@ SELECT CASE
            ELSE harnessx_raise('HX001', 'lease on session ' || $1 || ' (generation ' || $3 || ') no longer holds')
        END,
        coalesce((SELECT min(seq) FROM added),
-                (SELECT min(seq) FROM events WHERE run_id = $4 AND event_id = ANY ($9::text[]))),
+                (SELECT min(seq) FROM events WHERE run_id = $4 AND harnessx_id_ms(run_id) = harnessx_id_ms($4)
+                                                AND event_id = ANY ($9::text[]))),
        (SELECT count(pg_notify(harnessx_channel('events'), $4)) FROM ended);
 
 -- name: pending_controls
@@ -960,3 +967,19 @@ SELECT * FROM audit WHERE session_id = ANY ($1::text[]) ORDER BY at, id;
 -- name: session_exists
 -- Whether a session id is taken (importing skips sessions that exist).
 SELECT 1 FROM sessions WHERE id = $1;
+
+-- name: add_event_partitions
+-- Make the day partitions of events that cover run ids made up to $1 seconds from now; how many.
+SELECT harnessx_add_event_partitions(now() + make_interval(secs => $1));
+
+-- name: event_partitions
+-- The day partitions of events (events_legacy, from MINVALUE, is not one) and the end of the
+-- newest, epoch seconds: events of runs made after it cannot be stored.
+SELECT count(b.low), (max(b.high) / 1000.0)::float8
+FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid
+CROSS JOIN LATERAL (
+    SELECT substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \(''(-?[0-9]+)''\)')::bigint AS low,
+           substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''(-?[0-9]+)''\)')::bigint AS high
+) b
+WHERE i.inhparent = 'events'::regclass;
