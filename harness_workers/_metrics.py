@@ -6,6 +6,8 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from harnessx._rate_gate import RateWaitMetrics
+
 __all__ = ["OTHER_AGENTS", "UNKNOWN_AGENT_SERIES", "WorkerMetrics"]
 
 # harnessx_queued_unknown_agent_runs names at most this many agent references (those with the
@@ -14,7 +16,6 @@ __all__ = ["OTHER_AGENTS", "UNKNOWN_AGENT_SERIES", "WorkerMetrics"]
 UNKNOWN_AGENT_SERIES = 10
 OTHER_AGENTS = "_other"
 
-_WAIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -63,20 +64,7 @@ class WorkerMetrics:
             "already had as many runs driving as its limit allows (counted once per claim).",
             registry=r,
         )
-        self.rate_limit_waits = Counter(
-            "harnessx_rate_limit_waits",
-            "Model calls of this worker's runs that waited for a fleet-wide rate limit's budget, by "
-            "bucket (provider/model).",
-            ["bucket"],
-            registry=r,
-        )
-        self.rate_limit_wait = Histogram(
-            "harnessx_rate_limit_wait_seconds",
-            "How long a model call waited for a fleet-wide rate limit's budget before it started.",
-            ["bucket"],
-            buckets=_WAIT_BUCKETS,
-            registry=r,
-        )
+        self.rate_waits = RateWaitMetrics(r)
         self.active_runs = Gauge("harnessx_active_runs", "Runs this worker is driving now.", registry=r)
         self.slots = Gauge("harnessx_concurrency_slots", "Runs this worker may drive at once.", registry=r)
         self.lease_renewals = Counter(

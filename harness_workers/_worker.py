@@ -81,7 +81,7 @@ class Worker:
         )
         # A run that must wait long for model rate budget gives its slot back meanwhile.
         self.executor = RunExecutor(store, self.keeper, rate_hold_seconds=HOLD_SECONDS)
-        self.executor.rates.observers.append(self._rate_waited)
+        self.executor.rates.observers.append(self.metrics.rate_waits.observe)
         self.active: dict[str, Execution] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
@@ -391,11 +391,6 @@ class Worker:
                 self.drain()
 
         return asyncio.create_task(watched(), name=f"worker-{name}")
-
-    def _rate_waited(self, bucket: str, seconds: float) -> None:
-        # Buckets are provider/model names from the agents' definitions, not from clients: few.
-        self.metrics.rate_limit_waits.labels(bucket=bucket).inc()
-        self.metrics.rate_limit_wait.labels(bucket=bucket).observe(seconds)
 
     def _renewed(self, ok: bool, seconds: float, lost: int) -> None:
         self.metrics.lease_renewals.labels(outcome="ok" if ok else "error").inc()

@@ -31,7 +31,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harnessx._errors import StorageError
 from harnessx._middleware import ModelRequest
@@ -40,7 +40,18 @@ from harnessx.providers._http import estimate_tokens
 from harnessx.store._protocol import Store
 from harnessx.store._scheduling import RateLimit, governing_rate
 
-__all__ = ["HOLD_SECONDS", "LEAD_SECONDS", "SETTLE_SECONDS", "Admission", "RateGate", "bucket_of"]
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+__all__ = [
+    "HOLD_SECONDS",
+    "LEAD_SECONDS",
+    "SETTLE_SECONDS",
+    "Admission",
+    "RateGate",
+    "RateWaitMetrics",
+    "bucket_of",
+]
 
 logger = logging.getLogger("harnessx.rates")
 
@@ -89,6 +100,39 @@ class Admission:
 
 
 _SHARED: weakref.WeakKeyDictionary[Any, RateGate] = weakref.WeakKeyDictionary()
+
+
+_WAIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class RateWaitMetrics:
+    """``harnessx_rate_limit_waits_total{bucket}`` and ``harnessx_rate_limit_wait_seconds``:
+    the model calls a worker's gate made wait, and for how long. The pool worker and the
+    Temporal worker both report them (``observe`` is a ``RateGate`` observer)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        # Imported here: a process that reports no metrics (import harnessx) does not load it.
+        from prometheus_client import Counter, Histogram
+
+        self.waits = Counter(
+            "harnessx_rate_limit_waits",
+            "Model calls of this worker's runs that waited for a fleet-wide rate limit's budget, by "
+            "bucket (provider/model).",
+            ["bucket"],
+            registry=registry,
+        )
+        self.wait = Histogram(
+            "harnessx_rate_limit_wait_seconds",
+            "How long a model call waited for a fleet-wide rate limit's budget before it started.",
+            ["bucket"],
+            buckets=_WAIT_BUCKETS,
+            registry=registry,
+        )
+
+    def observe(self, bucket: str, seconds: float) -> None:
+        # Buckets are provider/model names from the agents' definitions, not from clients: few.
+        self.waits.labels(bucket=bucket).inc()
+        self.wait.labels(bucket=bucket).observe(seconds)
 
 
 class RateGate:

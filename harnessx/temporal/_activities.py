@@ -96,6 +96,20 @@ class SessionActivities:
         self.rates = rates
         self._agents: dict[str, Agent] = {}
 
+    @contextlib.contextmanager
+    def rate_waits_counted(self) -> Iterator[None]:
+        """While the worker runs, its metrics count the model calls its rate gate makes wait
+        (the gate is this process's for the store, so only while this worker uses it)."""
+        rates, metrics = self.rates, self.metrics
+        if rates is None or metrics is None:
+            yield
+            return
+        rates.observers.append(metrics.rate_waits.observe)
+        try:
+            yield
+        finally:
+            rates.observers.remove(metrics.rate_waits.observe)
+
     def definitions(self) -> list[Callable[..., Any]]:
         return [self.model, self.tool, self.result, self.publish]
 

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from temporalio.converter import DataConverter
 from temporalio.worker import Replayer, Worker
 
-from harnessx._rate_gate import RateGate
+from harnessx._rate_gate import RateGate, RateWaitMetrics
 from harnessx._registry import AgentRegistry
 from harnessx.temporal._activities import SessionActivities
 from harnessx.temporal._workflow import ANY_QUEUE, SessionWorkflowV1, bind_registry
@@ -89,6 +89,9 @@ class TemporalWorkerMetrics:
             registry=r,
         )
 
+        # As the pool worker's: the model calls this worker's rate limits made wait.
+        self.rate_waits = RateWaitMetrics(r)
+
     def tool_ended(self, policy: str, is_error: bool) -> None:
         self.tool_calls.labels(policy=policy, outcome="error" if is_error else "ok").inc()
 
@@ -101,10 +104,11 @@ class _Worker(Worker):
         self._owner = activities_owner
 
     async def run(self) -> None:
-        try:
-            await super().run()
-        finally:
-            await self._owner.aclose()
+        with self._owner.rate_waits_counted():
+            try:
+                await super().run()
+            finally:
+                await self._owner.aclose()
 
 
 def build_worker(

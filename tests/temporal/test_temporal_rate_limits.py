@@ -10,12 +10,15 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 from fake_vendor import FakeVendor
 from temporal_support import TemporalSetup
 
 from harnessx import Agent, AgentConfig, AgentRef, AgentRegistry, AgentRuntime, RunStatus, SQLiteBackend
 from harnessx.providers import OpenAIProvider
+from harnessx.temporal import TemporalWorkerMetrics
+from harnessx.testing import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -46,8 +49,9 @@ async def test_a_temporal_model_call_waits_for_the_shared_buckets_budget(
         taken = await store.reserve_rate("openai/gpt-temporal", 0)  # another worker's, just now
         assert taken is not None
         backend = await setup.backend(registry, rate_limits=store)
+        metrics = TemporalWorkerMetrics()
         try:
-            async with await backend.worker():
+            async with await backend.worker(metrics=metrics):
                 runtime = AgentRuntime(AgentRef("vendor", "v1"), backend=backend)
                 handle = await runtime.submit("Hello")
                 waiting = None
@@ -70,6 +74,12 @@ async def test_a_temporal_model_call_waits_for_the_shared_buckets_budget(
         assert call.at >= taken.start + 15 - 0.01
         (bucket,) = await store.rate_buckets()
         assert (bucket.name, bucket.waits) == ("openai/gpt-temporal", 1)
+    # The worker's metrics count the wait, as a pool worker's do.
+    labels = {"bucket": "openai/gpt-temporal"}
+    assert metrics.registry.get_sample_value("harnessx_rate_limit_waits_total", labels) == 1
+    assert metrics.registry.get_sample_value("harnessx_rate_limit_wait_seconds_count", labels) == 1
+    waited = metrics.registry.get_sample_value("harnessx_rate_limit_wait_seconds_sum", labels)
+    assert waited == pytest.approx(waiting.data["seconds"], abs=0.01)
 
 
 async def test_a_temporal_worker_process_obeys_the_limits_of_the_store_it_is_given(
@@ -85,7 +95,9 @@ async def test_a_temporal_worker_process_obeys_the_limits_of_the_store_it_is_giv
         await store.set_rate_limit("openai/gpt-rpm", 6, None)  # a call every 10 s
         taken = await store.reserve_rate("openai/gpt-rpm", 0)  # another worker's, just now
         assert taken is not None
-    worker = setup.worker("w0", extra=["--rate-limits", "--sqlite", str(path)])
+    port = free_port()
+    metrics_addr = ["--metrics-addr", f"127.0.0.1:{port}"]
+    worker = setup.worker("w0", extra=["--rate-limits", "--sqlite", str(path), *metrics_addr])
     backend = await setup.backend(registry)
     try:
         runtime = AgentRuntime(AgentRef("vendor-rpm", "v1"), backend=backend)
@@ -95,8 +107,13 @@ async def test_a_temporal_worker_process_obeys_the_limits_of_the_store_it_is_giv
         waits = [
             e async for e in handle.events() if e.type.value == "waiting" and e.data.get("on") == "rate_limit"
         ]
+        async with httpx.AsyncClient(timeout=5) as http:
+            text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
     finally:
         await backend.aclose()
     assert len(waits) == 1 and 0 < waits[0].data["seconds"] <= 10
+    # /metrics of the worker process: the wait, under the pool worker's names.
+    assert 'harnessx_rate_limit_waits_total{bucket="openai/gpt-rpm"} 1.0' in text
+    assert 'harnessx_rate_limit_wait_seconds_count{bucket="openai/gpt-rpm"} 1.0' in text
     (call,) = vendor.served("gpt-rpm")
     assert call.at >= taken.start + 10 - 0.01
