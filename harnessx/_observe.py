@@ -20,7 +20,7 @@ from harnessx._results import RunStatus
 from harnessx._runlog import parse_cursor
 from harnessx.store._protocol import RunRecord, Store
 
-__all__ = ["UNCLAIMED_WARNING_SECONDS", "follow_events", "stored_events"]
+__all__ = ["UNCLAIMED_WARNING_SECONDS", "follow_events", "stored_events", "until_stopped"]
 
 logger = logging.getLogger("harnessx.observe")
 
@@ -183,6 +183,20 @@ async def _unclaimed(store: Store, record: RunRecord, waited: float) -> str:
         f"{said}: the {len(knowing)} worker(s) that know agent {agent} are busy, or the run waits "
         "to be tried again (see its events). Start more workers, or raise their --concurrency"
     )
+
+
+async def until_stopped(store: Store, run_id: str, *, poll_interval: float) -> None:
+    """Return once the run's execution has stopped (its row neither running nor queued) or
+    the run is gone, reading nothing but its row: what waiting for the result of a run
+    driven elsewhere does before it reads the run's events once (``follow_events`` then
+    decides as always). Following the events instead would read them after every checkpoint
+    and make every checkpoint notify; this waits for the one commit that stops the run."""
+    watch = _Watch(store, run_id)
+    while True:
+        record = await store.wait_until_stopped(run_id, poll_interval)
+        if record is None or record.stopped:
+            return
+        await watch.seen(record)
 
 
 async def stored_events(store: Store, run_id: str, after: str) -> AsyncIterator[RunEvent]:

@@ -38,7 +38,7 @@ from harnessx._handle import RunHandle
 from harnessx._ids import uuid7
 from harnessx._journal import JournalRecord, RunJournal
 from harnessx._leases import LeaseKeeper
-from harnessx._observe import follow_events
+from harnessx._observe import follow_events, until_stopped
 from harnessx._policies import check_positive
 from harnessx._rate_gate import RateGate
 from harnessx._recorder import BundleLimits, ExportPolicy, export_incident
@@ -887,6 +887,10 @@ class AgentRuntime:
             yield event
 
     async def _await_result(self, run_id: str, start_seq: int) -> RunResult:
+        active = self._active
+        if active is None or active.run_id != run_id:
+            # Driven elsewhere (a pool run): wait for it to stop, then read its events once.
+            await until_stopped(await self._ready(), run_id, poll_interval=self.config.poll_interval)
         last: RunResult | None = None
         async for event in self._follow(run_id, str(start_seq)):
             if event.type is RunEventType.RUN_RESULT:

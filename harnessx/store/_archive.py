@@ -55,6 +55,7 @@ LEFT_OUT = {
             "control",
             "last_checkpoint",
             "watched_until",
+            "awaited_until",
             "current_run",
             "current_phase",
             "current_event_count",

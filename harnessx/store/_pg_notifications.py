@@ -5,7 +5,9 @@ only while some process follows the session (``sessions.watched_until``, which a
 pushes forward while it waits); queueing a run sends one on the ``work`` channel (see
 postgres.sql); a pause/cancel request one on the ``control`` channel, which lease holders
 hear so that they renew (and so take it) at once. A notifying commit holds a cluster-wide
-lock until it is flushed, so a run nobody follows from elsewhere must not notify. This
+lock until it is flushed, so a run nobody follows from elsewhere must not notify. A process
+that only waits for a run's result announces that instead (``sessions.awaited_until``): the
+checkpoint that stops the execution notifies, the others do not. This
 process LISTENs on a channel only once something in it has waited on that channel: a pool
 worker waits for work and never hears the events of every run in the cluster; a process that
 follows runs driven elsewhere hears events and no work. A notification is only a hint to look
@@ -19,12 +21,16 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from harnessx.store._pg_types import Connection
 from harnessx.store._waiters import RunWaiters
 
 __all__ = ["Notifications"]
+
+_Row = TypeVar("_Row")
+# What an announcement says: the process follows the run's events, or waits for its result.
+Interest = Literal["watch", "await"]
 
 logger = logging.getLogger("harnessx.store.postgres")
 
@@ -35,6 +41,9 @@ _RETRY_SECONDS = 1.0
 WATCH_SECONDS = 60.0
 # Announcements remembered at most; past this, those that have run out are forgotten.
 _MAX_WATCHING = 1000
+# How long a wait for a run to stop may last while this process hears every commit that stops
+# one: past the caller's poll interval, as no look in between could find anything new.
+_SETTLED_WAIT = 1.0
 
 
 class Notifications:
@@ -45,14 +54,15 @@ class Notifications:
     def __init__(
         self,
         connect: Callable[[], Awaitable[Connection]],
-        watch: Callable[[str, float], Coroutine[Any, Any, None]],
+        watch: Callable[[str, float, Interest], Coroutine[Any, Any, None]],
         driver_errors: tuple[type[BaseException], ...],
         scrub: Callable[[str], str],
     ) -> None:
         self._connect = connect
-        self._watch = watch  # announce (run id, seconds) in the database
-        self._watching: dict[str, float] = {}  # run id -> when its announcement runs out
-        self._announcing: dict[str, asyncio.Task[None]] = {}
+        self._watch = watch  # announce (run id, seconds, interest) in the database
+        # (interest, run id) -> when its announcement runs out
+        self._watching: dict[tuple[Interest, str], float] = {}
+        self._announcing: dict[tuple[Interest, str], asyncio.Task[None]] = {}
         self._driver_errors = driver_errors
         self._scrub = scrub
         self.events_channel: str | None = None  # set once the schema is known
@@ -73,6 +83,37 @@ class Notifications:
         async with self._runs.waiting(run_id) as waiter:
             announced = self.events_channel is not None and await self._announce(run_id, max_wait)
             return await self._wait(self.events_channel, waiter, deadline - loop.time(), look_again=announced)
+
+    async def until_stopped(
+        self,
+        run_id: str,
+        max_wait: float,
+        read: Callable[[], Awaitable[_Row]],
+        stopped: Callable[[_Row], bool],
+    ) -> _Row:
+        """``read()`` the run's row; unless ``stopped`` by it, wait for a commit that may stop
+        the run's execution, up to ``max_wait`` seconds (longer while listening: every such
+        commit is heard), and return the row as read. The waiter is in place before the read
+        and the announcement made before it, so no commit between the read and the wait goes
+        unheard."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait
+        async with self._runs.waiting(run_id) as waiter:
+            channel = self.events_channel
+            if channel is not None:
+                await self._listen(channel, max(max_wait, 0.0))
+                if channel in self._listening:
+                    await self._announce(run_id, max_wait, "await")
+                    if self._watching.get(("await", run_id), 0.0) > time.monotonic():
+                        deadline = max(deadline, loop.time() + _SETTLED_WAIT)
+            row = await read()
+            if stopped(row):
+                return row
+            remaining = deadline - loop.time()
+            if remaining > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter.wait(), remaining)
+            return row
 
     async def wait_for_work(self, max_wait: float) -> bool:
         return await self._wait(self.work_channel, self._work, max_wait)
@@ -125,24 +166,28 @@ class Notifications:
             await asyncio.wait_for(asyncio.shield(task), budget)
         return channel in self._listening
 
-    async def _announce(self, run_id: str, budget: float) -> bool:
-        """Make sure the database knows this process follows ``run_id``; whether it did not
-        know before this call (commits until now sent no notification for it)."""
+    async def _announce(self, run_id: str, budget: float, interest: Interest = "watch") -> bool:
+        """Make sure the database knows this process follows ``run_id`` (or waits for its
+        result); whether it did not know before this call (commits until now sent no
+        notification for it)."""
         now = time.monotonic()
-        until = self._watching.get(run_id, 0.0)
+        key = (interest, run_id)
+        until = self._watching.get(key, 0.0)
         if until - now > WATCH_SECONDS / 2:
             return False
-        task = self._announcing.get(run_id)
-        if task is None or task.done():
-            task = self._announcing[run_id] = asyncio.create_task(
-                self._watch(run_id, WATCH_SECONDS), name=f"harnessx-pg-watch-{run_id}"
+        task = self._announcing.get(key)
+        # One that a caller stopped waiting for and that has finished since is taken as it
+        # is: announcing again would be one more statement for nothing.
+        if task is None:
+            task = self._announcing[key] = asyncio.create_task(
+                self._watch(run_id, WATCH_SECONDS, interest), name=f"harnessx-pg-{interest}-{run_id}"
             )
         # Shielded, as in _listen: the caller waits no longer than it meant to.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(task), max(budget, 0.0))
         if not task.done():
             return False
-        self._announcing.pop(run_id, None)
+        self._announcing.pop(key, None)
         if task.cancelled():
             return False
         failure = task.exception()
@@ -150,8 +195,8 @@ class Notifications:
             logger.info("cannot announce that run %s is followed, polling: %s", run_id, failure)
             return False
         if len(self._watching) >= _MAX_WATCHING:
-            self._watching = {run: end for run, end in self._watching.items() if end > now}
-        self._watching[run_id] = now + WATCH_SECONDS
+            self._watching = {k: end for k, end in self._watching.items() if end > now}
+        self._watching[key] = now + WATCH_SECONDS
         return until <= now
 
     async def _subscribe(self, channel: str) -> None:

@@ -95,7 +95,7 @@ from harnessx.store._pg_dsn import check_dsn, redact_dsn
 from harnessx.store._pg_execution import DEFAULT_SCHEMA, runtime_grants
 from harnessx.store._pg_lifecycle import PostgresLifecycle
 from harnessx.store._pg_liveness import PostgresLiveness
-from harnessx.store._pg_notifications import Notifications
+from harnessx.store._pg_notifications import Interest, Notifications
 from harnessx.store._pg_partitions import PostgresPartitions
 from harnessx.store._pg_scheduling import PostgresScheduling
 from harnessx.store._pg_schema import check_schema_name
@@ -111,6 +111,7 @@ from harnessx.store._records import (
     Orphan,
     PoolScan,
     Recovery,
+    RunRecord,
     StuckRun,
     WorkerInfo,
     leadership_lost,
@@ -788,13 +789,18 @@ class PostgresBackend(
 
     # --------------------------------------------------------------- events
 
-    async def _watch_run(self, run_id: str, seconds: float) -> None:
-        await self._run(
-            "announcing a followed run",
-            lambda conn: conn.execute(Q["watch_run"], run_id, seconds),
-        )
+    async def _watch_run(self, run_id: str, seconds: float, interest: Interest = "watch") -> None:
+        query = Q["watch_run"] if interest == "watch" else Q["await_run"]
+        await self._run("announcing a followed run", lambda conn: conn.execute(query, run_id, seconds))
 
     async def wait_for_events(self, run_id: str, max_wait: float) -> None:
         """Return soon after a checkpoint of ``run_id`` commits in any process (LISTEN), or
         after ``max_wait`` seconds; without a listener this is plain waiting."""
         await self._notifications.wait_for_run(run_id, max_wait)
+
+    async def wait_until_stopped(self, run_id: str, max_wait: float) -> RunRecord | None:
+        """See the protocol: the checkpoint that stops the run notifies (``await_run``), the
+        others do not; the waiter is in place before the row is read."""
+        return await self._notifications.until_stopped(
+            run_id, max_wait, lambda: self.get_run(run_id), lambda record: record is None or record.stopped
+        )

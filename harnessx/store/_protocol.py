@@ -287,6 +287,14 @@ class EventStore(Protocol):
     async def wait_for_events(self, run_id: str, max_wait: float) -> None:
         """Return soon after new events of ``run_id`` commit, or after ``max_wait`` seconds."""
 
+    async def wait_until_stopped(self, run_id: str, max_wait: float) -> RunRecord | None:
+        """The run's row as read (``None``: no such run). Unless it has ``stopped``, wait
+        after reading it for a commit that may stop its execution, or ``max_wait`` seconds
+        (the caller reads again); a backend that hears
+        every such commit from other processes may wait longer (PostgreSQL listening: up to
+        a second). What ``RunHandle.result()`` of a run driven elsewhere waits with: unlike
+        ``wait_for_events``, it does not make every checkpoint of the run notify."""
+
 
 class PoolStore(Protocol):
     """The pool's queue and its workers."""

@@ -223,6 +223,12 @@ class RunRecord(Mapping[str, Any]):
         """Whether the run stands between a model's tool calls and its next model call."""
         return self.phase in _TOOL_PHASES
 
+    @property
+    def stopped(self) -> bool:
+        """Whether its execution has stopped: neither running nor waiting in the queue (it may
+        still be finishing while its process holds the session)."""
+        return self.status is not RunStatus.RUNNING and not self.queued
+
     def _state(self) -> dict[str, Any]:
         state = {
             "version": 1,

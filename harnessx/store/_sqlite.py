@@ -77,6 +77,7 @@ from harnessx.store._records import (
     Owner,
     PoolScan,
     Recovery,
+    RunRecord,
     StuckRun,
     WorkerInfo,
     leadership_lost,
@@ -458,6 +459,16 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         async with self._waiters.waiting(run_id) as waiter:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(waiter.wait(), max_wait)
+
+    async def wait_until_stopped(self, run_id: str, max_wait: float) -> RunRecord | None:
+        """See the protocol. Other processes' commits are seen by polling (every ``max_wait``
+        seconds); this process's wake it at once, the waiter in place before the read."""
+        async with self._waiters.waiting(run_id) as waiter:
+            record = await self.get_run(run_id)
+            if record is not None and not record.stopped:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter.wait(), max_wait)
+            return record
 
     async def load_state(self, run_id: str) -> RunState:
         return await self._call(self._reading(lambda conn: self._load(conn, run_id)))

@@ -416,6 +416,28 @@ async def event_cursors(factory: StoreFactory) -> None:
         )
 
 
+async def waiting_for_a_stop(factory: StoreFactory) -> None:
+    """``wait_until_stopped``: a running run's row comes back after the wait, which the
+    commit that stops the run ends; a stopped run's row comes back at once; no such run is
+    ``None``."""
+    async with factory() as store:
+        lease = await _start(store, "stopping", "stop-run")
+        record = await store.wait_until_stopped("stop-run", 0.01)
+        _expect(record is not None and not record.stopped, f"a running run's row came back as {record}")
+        waiting = asyncio.ensure_future(store.wait_until_stopped("stop-run", 600))
+        await _finish(store, lease, "stop-run")
+        try:
+            await asyncio.wait_for(waiting, _WITHIN)
+        except TimeoutError:
+            raise StoreConformanceError("the commit that stopped the run did not end a wait for it") from None
+        record = await asyncio.wait_for(store.wait_until_stopped("stop-run", 600), _WITHIN)
+        _expect(
+            record is not None and record.stopped and record.status is RunStatus.COMPLETED,
+            f"a finished run's row came back as {record}",
+        )
+        _expect(await store.wait_until_stopped("no-such-run", 0.01) is None, "a run that is not there")
+
+
 async def controls(factory: StoreFactory) -> None:
     """A pause or cancel request (see ``Store.set_control``): written only while the session
     is leased and its run running; seen by the process holding the lease and no other;
@@ -464,6 +486,7 @@ STORE_CHECKS: tuple[StoreCheck, ...] = tuple(
         orphan_recovery,
         checkpoint_atomicity,
         event_cursors,
+        waiting_for_a_stop,
         controls,
     )
 )

@@ -182,7 +182,7 @@ async def waiting_for_events(backend: PostgresBackend, run_id: str) -> asyncio.T
         return (
             notifications._runs._waiting.get(run_id, 0) > 0
             and notifications.events_channel in notifications._listening
-            and notifications._watching.get(run_id, 0.0) > time.monotonic()
+            and notifications._watching.get(("watch", run_id), 0.0) > time.monotonic()
         )
 
     def settled(task: asyncio.Task[None]) -> bool:
@@ -314,6 +314,7 @@ def _view_of(version: int) -> str:
 
 
 UNDO_MIGRATION = {
+    19: "ALTER TABLE sessions DROP COLUMN awaited_until",
     9: "DROP TRIGGER runs_queued_insert ON runs; DROP TRIGGER runs_queued_update ON runs; "
     "DROP TRIGGER runs_queued_delete ON runs; DROP FUNCTION harnessx_count_queued(); "
     "DROP FUNCTION harnessx_claim_runs(text, text[], integer, double precision, text); "
@@ -814,6 +815,47 @@ async def test_only_a_run_some_process_follows_sends_notifications(pg_database: 
         await writer._watch_run("followed", 1)
         after = await sql(pg_database, f"SELECT watched_until FROM {SCHEMA}.sessions WHERE id = 's'")
         assert after == before
+
+
+async def test_a_result_waiter_hears_the_checkpoint_that_stops_the_run_and_no_other(pg_database: str) -> None:
+    async with backends(pg_database, 2) as (writer, waiter):
+        lease = await start_run(writer, "s", "r1")
+        barrier = await start_run(writer, "t", "r2")
+        async with events_heard(pg_database) as heard:
+            assert (await waiter.wait_until_stopped("r1", 5)) is not None  # announces (await_run)
+            awaited = await sql(pg_database, f"SELECT id FROM {SCHEMA}.sessions WHERE awaited_until > now()")
+            assert [row[0] for row in awaited] == ["s"]
+            await writer.append_events(lease, "r1", [event("r1", 2)])
+            state = await writer.load_state("r1")
+            await writer.commit(lease, state, Delta(Phase.PREPARE_TOOLS, tools=[tool_entry("r1")]), [])
+            await writer._watch_run("r2", 60)
+            await writer.append_events(barrier, "r2", [event("r2", 2)])
+            await eventually(lambda: "r2" in heard)
+            assert heard == ["r2"]  # r1's running checkpoints sent nothing
+            state = await writer.load_state("r1")
+            done = Delta(Phase.FINISH, run=RunPatch(status=RunStatus.COMPLETED), events=[event("r1", 3)])
+            await writer.commit(lease, state, done, [])
+            await eventually(lambda: "r1" in heard)
+        assert heard == ["r2", "r1"]
+
+
+async def test_waiting_until_a_run_stops_is_woken_by_the_stopping_commit(pg_database: str) -> None:
+    async with backends(pg_database, 2) as (writer, waiter):
+        lease = await start_run(writer, "s", "r1")
+        record = await waiter.wait_until_stopped("r1", 0.01)  # listens and announces
+        assert record is not None and not record.stopped
+        notifications = waiter._notifications
+        # A long wait, under way: only a notification ends it early.
+        waiting = asyncio.create_task(waiter.wait_until_stopped("r1", 60))
+        await eventually(lambda: notifications._runs._waiting.get("r1", 0) > 0)
+        state = await writer.load_state("r1")
+        done = Delta(Phase.FINISH, run=RunPatch(status=RunStatus.COMPLETED), events=[event("r1", 2)])
+        await writer.commit(lease, state, done, [])
+        await asyncio.wait_for(waiting, 10)  # the row it returns was read before the wait
+        record = await waiter.wait_until_stopped("r1", 60)
+        assert record is not None and record.stopped and record.status is RunStatus.COMPLETED
+        assert await waiter.wait_until_stopped("gone", 60) is None
+        assert len(notifications._runs) == 0
 
 
 async def test_a_process_listens_only_on_the_channels_it_waits_on(pg_database: str) -> None:

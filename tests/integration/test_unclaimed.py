@@ -33,14 +33,13 @@ def count_looks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The looks the follower takes at the run's row (where it decides to warn), counted as
     they happen: ``[n]``."""
     looks = [0]
-    due = _Watch.due
+    seen = _Watch.seen
 
-    def counted(watch: _Watch) -> bool:
-        taken = due(watch)
-        looks[0] += taken
-        return taken
+    async def counted(watch: _Watch, record: Any) -> None:
+        looks[0] += 1
+        await seen(watch, record)
 
-    monkeypatch.setattr(_Watch, "due", counted)
+    monkeypatch.setattr(_Watch, "seen", counted)
     return looks
 
 

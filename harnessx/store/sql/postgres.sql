@@ -220,6 +220,12 @@ END;
 UPDATE sessions s SET watched_until = greatest(s.watched_until, now() + make_interval(secs => $2))
 FROM runs r WHERE r.id = $1 AND s.id = r.session_id;
 
+-- name: await_run
+-- Some process waits for run $1's result for the next $2 seconds: the checkpoint of its session
+-- that stops an execution notifies (migration 0019), whether or not anyone follows its events.
+UPDATE sessions s SET awaited_until = greatest(s.awaited_until, now() + make_interval(secs => $2))
+FROM runs r WHERE r.id = $1 AND s.id = r.session_id;
+
 -- name: get_run
 -- One run by id.
 SELECT id, session_id, request_id, request_message, status, phase, event_count, iteration, usage::text,

@@ -55,6 +55,7 @@ WHERE s.id = :session AND s.lease_owner = :owner AND s.generation = :generation
 -- 0003 clears it as the lease changes hands): its run step takes the phase and event count it
 -- writes from the parameters then.
 RETURNING s.message_count - cardinality(:messages) AS history_length, s.watched_until > now() AS watched,
+          s.awaited_until > now() AS awaited,
           s.current_run IS NOT DISTINCT FROM :run AS current, coalesce(s.current_phase, :phase) AS phase,
           coalesce(s.current_event_count, :last_seq) AS event_count;
 
@@ -153,8 +154,12 @@ SELECT CASE
         harnessx_raise('HX002', 'run ' || :run || ' is not a run of session ' || :session)  -- when: run
     WHEN NOT EXISTS (SELECT FROM run) THEN  -- when: progress
         harnessx_raise('HX003', 'session ' || :session || ' holds no progress of run ' || :run)  -- when: progress
-    -- The events channel only while some process follows the session (see watch_run).
-    ELSE (CASE WHEN :events_channel IS NULL OR NOT coalesce((SELECT watched FROM fence), false)
-               THEN true ELSE pg_notify(:events_channel, :run) IS NOT NULL END)
+    -- The events channel only while some process follows the session (see watch_run), or
+    -- waits for its result and this checkpoint stops the execution (see await_run).
+    ELSE (CASE WHEN :events_channel IS NULL THEN true
+               WHEN coalesce((SELECT watched FROM fence), false)
+                    OR (coalesce(:status, 'running') <> 'running' AND coalesce((SELECT awaited FROM fence), false))
+               THEN pg_notify(:events_channel, :run) IS NOT NULL
+               ELSE true END)
         AND (CASE WHEN :work_channel IS NULL THEN true ELSE pg_notify(:work_channel, :run) IS NOT NULL END)
 END;
