@@ -2,7 +2,8 @@
 server and a Redis server for tests, benchmarks and the chaos suite (no Docker needed; the
 server binaries must be installed), and a real model server (llama.cpp's llama-server,
 built by bench/real_model_setup.sh); and the store conformance kit, the checks any ``Store``
-implementation must pass (``STORE_CHECKS``)."""
+implementation must pass (``STORE_CHECKS``), and the event sink conformance kit, the
+checks an event sink of the Temporal binding must pass (``EVENT_SINK_CHECKS``)."""
 
 from __future__ import annotations
 
@@ -30,10 +31,21 @@ from harnessx.testing._services import (
     find_redis_server,
     find_temporal_cli,
 )
+from harnessx.testing._sink_conformance import (
+    EVENT_SINK_CHECKS,
+    EventSinkCheck,
+    EventSinkConformanceError,
+    EventSinkFactory,
+    check_event_sink,
+)
 
 __all__ = [
+    "EVENT_SINK_CHECKS",
     "STORE_CHECKS",
     "ClusterError",
+    "EventSinkCheck",
+    "EventSinkConformanceError",
+    "EventSinkFactory",
     "LlamaServer",
     "LlamaServerError",
     "RedisServer",
@@ -43,6 +55,7 @@ __all__ = [
     "StoreFactory",
     "TemporalDevServer",
     "ThrowawayCluster",
+    "check_event_sink",
     "check_store",
     "dsn_with_database",
     "find_pg_bin",
