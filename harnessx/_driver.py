@@ -332,6 +332,9 @@ class Driver:
             case Delta():
                 iteration = state.iteration
                 await self.commit(state, step)
+                if step.repetition is not None:
+                    period, laps, tool = step.repetition
+                    await self._hook(HookEvent.REPETITION, period=period, laps=laps, tool=tool)
                 if state.iteration != iteration:  # the iteration's tool results are in
                     await self._hook(HookEvent.LOOP_ITERATION_END, iteration=iteration + 1)
             case CallModel():

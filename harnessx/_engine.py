@@ -10,7 +10,9 @@ change is a delta, every phase boundary can be committed before the next effect 
 from __future__ import annotations
 
 import copy
+import difflib
 import itertools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -311,10 +313,13 @@ class Engine:
         limit = self.limits.max_result_chars
         results = [_tool_message(e, limit) for e in entries]
         period = trip_at(self._signatures(state), self.limits.loop_guard)
+        laps = self.limits.loop_guard.threshold
         if period is not None and results:
-            note = repetition_notice(period, self.limits.loop_guard.threshold)
+            note = repetition_notice(period, laps)
             results[0] = {**results[0], "content": f"{note}\n\n{results[0]['content']}"}
         delta = self._next_model_call(state, results)
+        if period is not None and entries:
+            delta.repetition = (period, laps, entries[0].call.name)
         before = todos_of(state.messages)
         after = todos_of([*state.messages, *results])
         if after != before:
@@ -553,7 +558,8 @@ class Engine:
         """The model's calls (after tool middleware) as tool entries: checked, permitted,
         denied or waiting. Each records the tool's settings for ``PendingTool``."""
         delta = Delta(Phase.PREPARE_TOOLS)
-        for index, call in enumerate(calls):
+        for index, model_call in enumerate(calls):
+            call = self._repaired(model_call)
             key = execution_key(state.run_id, state.iteration, call.id)
             tool = self.tools.get(call.name)
             entry = ToolEntry(
@@ -614,9 +620,26 @@ class Engine:
             )
         tool = self.tools.get(call.name)
         if tool is None or (self.allowed_tools is not None and call.name not in self.allowed_tools):
-            offered = ", ".join(self._offered_names()) or "none"
-            return f"Error: unknown tool '{call.name}'. Available tools: {offered}"
+            offered = self._offered_names()
+            key = _name_key(call.name)
+            close = [n for n in offered if difflib.SequenceMatcher(None, key, _name_key(n)).ratio() >= 0.85][
+                :3
+            ]
+            hint = f" Did you mean {', '.join(repr(n) for n in close)}?" if close else ""
+            return f"No tool named {call.name!r}.{hint} Available tools: {', '.join(offered) or 'none'}"
         return tool.check_arguments(call)
+
+    def _repaired(self, call: ToolCall) -> ToolCall:
+        """``call`` with its tool's name when the model missed it only in case or
+        separators (``Search_Web``, ``functions.search_web``): a typo, not another intent.
+        An ambiguous miss is left for ``_call_problem`` to tell the model."""
+        offered = self._offered_names()
+        if call.name in offered:
+            return call
+        matches = [n for n in offered if _name_key(n) == _name_key(call.name)]
+        if len(matches) != 1:
+            return call
+        return ToolCall(call.id, matches[0], call.input, call.parse_error)
 
     def _offered_names(self) -> list[str]:
         names = self.tools.names()
@@ -835,6 +858,12 @@ def _tool_message(entry: ToolEntry, max_chars: int) -> dict[str, Any]:
 
 def _unanswered(call: ToolCall, text: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": text, "is_error": True}
+
+
+def _name_key(name: str) -> str:
+    """A tool name as compared for repair: case, separators and a namespace prefix ignored."""
+    folded = re.sub(r"^(?:functions\.|tools\.|default_api:)", "", name.strip().casefold())
+    return re.sub(r"[-_. ]", "", folded)
 
 
 def _unique_ids(calls: list[ToolCall]) -> list[ToolCall]:

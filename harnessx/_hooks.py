@@ -19,10 +19,14 @@ The events and what each one's ``HookContext.data`` holds (the keys of harnessx 
                             run's boundary committed (see ``checkpoint_phase``)
 ``ERROR``                   ``error``: the run failed (the message)
 ``TODOS_UPDATED``           ``todos``, ``completed``, ``total``, ``in_progress``
+``CONTEXT_CONDENSED``       ``messages_dropped``, ``summary_chars``, ``summarized``: the
+                            conversation was condensed (not on Temporal)
+``REPETITION``              ``period``, ``laps``, ``tool``: the loop guard told the model
+                            it is going in circles
 ==========================  ==============================================================
 
-``SKILL_INVOKED``, ``KNOWLEDGE_ACCESSED``, ``SANDBOX_EXEC``, ``CONTEXT_CONDENSED`` and
-``REPETITION`` exist for programs that register them; nothing here emits them yet.
+``SKILL_INVOKED``, ``KNOWLEDGE_ACCESSED`` and ``SANDBOX_EXEC`` exist for programs that
+register them; nothing here emits them yet.
 """
 
 from __future__ import annotations

@@ -48,9 +48,10 @@ def detect_cycle(signatures: list[str], *, max_period: int = 4, threshold: int =
 def repetition_notice(period: int, laps: int) -> str:
     what = "The same call" if period == 1 else f"The same cycle of {period} calls"
     return (
-        f"[Loop guard] {what} has now come back {laps} times with the same result; running it again will "
-        "not tell you anything new. Look at what you already have, then try a different approach or stop "
-        "and say what is in the way."
+        # "[harness]" marks what the harness, not a tool, says (as harnessx 0.9.1 marks it).
+        f"[harness] Loop guard: {what} has now come back {laps} times with the same result; running it "
+        "again will not tell you anything new. Look at what you already have, then try a different "
+        "approach or stop and say what is in the way."
     )
 
 

@@ -174,6 +174,10 @@ class ProgressPolicy:
         return self.first_after_seconds is not None
 
 
+class _ConfigurationTypeError(ConfigurationError, TypeError):
+    """A setting of the wrong type."""
+
+
 @dataclass(frozen=True)
 class LoopGuard:
     """Noticing that an agent has stopped making progress.
@@ -191,7 +195,8 @@ class LoopGuard:
 
     def __post_init__(self) -> None:
         if type(self.enabled) is not bool:
-            raise ConfigurationError("LoopGuard.enabled must be True or False")
+            # A TypeError as in harnessx 0.9.1, and a ConfigurationError as every bad setting here.
+            raise _ConfigurationTypeError(f"LoopGuard.enabled must be True or False, got {self.enabled!r}")
         check_positive(self.max_period, "LoopGuard.max_period", integer=True)
         check_positive(self.history, "LoopGuard.history", integer=True)
         if type(self.threshold) is not int or self.threshold < 2:

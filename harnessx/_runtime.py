@@ -569,6 +569,7 @@ class AgentRuntime:
         )
         self._active = execution
         execution.task.add_done_callback(self._remember_result)
+        execution.task.add_done_callback(lambda task: self._keep_conversation(task, state))
         limit = self.config.max_session_duration_seconds
         if limit is not None and self._bound_at is not None:
             left = max(0.0, limit - (time.monotonic() - self._bound_at))
@@ -815,6 +816,12 @@ class AgentRuntime:
             status.update(await self._submission.status_of(store, record))
         self._known = {k: v for k, v in status.items() if k != "state"}
         return status
+
+    def _keep_conversation(self, task: asyncio.Task[RunResult], state: RunState) -> None:
+        """``agent.memory`` shows the session's conversation once a run stops, as in harnessx
+        0.9.1 (the store stays its record: the next run reads it from there)."""
+        if not task.cancelled() and task.exception() is None and state.status is not RunStatus.RUNNING:
+            self.agent.memory.replace_engine_messages(list(state.messages))
 
     def _remember_result(self, task: asyncio.Task[RunResult]) -> None:
         if not task.cancelled() and task.exception() is None:

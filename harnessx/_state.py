@@ -283,6 +283,9 @@ class Delta:
     tools: list[ToolEntry] = field(default_factory=list)
     run: RunPatch = field(default_factory=RunPatch)
     events: list[RunEvent] = field(default_factory=list)
+    # A loop-guard trip this boundary tells the model about, as (period, laps, tool): the
+    # driver fires HookEvent.REPETITION with it once committed. Not stored.
+    repetition: tuple[int, int, str] | None = None
 
     def with_phase(self, phase: Phase) -> Delta:
         self.phase = phase

@@ -221,10 +221,10 @@ class ToolDefinition:
     def check_arguments(self, call: ToolCall) -> str | None:
         """An error message the model can act on, or ``None`` when the arguments fit."""
         if call.parse_error is not None:
-            return f"Invalid arguments for tool '{self.name}': {call.parse_error}. Send a JSON object."
+            return f"Invalid arguments for {self.name!r}: {call.parse_error}. Send a JSON object."
         problems = validate_arguments(self.input_schema, call.input)
         if problems:
-            return f"Invalid arguments for tool '{self.name}': " + "; ".join(problems)
+            return f"Invalid arguments for {self.name!r}: " + "; ".join(problems)
         return None
 
     def effective_retry(self) -> ToolRetry | None:

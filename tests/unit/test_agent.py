@@ -175,8 +175,8 @@ async def test_malformed_arguments_and_unknown_tool_become_error_results() -> No
     results = provider.requests[1].tool_results
     assert all(m["is_error"] for m in results)
     assert "city" in results[0]["content"] and "string" in results[0]["content"]
-    assert "missing" in results[1]["content"] and "city" in results[1]["content"]
-    assert "unknown tool 'launch_rocket'" in results[2]["content"]
+    assert "required property" in results[1]["content"] and "city" in results[1]["content"]
+    assert "No tool named 'launch_rocket'" in results[2]["content"]
     assert "get_weather" in results[2]["content"]  # the model learns what exists
     assert "JSON" in results[3]["content"]
 

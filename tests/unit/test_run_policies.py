@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from harnessx import (
     Agent,
     AgentConfig,
+    HookEvent,
     Limits,
     LoopGuard,
     ProgressPolicy,
@@ -178,16 +181,19 @@ async def test_the_loop_guard_annotates_a_repeating_cycle_once() -> None:
     ping = ProviderResponse(tool_calls=[ToolCall("p", "poll", {"job": 1})])
     agent = Agent(provider=ScriptedProvider([ping, ping, ping, ping, "stuck"]))
     agent.tools.register(name="poll", replay_policy="safe")(lambda job: "still running")
+    trips: list[dict[str, object]] = []
+    agent.hooks.on(HookEvent.REPETITION, lambda ctx: trips.append(dict(ctx.data)))
     await agent.run("wait for the job")
     answers = [r.tool_results[0]["content"] for r in script_of(agent).requests[1:]]
-    assert [a.startswith("[Loop guard]") for a in answers] == [False, False, True, False]
+    assert [a.startswith("[harness] Loop guard") for a in answers] == [False, False, True, False]
+    assert trips == [{"period": 1, "laps": 3, "tool": "poll"}], "the REPETITION hook says so too"
     off = Agent(
         provider=ScriptedProvider([ping, ping, ping, "stuck"]),
         config=AgentConfig(limits=Limits(loop_guard=LoopGuard(enabled=False))),
     )
     off.tools.register(name="poll", replay_policy="safe")(lambda job: "still running")
     await off.run("wait")
-    assert not any("[Loop guard]" in r.tool_results[0]["content"] for r in script_of(off).requests[1:])
+    assert not any("Loop guard" in r.tool_results[0]["content"] for r in script_of(off).requests[1:])
 
 
 async def test_dedupe_calls_runs_an_identical_call_once_per_run() -> None:
@@ -362,3 +368,13 @@ async def test_waiting_notices_report_the_silence_as_scheduled_not_the_timer_lat
         seconds = [e.data["seconds"] async for e in stream if e.type is RunEventType.WAITING]
         assert (await stream.result()).output == "late"
     assert seconds and seconds == [round(0.1 * n, 1) for n in range(1, len(seconds) + 1)]
+
+
+def test_a_loop_guard_switch_that_is_not_a_bool_is_a_type_error() -> None:
+    from harnessx import ConfigurationError
+
+    for wrong in (None, "yes", 1):
+        with pytest.raises(TypeError, match=r"LoopGuard\.enabled must be True or False"):
+            LoopGuard(enabled=wrong)  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError):
+            LoopGuard(enabled=wrong)  # type: ignore[arg-type]

@@ -580,7 +580,7 @@ def test_valid_arguments_give_no_errors() -> None:
 
 
 def test_missing_required_argument() -> None:
-    assert validate_arguments(WEATHER, {}) == ["missing required argument 'city'"]
+    assert validate_arguments(WEATHER, {}) == ["'city' is a required property"]
 
 
 def test_wrong_type() -> None:
@@ -596,7 +596,7 @@ def test_unexpected_argument() -> None:
 def test_several_errors_are_all_reported() -> None:
     errors = validate_arguments(WEATHER, {"days": None, "foo": 1})
     assert errors == [
-        "missing required argument 'city'",
+        "'city' is a required property",
         "argument 'days': expected integer, got null",
         "unexpected argument 'foo'",
     ]
@@ -656,7 +656,7 @@ def test_nested_paths_in_arrays_and_objects() -> None:
     assert validate_arguments(schema, args) == [
         "argument 'route/stops/1/x': expected number, got string \"far\"",
         "unexpected argument 'route/stops/1/z'",
-        "missing required argument 'route/stops/2/x'",
+        "'x' is a required property of argument 'route/stops/2'",
     ]
 
 
