@@ -9,7 +9,9 @@ read from auto_explain's report of the statement inside ``harnessx_claim_runs``.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +19,7 @@ import asyncpg  # type: ignore[import-untyped]
 
 from harnessx._state import Delta, Phase
 from harnessx.store import PostgresBackend
+from harnessx.store._scheduling import Schedule
 from harnessx.testing import quote_ident
 
 SCHEMA = "harness_x"
@@ -70,3 +73,44 @@ async def test_the_claim_reads_the_queue_index_in_rank_order_without_statistics(
     # claimed few are sorted once more for the reply, above the limit.)
     limit = next(node for node in nodes(claim["Plan"]) if node["Node Type"] == "Limit")
     assert not any(node["Node Type"] == "Sort" for node in nodes(limit)), used
+
+
+async def test_a_tenants_fair_share_row_is_updated_in_place(pg_database: str) -> None:
+    # Each queued run of a tenant updates its fair_shares row three times (queued in, claimed
+    # out, the pass advanced). With no index on what those updates change (schema 20), each
+    # is HOT: the table does not grow by a dead version per update until autovacuum.
+    async with PostgresBackend(pg_database) as store:
+        for n in range(20):
+            await store.create_session(f"s{n}", "sales:v1", {})
+            lease = await store.claim(f"s{n}", "submitter")
+            await store.create_run(
+                lease,
+                f"r{n}",
+                None,
+                "queued",
+                Delta(Phase.PREPARE_MODEL_CALL),
+                queued=True,
+                schedule=Schedule(tenant=f"t{n % 4}"),
+            )
+        claimed = 0
+        while taken := await store.claim_queued("w", None, 3):
+            claimed += len(taken)
+            for lease, _ in taken:
+                await store.release(lease)
+        assert claimed == 20
+    conn = await asyncpg.connect(pg_database, server_settings={"search_path": quote_ident(SCHEMA)})
+    try:
+        indexes = await conn.fetch("SELECT indexname FROM pg_indexes WHERE tablename = 'fair_shares'")
+        assert [row[0] for row in indexes] == ["fair_shares_pkey"]
+        # 16 submissions of a tenant already counted and 20 claims, at least: wait until the
+        # closed store's server processes have reported their updates.
+        query = (
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = 'fair_shares'::regclass"
+        )
+        deadline = time.monotonic() + 30
+        while (row := await conn.fetchrow(query))[0] < 36:
+            assert time.monotonic() < deadline, f"the updates were never reported: {tuple(row)}"
+            await asyncio.sleep(0.1)
+        assert row[1] == row[0], f"{row[0] - row[1]} of {row[0]} updates were not HOT"
+    finally:
+        await conn.close()
