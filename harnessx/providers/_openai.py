@@ -88,6 +88,11 @@ class OpenAIProvider(HTTPProvider):
     """
 
     provider_name = "OpenAI"
+    # OpenAI caches long prompt prefixes by itself; ``prompt_cache_key`` (the prompt-cache
+    # hint's prefix key, as harnessx 0.9.1 sends it) routes requests that share a prefix to
+    # the same cache. A subclass for a server that refuses unknown fields may set this
+    # False; a refusal naming the field is also caught (see create).
+    supports_prompt_cache_key = True
     api_key_env = "OPENAI_API_KEY"
     base_url_env = "OPENAI_BASE_URL"
     default_base_url = OPENAI_DEFAULT_BASE_URL
@@ -124,6 +129,9 @@ class OpenAIProvider(HTTPProvider):
         self.reasoning_model = reasoning_model
         self.extra_body = checked_extra_body("OpenAIProvider", extra_body, _RESERVED_FIELDS)
         self._warned_temperature: set[str] = set()
+        # Set once a request refused with prompt_cache_key went through without it: the
+        # server does not take the field, so later calls leave it out instead of going twice.
+        self._cache_key_refused = False
 
     @property
     def requires_api_key(self) -> bool:
@@ -156,7 +164,15 @@ class OpenAIProvider(HTTPProvider):
         cache: PromptCacheHint | None = None,
     ) -> ProviderResponse:
         payload = self._payload(model, messages, system, tools, max_tokens, temperature)
-        data = await self._post_json("/chat/completions", payload)
+        keyed = self._keyed(payload, cache)
+        try:
+            data = await self._post_json("/chat/completions", keyed)
+        except ProviderError as exc:
+            if keyed is payload or not _refused_cache_key(exc):
+                raise
+            # Caching is an optimisation, never a reason for a call to fail.
+            data = await self._post_json("/chat/completions", payload)
+            self._cache_key_refused = True
         return _parse_completion(data)
 
     async def stream(
@@ -174,8 +190,33 @@ class OpenAIProvider(HTTPProvider):
         payload["stream"] = True
         # Without this the stream carries no token counts at all.
         payload["stream_options"] = {"include_usage": True}
+        keyed = self._keyed(payload, cache)
+        delivered = False
+        try:
+            async for chunk in self._stream_chunks("/chat/completions", keyed, _parse_stream):
+                delivered = True
+                yield chunk
+            return
+        except ProviderError as exc:
+            if delivered or keyed is payload or not _refused_cache_key(exc):
+                raise
         async for chunk in self._stream_chunks("/chat/completions", payload, _parse_stream):
+            self._cache_key_refused = True
             yield chunk
+
+    def _keyed(self, payload: dict[str, Any], cache: PromptCacheHint | None) -> dict[str, Any]:
+        """``payload`` with ``prompt_cache_key`` from an enabled hint (one ``extra_body``
+        already sets wins); ``payload`` itself when there is none to add."""
+        if (
+            cache is None
+            or not cache.enabled
+            or not cache.prefix_key
+            or not self.supports_prompt_cache_key
+            or self._cache_key_refused
+            or "prompt_cache_key" in payload
+        ):
+            return payload
+        return {**payload, "prompt_cache_key": cache.prefix_key}
 
     async def count_tokens(
         self,
@@ -221,6 +262,13 @@ class OpenAIProvider(HTTPProvider):
                 temperature,
             )
         return False
+
+
+def _refused_cache_key(exc: ProviderError) -> bool:
+    """Whether a server refused the request for its ``prompt_cache_key`` (servers that check
+    for unknown fields name the one they refuse: "Unrecognized request argument supplied:
+    prompt_cache_key", "extra inputs are not permitted ... prompt_cache_key")."""
+    return exc.status_code in (400, 422) and "prompt_cache_key" in str(exc)
 
 
 def is_reasoning_model(model: str) -> bool:
