@@ -40,6 +40,7 @@ async def follow_events(
     poll_interval: float,
     local_feed: LocalFeed = lambda: None,
     summarize: bool = True,
+    session_id: str | None = None,
 ) -> AsyncIterator[RunEvent]:
     """Events of ``run_id`` behind cursor ``after``, until the current execution ends.
 
@@ -56,7 +57,8 @@ async def follow_events(
     position = parse_cursor(after)
     result_at = -1
     result_status: RunStatus | None = None
-    session_id = await _session_of(store, run_id)
+    if session_id is None:
+        session_id = await _session_of(store, run_id)
     watch = _Watch(store, run_id)
     while True:
         feed = local_feed()
@@ -185,17 +187,18 @@ async def _unclaimed(store: Store, record: RunRecord, waited: float) -> str:
     )
 
 
-async def until_stopped(store: Store, run_id: str, *, poll_interval: float) -> None:
+async def until_stopped(store: Store, run_id: str, *, poll_interval: float) -> RunRecord | None:
     """Return once the run's execution has stopped (its row neither running nor queued) or
     the run is gone, reading nothing but its row: what waiting for the result of a run
     driven elsewhere does before it reads the run's events once (``follow_events`` then
     decides as always). Following the events instead would read them after every checkpoint
-    and make every checkpoint notify; this waits for the one commit that stops the run."""
+    and make every checkpoint notify; this waits for the one commit that stops the run.
+    Returns the stopped run's row (``None``: gone)."""
     watch = _Watch(store, run_id)
     while True:
         record = await store.wait_until_stopped(run_id, poll_interval)
         if record is None or record.stopped:
-            return
+            return record
         await watch.seen(record)
 
 

@@ -326,7 +326,9 @@ class RemoteRuntime(AgentRuntime):
             raise RuntimeStateError("this runtime is not bound to a session")
         return session_id
 
-    async def _follow(self, run_id: str, after: str) -> AsyncIterator[RunEvent]:
+    async def _follow(
+        self, run_id: str, after: str, session_id: str | None = None
+    ) -> AsyncIterator[RunEvent]:
         remote = await self._ready_remote()
         async for event in remote.follow(self._session_for(run_id), run_id, after):
             yield event

@@ -881,7 +881,9 @@ class AgentRuntime:
 
     # ----------------------------------------------------------- observing
 
-    async def _follow(self, run_id: str, after: str) -> AsyncIterator[RunEvent]:
+    async def _follow(
+        self, run_id: str, after: str, session_id: str | None = None
+    ) -> AsyncIterator[RunEvent]:
         store = await self._ready()
 
         def local_feed() -> RunFeed | None:
@@ -889,17 +891,26 @@ class AgentRuntime:
             return active.feed if active is not None and active.run_id == run_id else None
 
         async for event in follow_events(
-            store, run_id, after, poll_interval=self.config.poll_interval, local_feed=local_feed
+            store,
+            run_id,
+            after,
+            poll_interval=self.config.poll_interval,
+            local_feed=local_feed,
+            session_id=session_id,
         ):
             yield event
 
     async def _await_result(self, run_id: str, start_seq: int) -> RunResult:
         active = self._active
+        session_id = None
         if active is None or active.run_id != run_id:
             # Driven elsewhere (a pool run): wait for it to stop, then read its events once.
-            await until_stopped(await self._ready(), run_id, poll_interval=self.config.poll_interval)
+            stopped = await until_stopped(
+                await self._ready(), run_id, poll_interval=self.config.poll_interval
+            )
+            session_id = stopped.session_id if stopped is not None else None
         last: RunResult | None = None
-        async for event in self._follow(run_id, str(start_seq)):
+        async for event in self._follow(run_id, str(start_seq), session_id):
             if event.type is RunEventType.RUN_RESULT:
                 last = event.data
         if last is None:

@@ -42,8 +42,10 @@ WATCH_SECONDS = 60.0
 # Announcements remembered at most; past this, those that have run out are forgotten.
 _MAX_WATCHING = 1000
 # How long a wait for a run to stop may last while this process hears every commit that stops
-# one: past the caller's poll interval, as no look in between could find anything new.
-_SETTLED_WAIT = 1.0
+# one: past the caller's poll interval, as no look in between could find anything new (the
+# looks left are for a run deleted meanwhile and the follower's warning about a run nobody
+# claims, which comes at the first look past its 5 s).
+_SETTLED_WAIT = 3.0
 
 
 class Notifications:

@@ -292,7 +292,7 @@ class EventStore(Protocol):
         after reading it for a commit that may stop its execution, or ``max_wait`` seconds
         (the caller reads again); a backend that hears
         every such commit from other processes may wait longer (PostgreSQL listening: up to
-        a second). What ``RunHandle.result()`` of a run driven elsewhere waits with: unlike
+        three seconds). What ``RunHandle.result()`` of a run driven elsewhere waits with: unlike
         ``wait_for_events``, it does not make every checkpoint of the run notify."""
 
 

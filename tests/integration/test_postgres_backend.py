@@ -712,6 +712,42 @@ async def test_a_lease_changing_hands_settles_progress_on_the_run_row(pg_databas
         assert record is not None and (record.phase, record.event_count) == ("raw_result", 3)
 
 
+async def test_a_lease_changing_hands_writes_the_run_row_only_when_the_progress_is_newer(
+    pg_database: str,
+) -> None:
+    """The settling trigger (schema 21) leaves a run row that is already as new as the
+    session's progress alone: an execution's last checkpoint writes the run and gives the
+    lease up in one statement, and used to write the run row twice."""
+    async with PostgresBackend(pg_database) as backend:
+        lease = await start_run(backend, "s", "r1")
+        state = await backend.load_state("r1")
+        await backend.commit(lease, state, Delta(Phase.DISPATCH, events=[event("r1", 2)]), [])
+        conn = await asyncpg.connect(pg_database)
+        try:
+            updates = f"SELECT pg_stat_get_xact_tuples_updated('{SCHEMA}.runs'::regclass)"
+            let_go = (
+                f"UPDATE {SCHEMA}.sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE id = 's'"
+            )
+            for newer, written in ((True, 1), (False, 0)):
+                undone = conn.transaction()  # each case from the same start
+                await undone.start()
+                try:
+                    if not newer:  # as the finishing checkpoint leaves it: the row is newer
+                        await conn.execute(
+                            f"UPDATE {SCHEMA}.runs SET phase = 'finish', event_count = 3, "
+                            "updated_at = now() + interval '1 second' WHERE id = 'r1'"
+                        )
+                    before = await conn.fetchval(updates)
+                    await conn.execute(let_go)
+                    assert await conn.fetchval(updates) - before == written, newer
+                    phase = await conn.fetchval(f"SELECT phase FROM {SCHEMA}.runs WHERE id = 'r1'")
+                    assert phase == ("dispatch" if newer else "finish")
+                finally:
+                    await undone.rollback()
+        finally:
+            await conn.close()
+
+
 async def test_progress_the_session_row_does_not_hold_is_sent_again_whole(pg_database: str) -> None:
     async def run_row() -> tuple[str, int]:
         rows = await sql(pg_database, f"SELECT phase, event_count FROM {SCHEMA}.runs WHERE id = 'r1'")
