@@ -48,7 +48,7 @@ from harnessx._hooks import HookEvent
 from harnessx._messages import request_messages, to_blocks
 from harnessx._middleware import ModelRequest
 from harnessx._model_limits import context_window_from_error, learn_model_limits, resolve_model_limits
-from harnessx._retry import retry_after
+from harnessx._retry import is_context_overflow, retry_after
 from harnessx._state import Delta, RunPatch, RunState
 from harnessx.providers._base import ProviderResponse, TokenUsage, call_create
 
@@ -58,27 +58,6 @@ if TYPE_CHECKING:
 __all__ = ["condense_if_due", "is_context_overflow", "recover_overflow"]
 
 logger = logging.getLogger("harnessx.driver")
-
-# What a refusal for a request too long for the window says (a throttle may say "too many
-# tokens" too, but it names a rate).
-_OVERFLOW_WORDS = (
-    "context length",
-    "context_length_exceeded",
-    "maximum context",
-    "too many tokens",
-    "prompt is too long",
-    "reduce the length",
-    "context overflow",
-)
-_RATE_WORDS = ("rate limit", "too many requests", "throttl")
-
-
-def is_context_overflow(exc: BaseException) -> bool:
-    """Whether ``exc`` refused a request as too long for the model's context window."""
-    if isinstance(exc, ContextOverflowError):
-        return True
-    text = str(exc).lower()
-    return any(w in text for w in _OVERFLOW_WORDS) and not any(w in text for w in _RATE_WORDS)
 
 
 def _own(state: RunState) -> list[dict[str, object]]:

@@ -18,30 +18,82 @@ import httpx
 from harnessx._errors import ContextOverflowError, ProviderError
 from harnessx.providers._http import RETRYABLE_STATUS_CODES, parse_retry_after
 
-__all__ = ["is_rate_limited", "is_transient", "retry_after"]
+__all__ = [
+    "is_context_overflow",
+    "is_permanent",
+    "is_rate_limited",
+    "is_transient",
+    "is_transient_text",
+    "retry_after",
+]
 
-# Messages that say "try again later" when an exception carries nothing better.
+# Messages that say "try again later" when an exception carries nothing better (harnessx
+# 0.9.1's list, which programs' providers rely on).
 _TRANSIENT_WORDS = (
+    "resource_exhausted",
+    "peer closed connection",
+    "incomplete chunked read",
+    "stream ended",
+    "stalled",
     "rate limit",
     "rate_limit",
     "too many requests",
     "overloaded",
-    "temporarily unavailable",
-    "service unavailable",
+    "unavailable",
+    "timeout",
+    "timed out",
+    "temporarily",
+    "connection reset",
+    "server error",
     "bad gateway",
     "gateway timeout",
-    "timed out",
-    "connection reset",
 )
-# ... and ones that say no number of attempts will help, whatever the status says.
+# ... and ones that say no number of attempts will help, whatever the status says: a quota
+# or billing 429 is not throttling (after any backoff it is still spent).
 _PERMANENT_WORDS = (
-    "quota",
+    "quota exceeded",
+    "insufficient_quota",
+    "exceeded your current quota",
     "billing",
-    "credit balance",
     "payment required",
-    "context length",
-    "prompt is too long",
+    "spending limit",
+    "credit balance",
+    "account is not active",
+    "suspended",
 )
+# A request too long for the model's window: the same request will not fit next time either
+# (it is condensed instead: _overflow). A throttle may say "too many tokens" too, but it
+# names a rate.
+_OVERFLOW_WORDS = (
+    "context length",
+    "context_length_exceeded",
+    "maximum context",
+    "too many tokens",
+    "prompt is too long",
+    "reduce the length",
+    "context overflow",
+)
+_THROTTLE_WORDS = ("rate limit", "too many requests", "throttl")
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """True when no number of attempts will help (quota, billing), whatever the status."""
+    text = str(exc).lower()
+    return any(word in text for word in _PERMANENT_WORDS)
+
+
+def is_context_overflow(exc: BaseException) -> bool:
+    """True when ``exc`` refused a request as too long for the model's context window."""
+    if isinstance(exc, ContextOverflowError):
+        return True
+    text = str(exc).lower()
+    return any(w in text for w in _OVERFLOW_WORDS) and not any(w in text for w in _THROTTLE_WORDS)
+
+
+def is_transient_text(text: str) -> bool:
+    """True when an error message reads like throttling, overload or a timeout."""
+    lowered = str(text).lower()
+    return any(word in lowered for word in _TRANSIENT_WORDS)
 
 
 def is_transient(exc: BaseException, provider: Any = None) -> bool:
@@ -52,19 +104,17 @@ def is_transient(exc: BaseException, provider: Any = None) -> bool:
             return bool(classify(exc))
         except Exception:  # a broken classifier must not turn a failure into a crash
             pass
+    # Permanent and overflow failures may come with a 429 or a 5xx: settled before the status.
+    if is_permanent(exc) or is_context_overflow(exc):
+        return False
     if isinstance(exc, ProviderError):
         return exc.retryable
-    if isinstance(exc, ContextOverflowError):
-        return False
-    text = str(exc).lower()
-    if any(word in text for word in _PERMANENT_WORDS):
-        return False
     status = _status_of(exc)
     if status is not None:
         return status in RETRYABLE_STATUS_CODES or status >= 500
     if isinstance(exc, TimeoutError | ConnectionError | asyncio.TimeoutError | httpx.TransportError):
         return True
-    return any(word in text for word in _TRANSIENT_WORDS)
+    return is_transient_text(str(exc))
 
 
 _RATE_LIMIT_WORDS = ("rate limit", "rate_limit", "too many requests", "overloaded")
@@ -79,11 +129,13 @@ def is_rate_limited(exc: BaseException, provider: Any = None) -> bool:
             return bool(classify(exc))
         except Exception:
             pass
+    if is_permanent(exc) or is_context_overflow(exc):
+        return False
     status = _status_of(exc)
     if status is not None:
         return status in (429, 529)
     text = str(exc).lower()
-    return any(word in text for word in _RATE_LIMIT_WORDS) and not any(w in text for w in _PERMANENT_WORDS)
+    return any(word in text for word in _RATE_LIMIT_WORDS)
 
 
 def retry_after(exc: BaseException, provider: Any = None) -> float | None:
