@@ -51,11 +51,7 @@ def test_without_a_status_the_message_decides() -> None:
     assert is_transient(RuntimeError("RESOURCE_EXHAUSTED: quota")) is True, "Gemini's throttle"
     assert is_transient(RuntimeError("model is overloaded")) and is_transient_text("peer closed connection")
     assert not is_transient(RuntimeError("invalid argument"))
-    assert (
-        is_transient(TimeoutError())
-        and is_transient(TimeoutError())
-        and is_transient(ConnectionError())
-    )
+    assert is_transient(TimeoutError()) and is_transient(TimeoutError()) and is_transient(ConnectionError())
     assert is_context_overflow(RuntimeError("context_length_exceeded"))
     assert not is_context_overflow(RuntimeError("rate limit: too many tokens per minute"))
     assert not is_rate_limited(_status(429, "You exceeded your current quota"))
