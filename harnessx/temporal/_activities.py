@@ -347,6 +347,12 @@ class SessionActivities:
         """Publish a boundary's events, then fire the agent's hooks the workflow names."""
         events = [RunEvent.from_dict(e) for e in args["events"]]
         last = await self.events.publish(str(args["run_id"]), events) if events else 0
+        if self.metrics is not None:
+            # Every stop of a run (finished, waiting, paused) publishes its run_result: an
+            # execution ended, as the pool worker counts them.
+            for published in events:
+                if published.type is RunEventType.RUN_RESULT and isinstance(published.data, RunResult):
+                    self.metrics.runs_finished.labels(status=published.data.status.value).inc()
         hooks = args.get("hooks") or []
         if hooks:
             agent = _definition(self._agent, str(args["agent"]))

@@ -40,8 +40,9 @@ class TemporalWorkerMetrics:
     """The pool worker's metrics that apply on Temporal, and the activities' own.
 
     Claims, leases and the queue belong to Temporal there (its server and SDK metrics
-    report them); ``harnessx_worker_*``, ``harnessx_concurrency_slots`` and
-    ``harnessx_tool_calls`` keep their pool meaning.
+    report them); ``harnessx_worker_*``, ``harnessx_concurrency_slots``,
+    ``harnessx_tool_calls``, ``harnessx_runs_finished`` and ``harnessx_rate_limit_wait*``
+    keep their pool meaning.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -89,6 +90,12 @@ class TemporalWorkerMetrics:
             registry=r,
         )
 
+        self.runs_finished = Counter(
+            "harnessx_runs_finished",
+            "Executions that ended, by the run's status at the end (each run's stop this worker published).",
+            ["status"],
+            registry=r,
+        )
         # As the pool worker's: the model calls this worker's rate limits made wait.
         self.rate_waits = RateWaitMetrics(r)
 

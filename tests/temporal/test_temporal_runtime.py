@@ -31,7 +31,7 @@ from harnessx import (
     StorageError,
     UnknownExecutionKey,
 )
-from harnessx.temporal import TemporalBackend, replayer
+from harnessx.temporal import TemporalBackend, TemporalWorkerMetrics, replayer
 from harnessx.temporal._backend import _update_cut_off
 
 pytestmark = pytest.mark.timeout(120)
@@ -254,6 +254,26 @@ async def test_run_stream(backend: TemporalBackend) -> None:
         kinds = [event.type async for event in stream]
         result = await stream.result()
     assert kinds[-1] is RunEventType.RUN_RESULT and result.ok
+
+
+async def test_the_worker_counts_the_runs_that_stopped_by_status(setup: TemporalSetup) -> None:
+    # harnessx_runs_finished_total{status}, as a pool worker counts its executions' ends.
+    metrics = TemporalWorkerMetrics()
+    backend = await setup.backend(registry)
+    try:
+        async with await backend.worker(metrics=metrics):
+            runtime = AgentRuntime(AgentRef("approval", "v1"), backend=backend)
+            waiting = await runtime.run("ask first")
+            assert waiting.status is RunStatus.AWAITING_INPUT
+            done = await runtime.approve(waiting.pending[0], resume=True)
+            assert done.status is RunStatus.COMPLETED
+    finally:
+        await backend.aclose()
+    counted = {
+        status: metrics.registry.get_sample_value("harnessx_runs_finished_total", {"status": status})
+        for status in ("awaiting_input", "completed", "failed")
+    }
+    assert counted == {"awaiting_input": 1.0, "completed": 1.0, "failed": None}
 
 
 async def test_approve_and_decline(backend: TemporalBackend, setup: TemporalSetup) -> None:

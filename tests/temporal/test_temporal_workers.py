@@ -178,6 +178,7 @@ async def test_worker_probes_metrics_logs_and_drain(setup: TemporalSetup, client
         metrics = (await http.get(base + "/metrics")).text
     assert 'harnessx_tool_calls_total{outcome="ok",policy="safe"} 1.0' in metrics
     assert 'harnessx_temporal_activities_total{kind="model",outcome="ok"} 2.0' in metrics
+    assert 'harnessx_runs_finished_total{status="completed"} 1.0' in metrics
     assert "harnessx_worker_up 1.0" in metrics
     worker.popen.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(worker.popen.wait, 60) == 0
