@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from harnessx._errors import CorruptStateError
 from harnessx._events import RunEvent, RunEventType, decode_data, encode_data
 from harnessx._journal import RECORD_VERSION
-from harnessx._results import RunStatus, ToolResult
+from harnessx._results import RunResult, RunStatus, ToolResult
 from harnessx._state import UNCHANGED, Delta, Phase, RunState, ToolEntry, ToolStatus
 from harnessx.providers._base import TokenUsage, ToolCall
 from harnessx.store._integrity import call_problem, state_problem
@@ -23,9 +24,12 @@ from harnessx.store._protocol import Action, RunRecord, RunRow
 from harnessx.store._records import listed_status
 
 __all__ = [
+    "ANSWER_REF",
     "INLINE_RESULT",
+    "Answers",
     "LARGE_RESULT",
     "action_from_row",
+    "answers_of",
     "corrupt_run",
     "decode_state",
     "dumps",
@@ -65,6 +69,17 @@ INLINE_RESULT = 1_024
 _COLUMN_REF = "tool_results"
 _REF = "content_ref"
 _REF_KEY = "result_of"
+# A run's answer is kept whole in the conversation (the assistant message the model reads)
+# and on the run row (its output); its events refer to those instead of repeating it. A
+# text_complete event whose text is the content of an assistant message committed in the
+# same write stores {"content_ref": "message", "seq": N} (N: the message's place in its
+# session's conversation), and the run_result event of a completed run whose output the
+# same write puts on the run row stores its payload without "output", with "content_ref":
+# "output" (a completed run's row is never written again). read_events' one statement joins
+# both in. Texts of ANSWER_REF characters or fewer stay inline: a reference would save little.
+ANSWER_REF = 64
+_MESSAGE_REF = "message"
+_OUTPUT_REF = "output"
 
 
 # One encoder for every row: json.dumps with options builds a new encoder on each call, which
@@ -367,16 +382,55 @@ def result_keys(tools: Sequence[ToolEntry]) -> dict[str, str]:
     }
 
 
-def event_data(event: RunEvent, keys: Mapping[str, str] | None = None) -> str:
+@dataclass(frozen=True)
+class Answers:
+    """What one write stores that its events may refer to instead of repeating: the texts
+    of the assistant messages it appends, each with its ``seq``, and the output it puts on
+    the row of a run it completes (``None``: none)."""
+
+    messages: Mapping[str, int] = field(default_factory=dict)
+    output: str | None = None
+
+
+def answers_of(messages: Sequence[Mapping[str, Any]], first_seq: int, run: Sequence[Any] | None) -> Answers:
+    """The ``Answers`` of a write appending ``messages`` from ``first_seq`` on and writing
+    the run's fields ``run`` (``run_values``' order: status first, output fifth)."""
+    texts = {
+        str(message["content"]): first_seq + offset
+        for offset, message in enumerate(messages)
+        if message.get("role") == "assistant"
+        and isinstance(message.get("content"), str)
+        and len(message["content"]) > ANSWER_REF
+    }
+    completed = run is not None and run[0] == RunStatus.COMPLETED.value and isinstance(run[4], str)
+    return Answers(texts, str(run[4]) if run is not None and completed else None)
+
+
+def event_data(event: RunEvent, keys: Mapping[str, str] | None = None, answers: Answers | None = None) -> str:
     """An event's payload as the ``data`` column stores it (``encode_data``). A
     ``tool_result`` event of a result over ``INLINE_RESULT`` committed in the same write (``keys``, from
-    ``result_keys``) refers to its tool call instead of repeating the text; the live event
-    keeps it."""
+    ``result_keys``) refers to its tool call instead of repeating the text, and an answer's
+    events to what the same write stores of it (``answers``); the live event keeps it all."""
     data = event.data
     if keys and event.type is RunEventType.TOOL_RESULT and isinstance(data, ToolResult):
         key = keys.get(data.tool_call_id)
         if key is not None and len(data.content) > INLINE_RESULT:
             return dumps({**data.to_dict(), "content": None, _REF: "tool_call", _REF_KEY: key})
+    if answers is not None:
+        if event.type is RunEventType.TEXT_COMPLETE and isinstance(data, str):
+            seq = answers.messages.get(data)
+            if seq is not None:
+                return dumps({_REF: _MESSAGE_REF, "seq": seq})
+        if (
+            event.type is RunEventType.RUN_RESULT
+            and isinstance(data, RunResult)
+            and data.status is RunStatus.COMPLETED
+            and answers.output is not None
+            and len(data.output) > ANSWER_REF
+            and data.output == answers.output
+        ):
+            payload = {k: v for k, v in data.to_dict().items() if k != "output"}
+            return dumps({**payload, _REF: _OUTPUT_REF})
     return dumps(encode_data(event.type, data))
 
 
@@ -447,7 +501,8 @@ def events_from_rows(rows: Sequence[Sequence[Any]]) -> tuple[list[RunEvent], dic
         seq, event_id, kind, step_id, attempt_id, data, run_id, session_id = row[:8]
         try:
             kind = RunEventType(kind)
-            value = _dereferenced_event(loads(data, f"event {seq} of run {run_id}"), results)
+            value = loads(data, f"event {seq} of run {run_id}")
+            value = _dereferenced_event(_with_answer(value, row, str(run_id)), results)
             upgraded = upgrade_event(kind, value, step_id, attempt_id)
             if upgraded is None:
                 continue
@@ -492,6 +547,27 @@ def _referred_results(rows: Sequence[Sequence[Any]]) -> dict[str, str]:
         stored = {(key, str(kind)): str(body) for kind, body in pairs}
         results[key] = final_result(raw_result, result, key, stored) or ""
     return results
+
+
+def _with_answer(value: Any, row: Sequence[Any], run_id: str) -> Any:
+    """A stored event payload with the answer it refers to put back: the output of its run
+    (``read_events``' 13th column) or the text of a message of its run (the message's body
+    and run, its 14th and 15th)."""
+    if not isinstance(value, dict):
+        return value
+    ref = value.get(_REF)
+    if ref == _OUTPUT_REF:
+        output = row[12]
+        if not isinstance(output, str):
+            raise _Undecodable("it refers to its run's output, and the run is missing")
+        return {**{k: v for k, v in value.items() if k != _REF}, "output": output}
+    if ref == _MESSAGE_REF:
+        body, owner = row[13], row[14]
+        message = _safe_loads(body) if body is not None else None
+        if not (isinstance(message, dict) and owner == run_id and message.get("role") == "assistant"):
+            raise _Undecodable(f"it refers to message {value.get('seq')!r}, not an answer of this run")
+        return str(message.get("content") or "")
+    return value
 
 
 def _dereferenced_event(value: Any, results: Mapping[str, str]) -> Any:

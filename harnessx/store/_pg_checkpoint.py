@@ -35,7 +35,15 @@ from typing import Any
 from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
 from harnessx._state import ToolEntry
-from harnessx.store._codec import dumps, event_data, result_keys, tool_entry_bodies, tool_entry_columns
+from harnessx.store._codec import (
+    Answers,
+    answers_of,
+    dumps,
+    event_data,
+    result_keys,
+    tool_entry_bodies,
+    tool_entry_columns,
+)
 from harnessx.store._queries import load_queries, when
 from harnessx.store._scheduling import Schedule
 
@@ -324,12 +332,14 @@ def checkpoint(
     progress_only: bool = False,
     journal: Sequence[JournalRecord] = (),
     release: bool = False,
+    first_seq: int | None = None,
 ) -> tuple[str, tuple[Any, ...]]:
     """The statement for this checkpoint's shape, and its parameters in order.
     ``checkpoint_id`` is unique to the checkpoint, whichever statements carry it.
     ``progress_only``: of the run, only the phase and the event count change (see
     migration 0003); never for a new run. ``release``: the checkpoint gives the lease up
-    (as a queued new run's does)."""
+    (as a queued new run's does). ``first_seq``: the ``seq`` the first of ``messages`` gets
+    (its session's message count before; ``None``: not known, no event refers to them)."""
     progress_only = progress_only and new_run is None
     bodies = [(entry.execution_key, kind, text) for entry in tools for kind, text in tool_entry_bodies(entry)]
     shape = Shape(
@@ -368,7 +378,8 @@ def checkpoint(
         _put_rows(values, shape, "tools", [tool_entry_columns(entry) for entry in tools])
     if events:
         keys = result_keys(tools)
-        _put_rows(values, shape, "events", [_event_row(event, keys) for event in events])
+        answers = answers_of(messages if first_seq is not None else (), first_seq or 0, run)
+        _put_rows(values, shape, "events", [_event_row(event, keys, answers) for event in events])
     if journal:
         _put_rows(values, shape, "journal", _journal_rows(journal))
     if bodies:
@@ -387,7 +398,7 @@ def _put_rows(values: dict[str, Any], shape: Shape, name: str, rows: Sequence[Se
         values.update(zip(keys, _columns(rows, len(keys)), strict=True))
 
 
-def _event_row(event: RunEvent, keys: Mapping[str, str]) -> tuple[Any, ...]:
+def _event_row(event: RunEvent, keys: Mapping[str, str], answers: Answers) -> tuple[Any, ...]:
     """The events row set's columns of one event."""
     return (
         int(event.cursor or 0),
@@ -395,7 +406,7 @@ def _event_row(event: RunEvent, keys: Mapping[str, str]) -> tuple[Any, ...]:
         event.type.value,
         event.step_id,
         event.attempt_id,
-        event_data(event, keys),
+        event_data(event, keys, answers),
     )
 
 

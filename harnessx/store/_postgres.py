@@ -351,6 +351,7 @@ class PostgresBackend(
         progress_only: bool = False,
         journal: Sequence[JournalRecord] = (),
         release: bool = False,
+        first_seq: int | None = None,
     ) -> None:
         """One checkpoint statement (see ``_pg_checkpoint``). Its id makes a retry after a
         lost connection harmless: the statement applies a checkpoint id at most once.
@@ -376,6 +377,7 @@ class PostgresBackend(
                 progress_only=progress_only,
                 journal=journal,
                 release=release,
+                first_seq=first_seq,
             )
 
         first = statement(progress_only)
@@ -535,6 +537,8 @@ class PostgresBackend(
             progress_only=delta.run.empty and state.status is RunStatus.RUNNING,
             journal=journal,
             release=release,
+            # The lease holder is the session's only writer: its conversation is the stored one.
+            first_seq=len(state.messages) + 1,
         )
 
     async def append_events(

@@ -33,6 +33,8 @@ from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
 from harnessx._state import Delta, RunState
 from harnessx.store._codec import (
+    Answers,
+    answers_of,
     decode_state,
     dumps,
     event_data,
@@ -258,7 +260,8 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
             conn.execute(Q["upsert_tool_call"], tool_entry_values(entry, state.run_id, lease.generation, now))
             for kind, body in tool_entry_bodies(entry):
                 conn.execute(Q["upsert_tool_result"], (entry.execution_key, kind, state.run_id, body))
-        last_seq = self._insert_events(conn, lease, events, now, result_keys(delta.tools))
+        answers = answers_of(delta.messages, first, values)
+        last_seq = self._insert_events(conn, lease, events, now, result_keys(delta.tools), answers)
         self._insert_journal(conn, lease, state.run_id, journal)
         conn.execute(
             Q["update_run"],
@@ -272,6 +275,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         events: list[RunEvent],
         now: float,
         keys: Mapping[str, str] | None = None,
+        answers: Answers | None = None,
     ) -> int:
         last = 0
         for event in events:
@@ -285,7 +289,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
                     event.type.value,
                     event.step_id,
                     event.attempt_id,
-                    event_data(event, keys),
+                    event_data(event, keys, answers),
                     lease.generation,
                     now,
                 ),

@@ -9,6 +9,7 @@ cannot hide a second copy.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import sqlite3
 from typing import Any
@@ -29,6 +30,7 @@ from harnessx import (
     ToolCall,
 )
 from harnessx._large_results import CAPPED_MARK
+from harnessx.store._archive import parse_record
 
 SIZE = 10_000_000
 # Everything but the result itself, generously: the schema, the conversation, the events.
@@ -320,3 +322,68 @@ async def test_a_message_over_the_stored_cap_is_refused_before_anything_is_store
         assert provider.requests == []
         assert await backend.recent_sessions(10) == []
         assert (await rt.run("x" * 1_000)).ok  # the limit itself is allowed
+
+
+ANSWER = "".join(f"part {i:03d} of the answer. " for i in range(50))[:960]
+
+
+async def answer_copies(target: BackendTarget, run_id: str, text: str) -> dict[str, int]:
+    """How many whole copies of ``text`` each table holds for the run (streamed pieces, being
+    pieces, are none)."""
+    columns = {
+        "runs": "SELECT output FROM runs WHERE id = $1",
+        "events": "SELECT data::text FROM events WHERE run_id = $1",
+        "messages": "SELECT body::text FROM messages WHERE run_id = $1",
+    }
+    if target.kind == "sqlite":
+        columns = {table: sql.replace("::text", "") for table, sql in columns.items()}
+    return {
+        table: sum(value.count(text) for value in await _rows(target, sql, run_id))
+        for table, sql in columns.items()
+    }
+
+
+async def test_an_answer_is_stored_in_the_conversation_and_the_run_row_and_read_whole(
+    target: BackendTarget,
+) -> None:
+    """A 960-character answer streamed in 16-character pieces used to be stored whole four
+    times (the assistant message, the run's output, the text_complete and run_result
+    events): the events now refer to the message and the run row, and every reader (the
+    result, the run's record, the events, an archive restored) gets the same answer back."""
+    provider = ScriptedProvider([ANSWER], chunk_size=16)
+    agent = Agent(config=AgentConfig(system_prompt="You explain."), provider=provider)
+    async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
+        handle = await runtime.submit("Explain.")
+        result = await handle.result()
+        live = [(e.type, e.data) async for e in handle.events()]
+        run_id, session_id = handle.run_id, handle.session_id
+    assert result.output == ANSWER
+    assert await answer_copies(target, run_id, ANSWER) == {"runs": 1, "events": 0, "messages": 1}
+    async with target.open() as backend:
+        stored = [(e.type, e.data) for e in await backend.read_events(run_id, 0)]
+        assert stored == live
+        (text,) = [data for kind, data in stored if kind is RunEventType.TEXT_COMPLETE]
+        (final,) = [data for kind, data in stored if kind is RunEventType.RUN_RESULT]
+        assert text == ANSWER and final.output == ANSWER and final == result
+        record = await backend.get_run(run_id)
+        assert record is not None and record.result["output"] == ANSWER
+        (archived,) = await backend.export_sessions([session_id])
+        assert await backend.delete_session(session_id)
+        assert await backend.import_session(parse_record(json.dumps(archived), "the record"))
+        assert [(e.type, e.data) for e in await backend.read_events(run_id, 0)] == live
+
+
+async def test_a_short_answers_events_stay_inline(target: BackendTarget) -> None:
+    """A reference would save little on a short answer (``ANSWER_REF`` characters or fewer)."""
+    provider = ScriptedProvider(["Short."])
+    agent = Agent(provider=provider)
+    async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
+        done = await runtime.run("Say little.")
+    stored = await _rows(
+        target,
+        "SELECT data::text FROM events WHERE run_id = $1".replace(
+            "::text", "" if target.kind == "sqlite" else "::text"
+        ),
+        done.run_id,
+    )
+    assert not any("content_ref" in data for data in stored)

@@ -317,25 +317,32 @@ ORDER BY r.created_at DESC, tc.iteration DESC LIMIT 1;
 
 -- name: read_events
 -- A page of a run's events behind a cursor, with the run's session. An event that refers to
--- its tool call's result (content_ref) comes with that call's key, result columns and large
--- results (a JSON array of [kind, body]): one statement, however many results the page holds.
--- Every statement that reads one run's events names its partition too (harnessx_id_ms,
--- migration 0018): one partition read.
-SELECT e.seq, e.event_id, e.type, e.step_id, e.attempt_id, e.data::text, e.run_id,
-       (SELECT session_id FROM runs WHERE id = $1),
+-- what another row stores (content_ref) comes with it: a tool call's key, result columns and
+-- large results (a JSON array of [kind, body]); the run's output; an answer's message (its
+-- body and run). One statement, however many references the page holds. Every statement
+-- that reads one run's events names its partition too (harnessx_id_ms, migration 0018): one
+-- partition read.
+SELECT e.seq, e.event_id, e.type, e.step_id, e.attempt_id, e.data::text, e.run_id, r.session_id,
        tc.execution_key, tc.raw_result::text, tc.result::text,
        (SELECT json_agg(json_build_array(tr.kind, tr.body))::text FROM tool_results tr
-        WHERE tr.execution_key = tc.execution_key)
-FROM events e
-LEFT JOIN tool_calls tc ON tc.execution_key = CASE
-    -- The cheap test first: most events refer to nothing.
-    WHEN strpos(e.data::text, '"content_ref"') = 0 THEN NULL
-    WHEN e.data ->> 'content_ref' = 'tool_call'
-        -- Rows written before typed payloads name the call by their own execution_key.
-        THEN coalesce(e.data ->> 'result_of', e.data ->> 'execution_key')
-END
-WHERE e.run_id = $1 AND harnessx_id_ms(e.run_id) = harnessx_id_ms($1) AND e.seq > $2
-ORDER BY e.seq LIMIT $3;
+        WHERE tr.execution_key = tc.execution_key),
+       CASE WHEN e.ref = 'output' THEN r.output END,
+       m.body::text, m.run_id
+FROM (
+    SELECT *,
+           -- The cheap test first: most events refer to nothing.
+           CASE WHEN strpos(data::text, '"content_ref"') > 0 THEN data ->> 'content_ref' END AS ref
+    FROM events WHERE run_id = $1 AND harnessx_id_ms(run_id) = harnessx_id_ms($1) AND seq > $2
+    ORDER BY seq LIMIT $3
+) e
+LEFT JOIN runs r ON r.id = $1
+-- (CASE, not AND: the cast of another event's "seq" could fail the statement.)
+LEFT JOIN tool_calls tc ON tc.execution_key = CASE WHEN e.ref = 'tool_call'
+    -- Rows written before typed payloads name the call by their own execution_key.
+    THEN coalesce(e.data ->> 'result_of', e.data ->> 'execution_key') END
+LEFT JOIN messages m ON m.session_id = r.session_id
+    AND m.seq = CASE WHEN e.ref = 'message' THEN (e.data ->> 'seq')::bigint END
+ORDER BY e.seq;
 
 -- name: requeue_run
 -- Put an unfinished run (back) in the pool's queue, fenced by the holder's lease, and wake

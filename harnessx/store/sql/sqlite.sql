@@ -180,25 +180,35 @@ ORDER BY r.created_at DESC, tc.iteration DESC LIMIT 1;
 
 -- name: read_events
 -- A page of a run's events behind a cursor, with the run's session. An event that refers to
--- its tool call's result (content_ref) comes with that call's key, result columns and large
--- results (a JSON array of [kind, body]): one statement, however many results the page holds.
-SELECT e.seq, e.event_id, e.type, e.step_id, e.attempt_id, e.data, e.run_id,
-       (SELECT session_id FROM runs WHERE id = ?1),
+-- what another row stores (content_ref) comes with it: a tool call's key, result columns and
+-- large results (a JSON array of [kind, body]); the run's output; an answer's message (its
+-- body and run). One statement, however many references the page holds.
+SELECT e.seq, e.event_id, e.type, e.step_id, e.attempt_id, e.data, e.run_id, r.session_id,
        tc.execution_key, tc.raw_result, tc.result,
        CASE WHEN tc.execution_key IS NOT NULL THEN
            (SELECT json_group_array(json_array(tr.kind, tr.body)) FROM tool_results tr
             WHERE tr.execution_key = tc.execution_key)
-       END
-FROM events e
-LEFT JOIN tool_calls tc ON tc.execution_key = CASE
-    -- The cheap test first: most events refer to nothing (and a damaged row is no JSON).
-    WHEN instr(e.data, '"content_ref"') = 0 THEN NULL
-    WHEN NOT json_valid(e.data) THEN NULL
-    WHEN json_extract(e.data, '$.content_ref') = 'tool_call'
-        -- Rows written before typed payloads name the call by their own execution_key.
-        THEN coalesce(json_extract(e.data, '$.result_of'), json_extract(e.data, '$.execution_key'))
-END
-WHERE e.run_id = ?1 AND e.seq > ?2 ORDER BY e.seq LIMIT ?3;
+       END,
+       CASE WHEN e.ref = 'output' THEN r.output END,
+       m.body, m.run_id
+FROM (
+    SELECT *,
+           CASE
+               -- The cheap test first: most events refer to nothing (and a damaged row is no JSON).
+               WHEN instr(data, '"content_ref"') = 0 THEN NULL
+               WHEN NOT json_valid(data) THEN NULL
+               ELSE json_extract(data, '$.content_ref')
+           END AS ref
+    FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3
+) e
+LEFT JOIN runs r ON r.id = ?1
+-- (CASE, not AND: json_extract of a row that is no JSON would fail the statement.)
+LEFT JOIN tool_calls tc ON tc.execution_key = CASE WHEN e.ref = 'tool_call'
+    -- Rows written before typed payloads name the call by their own execution_key.
+    THEN coalesce(json_extract(e.data, '$.result_of'), json_extract(e.data, '$.execution_key')) END
+LEFT JOIN messages m ON m.session_id = r.session_id
+    AND m.seq = CASE WHEN e.ref = 'message' THEN json_extract(e.data, '$.seq') END
+ORDER BY e.seq;
 
 -- name: requeue_run
 -- Put an unfinished run (back) in the pool's queue; a worker reopens it when it claims it.
