@@ -19,10 +19,21 @@ For each backend it reports:
   read at every scan, the worst case), ``harnessx status`` (``recent_sessions(20)``) and
   ``queue_stats`` on the loaded store over the same on an "empty" one (the same real runs,
   no history), the two taking turns sample by sample so that both see the same machine;
+- the store's size, loaded and empty (tables with their indexes);
+- the deep queue: ``--queued`` runs waiting in the pool (copies, made with SQL, of one
+  submitted through the store) added to both stores, then the supervisor's scan, a claim and
+  ``queue_stats`` again, loaded over empty, taking turns (``--queued 0``: skipped);
 - prune: ``harnessx prune --older-than 30d`` as a separate process removing the older half of
   the history, its throughput (sessions/s, from its own report), and the p50/p99 of a steady
   stream of checkpoints (``--rate`` a second) on the loaded store while it runs next to the
-  same measured just before, idle.
+  same measured just before, idle; then the store's size again (SQLite gives the freed pages
+  back to the file as it goes).
+
+A million runs (the issue's figure) on one backend at a time, so that the two stores never
+fill the disk together (about 13 GiB on SQLite, 17 GiB on PostgreSQL)::
+
+    python bench/lifecycle.py --backends sqlite --history 1000000
+    python bench/lifecycle.py --backends postgres --history 1000000
 """
 
 from __future__ import annotations
@@ -134,10 +145,12 @@ async def sizes(store: Any) -> dict[str, int]:
     if store.dialect == "postgres":
         rows = await store._run(
             "sizing",
+            # A partition counts as its table (events: one partition a day, schema 18).
             lambda conn: conn.fetch(
-                "SELECT c.relname::text, pg_total_relation_size(c.oid) FROM pg_class c "
-                "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+                "SELECT coalesce(p.relname, c.relname)::text, sum(pg_total_relation_size(c.oid)) "
+                "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "LEFT JOIN pg_inherits i ON i.inhrelid = c.oid LEFT JOIN pg_class p ON p.oid = i.inhparent "
+                "WHERE n.nspname = current_schema() AND c.relkind = 'r' GROUP BY 1"
             ),
         )
         return {str(name): int(size) for name, size in rows}
@@ -231,13 +244,17 @@ class Probe:
         }
 
 
-async def ratios(empty: Any, loaded: Any, samples: int) -> list[tuple[str, float, float]]:
+async def ratios(
+    empty: Any, loaded: Any, samples: int, only: tuple[str, ...] = ()
+) -> list[tuple[str, float, float]]:
     probes = [Probe(empty), Probe(loaded)]
     for probe in probes:
         await probe.setup()
     ops = [probe.operations() for probe in probes]
     rows = []
     for name in ops[0]:
+        if only and not name.startswith(only):
+            continue
         timings: list[list[float]] = [[], []]
         for _ in range(samples):
             for side in (0, 1):
@@ -251,6 +268,68 @@ async def ratios(empty: Any, loaded: Any, samples: int) -> list[tuple[str, float
         await probe.store.release(probe.lease)
         await probe.store.release_leadership(probe.term)
     return rows
+
+
+# -------------------------------------------------------------------- deep queue
+
+
+async def fill_queue(store: Any, count: int) -> float:
+    """``count`` more runs waiting in the pool: copies, made with SQL, of one submitted
+    through the store (its session, run, messages and events, with new ids). Seconds taken."""
+    started = time.perf_counter()
+    runtime = AgentRuntime(AgentRef("nobody-serves", "v1"), backend=store, execution="pool")
+    handle = await runtime.submit("Waiting in the deep queue.")
+    await runtime.stop()
+    session, run = handle.session_id, handle.run_id
+    renamed = {
+        "sessions": {"id": "id || '-q' || g.n"},
+        "runs": {"id": "id || '-q' || g.n", "session_id": "session_id || '-q' || g.n"},
+        "messages": {"session_id": "session_id || '-q' || g.n"},
+        "events": {"run_id": "run_id || '-q' || g.n", "event_id": "event_id || '-q' || g.n"},
+    }
+    where = {"sessions": "id = $1", "runs": "id = $1", "messages": "session_id = $1", "events": "run_id = $1"}
+    key = {"sessions": session, "runs": run, "messages": session, "events": run}
+    if store.dialect == "postgres":
+
+        async def copy(conn: Any) -> None:
+            async with conn.transaction():
+                for table in renamed:
+                    names = [
+                        str(r[0])
+                        for r in await conn.fetch(
+                            "SELECT column_name FROM information_schema.columns WHERE table_schema = "
+                            "current_schema() AND table_name = $1 AND is_identity = 'NO' "
+                            "AND is_generated = 'NEVER' ORDER BY ordinal_position",
+                            table,
+                        )
+                    ]
+                    values = ", ".join(renamed[table].get(n, n) for n in names)
+                    await conn.execute(
+                        f"INSERT INTO {table} ({', '.join(names)}) SELECT {values} "
+                        f"FROM {table}, generate_series(1, {count}) AS g(n) WHERE {where[table]}",
+                        key[table],
+                    )
+            await conn.execute("ANALYZE")
+
+        await store._run("filling the queue", copy)
+    else:
+
+        def copy_sqlite(conn: Any) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            for table in renamed:
+                names = [str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")]
+                values = ", ".join(renamed[table].get(n, n) for n in names)
+                conn.execute(
+                    f"WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {count}) "
+                    f"INSERT INTO {table} ({', '.join(names)}) SELECT {values} FROM {table}, g "
+                    f"WHERE {where[table].replace('$1', '?')}",
+                    (key[table],),
+                )
+            conn.execute("COMMIT")
+            conn.execute("ANALYZE")
+
+        await store._call(copy_sqlite)
+    return time.perf_counter() - started
 
 
 # ------------------------------------------------------------------------- prune
@@ -349,12 +428,26 @@ async def bench(
             f"database {total / 2**30:.2f} GiB\n",
             flush=True,
         )
+        await settle(empty)
+        empty_size = sum((await sizes(empty)).values())
+        print(f"store size: loaded {total / 2**30:.2f} GiB, empty {empty_size / 2**20:.1f} MiB\n")
         print("| operation | empty (ms) | loaded (ms) | loaded/empty |")
         print("|---|---|---|---|")
         for name, small, large in await ratios(empty, loaded, args.samples):
             print(f"| {name} | {small:.3f} | {large:.3f} | {large / small:.2f}x |", flush=True)
+        if args.queued:
+            took = sum([await fill_queue(store, args.queued) for store in (empty, loaded)])
+            print(f"\nwith {args.queued} more runs queued in both (filled in {took:.0f} s):\n")
+            print("| operation, deep queue | empty (ms) | loaded (ms) | loaded/empty |")
+            print("|---|---|---|---|")
+            deep = ("claim", "supervisor scan", "queue_stats")
+            for name, small, large in await ratios(empty, loaded, args.samples, deep):
+                print(f"| {name} | {small:.3f} | {large:.3f} | {large / small:.2f}x |", flush=True)
         store_args, env = prune_args("loaded")
         result = await prune_under_load(loaded, store_args, env, args.idle, args.rate)
+        await settle(loaded)
+        after = sum((await sizes(loaded)).values())
+        on_disk = loaded.path.stat().st_size if loaded.dialect == "sqlite" else None
     idle, during = result["idle"], result["during"]
     print(
         f"\nprune --older-than 30d: {result['sessions']} sessions in {result['seconds']:.1f} s "
@@ -362,6 +455,8 @@ async def bench(
         f"({idle[2]} samples), during the prune {during[0]:.2f}/{during[1]:.2f} ms ({during[2]} samples)",
         flush=True,
     )
+    file = f"; the file {on_disk / 2**30:.2f} GiB" if on_disk is not None else ""
+    print(f"store size after the prune: {after / 2**30:.2f} GiB{file}", flush=True)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -407,6 +502,7 @@ if __name__ == "__main__":
     parser.add_argument("--history", type=int, default=100_000, help="finished runs of history to load")
     parser.add_argument("--rate", type=float, default=100.0, help="checkpoints a second around the prune")
     parser.add_argument("--idle", type=int, default=2000, help="checkpoints timed idle, before the prune")
+    parser.add_argument("--queued", type=int, default=20_000, help="runs in the deep queue (0: skip it)")
     parser.add_argument(
         "--random-ids", action="store_true", help="load the history with random (uuid4-like) ids"
     )

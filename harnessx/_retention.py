@@ -191,7 +191,9 @@ async def prune_pass(
             if policy.pause > 0:
                 await asyncio.sleep(policy.pause)
         if not dry_run and report.sessions:
-            await store.reclaim_space()
+            # The file's free pages back to the file system, a few at a time (SQLite).
+            while (stopping is None or not stopping.is_set()) and await store.reclaim_space():
+                pass
     finally:
         if writer is not None:
             writer.close()

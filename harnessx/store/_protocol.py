@@ -548,7 +548,8 @@ class LifecycleStore(Protocol):
 
     async def reclaim_space(self) -> int:
         """Give free pages back to the file system after deleting (SQLite's incremental
-        vacuum, in short steps); pages freed. PostgreSQL's autovacuum does this: 0."""
+        vacuum, a bounded number of short steps); pages freed, so a caller that wants them
+        all calls it again while it frees some. PostgreSQL's autovacuum does this: 0."""
 
 
 class Store(

@@ -8,7 +8,7 @@ own), every time shifted back so that the copies spread evenly over the last ``d
 ``prune_check_at`` at each copy's last activity, as retention would leave it. Every column
 of every table is copied, whatever later migrations add. Ids are 32 hex digits, random
 (uuid4-like) unless ``ordered``, when they begin with the copy's time in milliseconds
-(uuid7-like), as harnessx's own ids do.
+(uuid7-like), as harnessx's own ids do (event and record ids too).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _sqlite(
         conn.executemany("INSERT INTO temp.hx_map VALUES (?, ?, ?, ?, ?, ?)", rows)
         for table in _TABLES:
             names = [name for name, _ in columns[table]]
-            values = [_sqlite_value(table, name, kind) for name, kind in columns[table]]
+            values = [_sqlite_value(table, name, kind, ordered) for name, kind in columns[table]]
             key = (
                 f"t.{_BY_SESSION[table]} = m.old_session" if table in _BY_SESSION else "t.run_id = m.old_run"
             )
@@ -108,7 +108,7 @@ def _sqlite(
     conn.execute("ANALYZE")
 
 
-def _sqlite_value(table: str, name: str, kind: str) -> str:
+def _sqlite_value(table: str, name: str, kind: str, ordered: bool) -> str:
     if name in _LEFT_NULL:
         return "NULL"
     if name == "prune_check_at":
@@ -118,6 +118,8 @@ def _sqlite_value(table: str, name: str, kind: str) -> str:
     if (table, name) == ("runs", "id") or name == "run_id":
         return "m.new_run"
     if name in ("event_id", "id"):
+        if ordered:  # the run's time first, as harnessx's own (UUIDv7) event and record ids
+            return f"substr(m.new_run, 1, 12) || substr(hx_md5(m.new_run || t.{name}), 13)"
         return f"hx_md5(m.new_run || t.{name})"
     if name.endswith("_at") and kind == "REAL":
         return f"t.{name} - m.shift"
@@ -178,7 +180,7 @@ async def _postgres(
             )
             for table in _TABLES:
                 names = [name for name, _ in columns[table]]
-                values = [_postgres_value(table, name, kind) for name, kind in columns[table]]
+                values = [_postgres_value(table, name, kind, ordered) for name, kind in columns[table]]
                 key = (
                     f"t.{_BY_SESSION[table]} = m.old_session"
                     if table in _BY_SESSION
@@ -191,7 +193,7 @@ async def _postgres(
     await conn.execute("ANALYZE")
 
 
-def _postgres_value(table: str, name: str, kind: str) -> str:
+def _postgres_value(table: str, name: str, kind: str, ordered: bool) -> str:
     if name in _LEFT_NULL:
         return "NULL"
     if name == "prune_check_at":
@@ -201,6 +203,8 @@ def _postgres_value(table: str, name: str, kind: str) -> str:
     if (table, name) == ("runs", "id") or name == "run_id":
         return "m.new_run"
     if name in ("event_id", "id"):
+        if ordered:  # the run's time first, as harnessx's own (UUIDv7) event and record ids
+            return f"left(m.new_run, 12) || substr(md5(m.new_run || t.{name}), 13)"
         return f"md5(m.new_run || t.{name})"
     if kind.startswith("timestamp"):
         return f"t.{name} - m.shift"

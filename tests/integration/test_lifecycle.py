@@ -353,3 +353,32 @@ async def test_a_prune_during_pool_runs_removes_only_idle_sessions_and_halves_no
             assert events[-1].type.value == "run_result" and len(events) == run.event_count
             state = await store.load_state(run.id)
             assert state.result().ok and len(state.messages) == (await rows_of(store, session_id))["messages"]
+
+
+async def test_a_sqlite_prune_gives_every_freed_page_back_and_keeps_the_store_durable(tmp_path: Path) -> None:
+    """A pass gives the file every page its batches freed (it gave at most 16,384 back, 64 MiB,
+    however much it freed: a pruned file kept its size), in short steps; its batches commit
+    without waiting for the disk, and every later write does again (synchronous=FULL)."""
+    import sqlite3
+
+    from harnessx import SQLiteBackend
+    from harnessx.testing._history import replicate
+
+    path = tmp_path / "store.sqlite3"
+    async with SQLiteBackend(path) as store:
+        template = await finished(store, big_result_agent())
+        # About 25 KB a session: two thirds of 6,000 free some 24,000 pages (4 KiB).
+        await replicate(store, [template], 6_000, days=90.0, ordered=True)
+        statements: list[str] = []
+        await store._call(lambda conn: conn.set_trace_callback(statements.append))
+        report = await prune_pass(store, RetentionPolicy(MONTH, batch=100))
+        await store._call(lambda conn: conn.set_trace_callback(None))
+        assert report.sessions > 3_900
+        with sqlite3.connect(path) as conn:
+            (free,) = conn.execute("PRAGMA freelist_count").fetchone()
+            assert free == 0
+        batch = statements.index("BEGIN IMMEDIATE")
+        assert statements[batch - 1] == "PRAGMA synchronous=NORMAL"
+        assert statements[-1] == "PRAGMA synchronous=FULL"
+        (mode,) = await store._call(lambda conn: conn.execute("PRAGMA synchronous").fetchone())
+        assert mode == 2  # FULL
