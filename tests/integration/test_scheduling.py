@@ -323,6 +323,72 @@ async def test_a_tenant_waiting_again_gets_no_credit_for_its_idle_time(target: B
         assert 4 <= idles <= 6, order  # alternating again, not ten turns in a row
 
 
+async def queued_by_tenant(target: BackendTarget) -> dict[str, int]:
+    """Each tenant's queued runs, counted from the runs themselves."""
+    query = "SELECT tenant, count(*) FROM runs WHERE queued_at IS NOT NULL AND tenant <> '' GROUP BY tenant"
+    if target.kind == "sqlite":
+        with sqlite3.connect(target.location) as conn:
+            return {str(t): int(n) for t, n in conn.execute(query)}
+    import asyncpg
+
+    conn = await asyncpg.connect(target.location, server_settings={"search_path": "harness_x"})
+    try:
+        return {str(t): int(n) for t, n in await conn.fetch(query)}
+    finally:
+        await conn.close()
+
+
+async def counts_agree(store: Any, target: BackendTarget, expected: dict[str, int]) -> None:
+    counted = {share.tenant: share.queued for share in await store.tenant_shares() if share.tenant}
+    actual = await queued_by_tenant(target)
+    assert {t: n for t, n in counted.items() if n} == actual == {t: n for t, n in expected.items() if n}
+    assert all(n >= 0 for n in counted.values()), counted
+
+
+async def test_a_tenants_queued_count_follows_its_runs_in_and_out_of_the_queue(target: BackendTarget) -> None:
+    # fair_shares.queued, kept by triggers, is what claims find waiting tenants by: it must
+    # match the queue through every way a run enters or leaves it, a dead claimer included.
+    from harnessx.store._protocol import WorkerInfo
+    from supervisor._supervisor import ROLE
+
+    async with target.open() as store:
+        for run_id, tenant in [("a1", "A"), ("a2", "A"), ("b1", "B")]:
+            await queue(store, run_id, tenant=tenant)
+        await counts_agree(store, target, {"A": 2, "B": 1})
+    # A worker claims one and is killed before it writes anything.
+    worker = target.open()
+    await worker.initialize()
+    await worker.register_worker(WorkerInfo(worker.process_id, "host", 4242, ["a@v1"], 1))
+    ((_, lost),) = list(await worker.claim_queued("w", None, 1))
+    await worker.aclose()
+    async with target.open() as store:
+        left = {"A": 2, "B": 1}
+        left["A" if lost.startswith("a") else "B"] -= 1
+        await counts_agree(store, target, left)
+        term = await store.try_leadership(ROLE)
+        assert term is not None
+        (orphan,) = await store.find_orphans()
+        recovery = await store.recover_orphan(term, orphan, requeue=True)  # the supervisor
+        assert recovery is not None and recovery.run_id == lost
+        await counts_agree(store, target, {"A": 2, "B": 1})
+        leases = dict((run_id, lease) for lease, run_id in await store.claim_queued("w", None, 10))
+        assert sorted(leases) == ["a1", "a2", "b1"]
+        await counts_agree(store, target, {})
+        await store.requeue(leases["a1"], "a1")  # a draining worker hands it back
+        await store.hold_rate(leases["b1"], "b1", "openai/gpt-4o", time.time() + 60, 59)  # a long rate wait
+        await store.defer_start(leases["a2"], "a2", attempts=1, retry_in=0, events=[])  # could not start
+        await counts_agree(store, target, {"A": 2, "B": 1})
+        for lease in leases.values():
+            await store.release(lease)
+        cancelling = AgentRuntime(AgentRef("a", "v1"), backend=store, execution="pool")
+        await cancelling.start("s-b1")
+        await cancelling.cancel()  # cancelled while queued
+        await cancelling.stop()
+        await counts_agree(store, target, {"A": 2})
+        assert sorted(await claim_all(store)) == ["a1", "a2"]
+        await counts_agree(store, target, {})
+
+
 async def test_queue_shape_counts_by_band_and_key(target: BackendTarget) -> None:
     async with target.open() as store:
         await queue(store, "h", priority=4, concurrency_key="crm")
