@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from harnessx._builtin_tools import install_builtin_tools, todos_of
+from harnessx._builtin_tools import install_builtin_tools, system_prompt_with_guidance, todos_of
 from harnessx._config import AgentConfig
 from harnessx._driver import Driver, RunSettings
 from harnessx._engine import Engine
@@ -234,6 +234,11 @@ class Agent:
             limits=config.limits,
             prompt_cache=config.prompt_cache,
         )
+
+    def _build_system_prompt(self) -> str:
+        """The system prompt the next request carries (the configured one, and the planning
+        guidance while the built-in planning tools are installed); harnessx 0.9.1's name."""
+        return system_prompt_with_guidance(self.config.system_prompt, self.tools)
 
     def fingerprint(self) -> dict[str, Any]:
         """What a durable run records about this agent, to refuse an incompatible resume."""

@@ -10,6 +10,7 @@ snapshots. An application's own tool of the same name wins over a built-in one.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -33,7 +34,9 @@ __all__ = [
     "planning_guidance",
     "render_todos",
     "run_view_scope",
+    "system_prompt_with_guidance",
     "todos_of",
+    "todos_timeline",
     "todos_payload",
 ]
 
@@ -173,6 +176,26 @@ def todos_of(
     return current
 
 
+def todos_timeline(messages: list[dict[str, Any]]) -> list[list[dict[str, str]]]:
+    """The task list as it stood after each message of ``messages`` (``todos_of`` of each
+    prefix, in one pass)."""
+    calls: dict[str, dict[str, Any]] = {}
+    current: list[dict[str, str]] = []
+    timeline: list[list[dict[str, str]]] = []
+    for message in messages:
+        if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or []:
+                if call.get("name") == "write_todos":
+                    calls[str(call.get("id"))] = call
+        elif message.get("role") == "tool" and not message.get("is_error"):
+            call = calls.get(str(message.get("tool_call_id")))
+            if call is not None:
+                with contextlib.suppress(ValueError):  # a list refused is not the list
+                    current, _ = normalize_todos((call.get("input") or {}).get("todos"))
+        timeline.append(current)
+    return timeline
+
+
 def todos_payload(todos: list[dict[str, str]]) -> dict[str, Any]:
     """The data of a ``todos_updated`` event and ``TODOS_UPDATED`` hook."""
     return {
@@ -300,3 +323,12 @@ def planning_guidance(registry: ToolRegistry) -> str:
     text, so the cacheable prompt prefix stays the same as the list changes)."""
     tool = registry.get("write_todos")
     return PLANNING_GUIDANCE if tool is not None and is_builtin(tool.handler) else ""
+
+
+def system_prompt_with_guidance(system_prompt: str, registry: ToolRegistry) -> str:
+    """The system prompt a request carries: ``system_prompt`` and, while the built-in
+    planning tools are installed, ``PLANNING_GUIDANCE`` after a blank line."""
+    guidance = planning_guidance(registry)
+    if not guidance:
+        return system_prompt
+    return f"{system_prompt}\n\n{guidance}" if system_prompt else guidance

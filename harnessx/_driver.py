@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, assert_never, overload
 
 import httpx
 
-from harnessx._builtin_tools import RunView, planning_guidance, render_todos, run_view_scope, todos_of
+from harnessx._builtin_tools import (
+    RunView,
+    render_todos,
+    run_view_scope,
+    system_prompt_with_guidance,
+    todos_timeline,
+)
 from harnessx._condense import view
 from harnessx._config import Limits, RetryPolicy
 from harnessx._context_fit import fit_context
@@ -367,7 +373,7 @@ class Driver:
         # cleared to leave the reply its room in the window.
         fitted = fit_context(view(state.messages), self.context_room(budget), system, offered)
         messages, tools = await middleware.process_llm_request(
-            _with_task_reminder(request_messages(fitted), state.messages), offered
+            request_messages(_with_task_reminders(fitted, state.messages)), offered
         )
         request = ModelRequest(
             model=settings.model,
@@ -387,10 +393,7 @@ class Driver:
     def request_frame(self, state: RunState) -> tuple[str, list[dict[str, Any]]]:
         """The next request's system prompt and the tools it offers."""
         settings = self.settings
-        system = settings.system_prompt
-        guidance = planning_guidance(settings.tools)
-        if guidance:
-            system = f"{system}\n\n{guidance}" if system else guidance
+        system = system_prompt_with_guidance(settings.system_prompt, settings.tools)
         # The one last call of a run at its limit is asked for an answer, not more work.
         offered = [] if self.engine.final_call(state) else settings.tools.specs(settings.offered_tools)
         return system, offered
@@ -956,21 +959,28 @@ class Driver:
                 task.cancel()
 
 
-def _with_task_reminder(blocks: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The request's messages (content blocks) with the open task list of ``messages`` shown
-    at the end of the last user turn, as harnessx 0.9.1 shows it (a text block after the
-    tool results): at the tail, not in the system prompt, so the cached prefix stays put."""
-    todos = todos_of(messages)
-    if not todos or all(item["status"] == "completed" for item in todos):
-        return blocks
-    out, reminder = list(blocks), render_todos(todos)
-    last = out[-1] if out else None
-    if last is not None and last.get("role") == "user" and isinstance(last.get("content"), str):
-        out[-1] = {**last, "content": f"{last['content']}\n\n{reminder}"}
-    elif last is not None and last.get("role") == "user" and isinstance(last.get("content"), list):
-        out[-1] = {**last, "content": [*last["content"], {"type": "text", "text": reminder}]}
-    else:
-        out.append({"role": "user", "content": reminder})
+def _with_task_reminders(shown: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation to send (``shown``: the engine's form) with the open task list after
+    each turn a model call answered, as it stood then, and the current one at the end, as
+    harnessx 0.9.1 shows it: a text block after the tool results, at the tail rather than in
+    the system prompt. Each copy stays where it was first sent, so each request extends the
+    one before and the cached prefix stays put; the conversation itself is not changed.
+    ``messages`` is the whole conversation (``shown`` may be condensed: see _condense)."""
+    timeline = todos_timeline(messages)
+    position = {id(m): i for i, m in enumerate(messages)}
+    latest = timeline[-1] if timeline else []
+    out: list[dict[str, Any]] = []
+    for index, message in enumerate(shown):
+        out.append(message)
+        following = shown[index + 1] if index + 1 < len(shown) else None
+        answered = following is None or following.get("role") == "assistant"
+        if message.get("role") == "assistant" or not answered:
+            continue
+        at = position.get(id(message))
+        todos = latest if following is None else (timeline[at] if at is not None else [])
+        if todos and not all(item["status"] == "completed" for item in todos):
+            # A user message of its own; request_messages joins it to the turn it follows.
+            out.append({"role": "user", "content": render_todos(todos)})
     return out
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "THINKING_BLOCKS",
     "Message",
     "close_open_calls",
+    "coalesce_same_role",
     "from_blocks",
     "is_block_form",
     "request_messages",
@@ -342,6 +343,24 @@ def request_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         following = joined[index + 1] if index + 1 < len(joined) else None
         if calls and (following is None or following["role"] != "user"):
             out.append({"role": "user", "content": [_result_block(c, _UNANSWERED, True) for c in calls]})
+    return out
+
+
+def coalesce_same_role(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Neighbouring messages (content-block form) of one role joined into one, their
+    contents as blocks in order; a message with no neighbour of its role is passed as it
+    is. (``request_messages`` does this and more for every request.)"""
+    out: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []
+    for message in [*messages, None]:
+        if message is not None and run and run[-1].get("role") == message.get("role"):
+            run.append(message)
+            continue
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            out.append({"role": run[0]["role"], "content": [b for m in run for b in _copy_blocks(m)]})
+        run = [message] if message is not None else []
     return out
 
 

@@ -60,7 +60,7 @@ FEATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 # The original's internal modules: imported by its own tests, never public API.
-INTERNAL_MODULES = ("harnessx.engine", "harnessx.prompt_cache")
+INTERNAL_MODULES = ("harnessx.prompt_cache",)
 
 # Names of the original's public modules that belong to an unsupported feature, or are
 # the internals of its engine (functions over its run-state dict, which this harnessx's

@@ -99,3 +99,40 @@ async def test_a_corrected_list_is_reported_in_the_original_words() -> None:
     todos = [{"content": "Read", "status": "in_progress"}, {"content": "Fix", "status": "in_progress"}]
     result = await registry.execute(ToolCall("c1", "write_todos", {"todos": todos}))
     assert 'kept "Read", set "Fix" back to pending' in result.content
+
+
+def test_the_engine_module_has_what_has_a_counterpart() -> None:
+    from harnessx import Agent, AgentConfig, ScriptedProvider
+    from harnessx.builtin.planning import PLANNING_GUIDANCE
+    from harnessx.engine import MAX_CONDENSATIONS, coalesce_same_role, render_for_summary
+
+    joined = coalesce_same_role(
+        [
+            {"role": "user", "content": "one"},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "r"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "a"}]},
+            {"role": "user", "content": "two"},
+        ]
+    )
+    assert [m["content"] for m in joined] == [
+        [{"type": "text", "text": "one"}, {"type": "tool_result", "tool_use_id": "c1", "content": "r"}],
+        [{"type": "text", "text": "a"}],
+        "two",
+    ]
+    rendered = render_for_summary(
+        [
+            {"role": "assistant", "content": [{"type": "tool_use", "name": "grep", "input": {"q": "x"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "content": "y" * 500, "is_error": True}]},
+        ],
+        max_block_chars=100,
+    )
+    assert '[assistant tool call] grep({"q": "x"})' in rendered and "[tool error] " + "y" * 100 in rendered
+    assert "y" * 101 not in rendered and MAX_CONDENSATIONS == 3
+    with pytest.raises(ImportError, match="internal module with no counterpart"):
+        from harnessx.engine import new_state  # noqa: F401
+    briefed = Agent(config=AgentConfig(system_prompt="You are terse."), provider=ScriptedProvider(["x"]))
+    assert briefed._build_system_prompt() == f"You are terse.\n\n{PLANNING_GUIDANCE}"
+    plain = Agent(
+        config=AgentConfig(system_prompt="You are terse.", planning=False), provider=ScriptedProvider(["x"])
+    )
+    assert plain._build_system_prompt() == "You are terse."

@@ -1,0 +1,33 @@
+"""The original harnessx's ``harnessx.engine``, as far as it has a counterpart here.
+
+harnessx 0.9.1's engine drives a run as a dict of its own (``new_state``, ``snapshot``,
+``restore``, its commands); this harnessx's engine is another (``harnessx._engine``, on
+``RunState``: docs/architecture.md), so those names are not here and importing one says so.
+These are: the bound on condensing a run's history, the summarizer's transcript, and the
+joining of neighbouring same-role messages every request gets.
+"""
+
+from __future__ import annotations
+
+from harnessx._condense import MAX_CONDENSATIONS, SUMMARY_MAX_TOKENS, SUMMARY_SYSTEM, render_for_summary
+from harnessx._messages import coalesce_same_role
+from harnessx._unsupported import DOCS
+
+__all__ = [
+    "MAX_CONDENSATIONS",
+    "SUMMARY_MAX_TOKENS",
+    "SUMMARY_SYSTEM",
+    "coalesce_same_role",
+    "render_for_summary",
+]
+
+
+def __getattr__(name: str) -> object:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise ImportError(
+        f"harnessx.engine.{name} belongs to the original harnessx 0.9.1's engine, an internal module with no "
+        f"counterpart here (this engine works on RunState, not on its run-state dict); use the public API "
+        f"({DOCS} maps every public name)",
+        name="harnessx.engine",
+    )
