@@ -31,7 +31,10 @@ QUERIES: dict[str, tuple[str, str]] = {
     "sessions": ("SELECT id, generation FROM sessions", "SELECT id, generation FROM sessions"),
     "events": (
         "SELECT run_id, seq, event_id, type, generation, created_at, data, step_id, attempt_id FROM events",
-        "SELECT run_id, seq, event_id, type, generation, created_at, data, step_id, attempt_id FROM events",
+        # Retention leaves the events of a pruned run until their day is dropped (schema 22):
+        # they are in its archive, and no longer the store's.
+        "SELECT run_id, seq, event_id, type, generation, created_at, data, step_id, attempt_id FROM events e "
+        "WHERE NOT EXISTS (SELECT 1 FROM pruned_runs p WHERE p.run_id = e.run_id)",
     ),
     "messages": (
         "SELECT session_id, seq, run_id, generation FROM messages",

@@ -19,6 +19,7 @@ from harnessx._operator import default_actor
 from harnessx._processes import store_options
 from harnessx._results import FINISHED_STATUSES
 from harnessx._retention import (
+    PARTITIONS_AHEAD,
     RetentionPolicy,
     default_batch,
     parse_duration,
@@ -102,6 +103,15 @@ def prune(
             )
             report = await prune_pass(store, policy, dry_run=dry_run)
             text = report.describe(policy, dry_run=dry_run)
+            if not dry_run:
+                # PostgreSQL: the days of events none of whose runs is left go whole, as the
+                # supervisor's housekeeping does (docs/operations.md, *Partitioned events*).
+                days = await store.maintain_partitions(PARTITIONS_AHEAD)
+                if days is not None and (days.dropped or days.purged):
+                    text += (
+                        f"; dropped {len(days.dropped)} day(s) of events, deleted {days.purged} "
+                        "event(s) of runs pruned before"
+                    )
             if dry_run and report.sample:
                 more = report.sessions - len(report.sample)
                 text += "\n" + "\n".join(report.sample) + (f"\n... and {more} more" if more > 0 else "")

@@ -29,6 +29,7 @@ from harnessx._results import FINISHED_STATUSES
 from harnessx.store._protocol import Leadership, PruneBatch, PruneCursor, Store
 
 __all__ = [
+    "PARTITIONS_AHEAD",
     "ArchiveWriter",
     "PassReport",
     "RetentionPolicy",
@@ -44,6 +45,8 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 # Sessions per batch: one PostgreSQL batch's locks are on idle sessions only, so it may be
 # larger; SQLite has one writer, and a batch holds off every commit to the file while it runs.
 _BATCH = {"postgres": 200, "sqlite": 20}
+# How far ahead the day partitions of PostgreSQL's events are made (the supervisor, a prune).
+PARTITIONS_AHEAD = 7 * 86400.0
 
 
 def parse_duration(text: str) -> float:

@@ -85,6 +85,11 @@ class SupervisorMetrics:
         self.partitions_made = Counter(
             "harnessx_event_partitions_made", "Partitions of events the leader made.", registry=r
         )
+        self.partitions_dropped = Counter(
+            "harnessx_event_partitions_dropped",
+            "Past days of events dropped whole, none of their runs being stored any more (retention).",
+            registry=r,
+        )
         self.partition_errors = Counter(
             "harnessx_event_partition_errors",
             "Housekeepings that failed to make or drop partitions of events.",

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from harnessx._errors import HarnessError, LeadershipLostError
 from harnessx._results import UNFINISHED_STATUSES
-from harnessx._retention import PassReport, RetentionPolicy, prune_pass
+from harnessx._retention import PARTITIONS_AHEAD, PassReport, RetentionPolicy, prune_pass
 from harnessx.store._protocol import Leadership, Orphan, Owner, PruneBatch, Store, WorkerInfo
 from supervisor._metrics import SupervisorMetrics
 
@@ -49,8 +49,11 @@ class SupervisorConfig:
     housekeeping_interval: float = 60.0
     # PostgreSQL's events partitions (one per day) are kept made this far ahead, checked at
     # each housekeeping; fewer than partitions_warn seconds covered is logged as an error.
-    partitions_ahead: float = 7 * 86400.0
+    # Past days none of whose runs is left are dropped then; events retention left of runs
+    # pruned more than partitions_grace ago, in a day that is kept, are deleted row by row.
+    partitions_ahead: float = PARTITIONS_AHEAD
     partitions_warn: float = 86400.0
+    partitions_grace: float = 2 * 86400.0
     # Retention (off by default): a pass over finished sessions every retention_interval.
     retention: RetentionPolicy | None = None
     retention_interval: float = 60.0
@@ -239,14 +242,22 @@ class Supervisor:
         """Keep the partitions of events made ahead; a failure is reported, not raised: runs
         go on until the partitions made before run out (the metric shows how long that is)."""
         try:
-            state = await self.store.maintain_partitions(self.config.partitions_ahead)
+            state = await self.store.maintain_partitions(
+                self.config.partitions_ahead, grace=self.config.partitions_grace
+            )
         except HarnessError as exc:
             self.metrics.partition_errors.inc()
             logger.error("making partitions of events failed: %s", exc)
             return
         if state is None:
             return
+        if state.problem is not None:
+            self.metrics.partition_errors.inc()
+            logger.error("%s (their events are deleted row by row after the grace)", state.problem)
         self.metrics.partitions_made.inc(state.made)
+        self.metrics.partitions_dropped.inc(len(state.dropped))
+        if state.purged:
+            self.metrics.rows_pruned.labels(table="events").inc(state.purged)
         self.metrics.partitions.set(state.count)
         covered = (state.covered_until or time.time()) - time.time()
         self.metrics.partitions_ahead.set(covered)

@@ -91,14 +91,18 @@ class PostgresLifecycle(PostgresExecution):
                         if archive is not None:
                             records = await self._export(conn, verdict.eligible)
                             await asyncio.to_thread(archive, records)
-                        rows = await self._delete(conn, verdict.eligible)
+                        rows = await self._delete(conn, verdict.eligible, Q["prune_sessions"])
                 cursor = (str(found[-1][1]), ids[-1]) if len(found) == limit else None
                 return PruneBatch(verdict.eligible, rows, len(found), cursor)
 
         return await self._run("pruning finished sessions", batch)
 
-    async def _delete(self, conn: Connection, session_ids: Sequence[str]) -> dict[str, int]:
-        counts = await conn.fetchrow(Q["delete_sessions"], list(session_ids))
+    async def _delete(
+        self, conn: Connection, session_ids: Sequence[str], statement: str = Q["delete_sessions"]
+    ) -> dict[str, int]:
+        """Erasure deletes every row now; retention (``prune_sessions``) leaves the events of
+        the day partitions to go with their day (``_pg_partitions``)."""
+        counts = await conn.fetchrow(statement, list(session_ids))
         return {table: int(count) for table, count in zip(_DELETED, counts, strict=True)}
 
     async def delete_session(self, session_id: str) -> dict[str, int] | None:
@@ -152,6 +156,10 @@ class PostgresLifecycle(PostgresExecution):
                     raise newer_record(record.session_id, self._where, unknown)
                 for table, rows in record.tables():
                     for row in rows:
+                        if table == "runs":
+                            await conn.execute(Q["forget_pruned_run"], str(row["id"]))
+                            # The run's day may have been dropped since it was archived.
+                            await conn.fetchval(Q["event_partition_for"], str(row["id"]))
                         columns = types[table]
                         values = {name: value for name, value in row.items() if columns[name] != "identity"}
                         if table == "sessions":

@@ -541,10 +541,12 @@ class LifecycleStore(Protocol):
         """The oldest last known activity of any session (what retention examines next),
         epoch seconds; ``None`` without sessions."""
 
-    async def maintain_partitions(self, ahead: float) -> Partitions | None:
+    async def maintain_partitions(self, ahead: float, *, grace: float = 2 * 86400.0) -> Partitions | None:
         """Make the time partitions that cover rows of runs made up to ``ahead`` seconds from
-        now, and say what there is (PostgreSQL's events, migration 0018; ``None`` on a store
-        without partitions). Safe to call from several processes at once."""
+        now, drop the past ones none of whose runs is stored, delete the rows retention left
+        of runs pruned more than ``grace`` seconds ago, and say what there is (PostgreSQL's
+        events, migrations 0018 and 0022; ``None`` on a store without partitions). Safe to call
+        from several processes at once."""
 
     async def reclaim_space(self) -> int:
         """Give free pages back to the file system after deleting (SQLite's incremental

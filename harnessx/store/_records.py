@@ -332,12 +332,17 @@ class Partitions:
 
     ``count``: its day partitions; ``covered_until``: the end of the newest, epoch seconds
     (rows of runs made after it cannot be stored; ``None`` without any); ``made``: partitions
-    this call made."""
+    this call made; ``dropped``: those it dropped (every run of their day gone); ``purged``:
+    rows of pruned runs it deleted one by one (their day kept); ``problem``: why dropping
+    failed, if it did (the rest was done)."""
 
     table: str
     count: int
     covered_until: float | None
     made: int = 0
+    dropped: list[str] = field(default_factory=list)
+    purged: int = 0
+    problem: str | None = None
 
 
 # Called with the archive records of the sessions a prune is about to remove, inside its

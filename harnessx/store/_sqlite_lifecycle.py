@@ -207,7 +207,7 @@ class SQLiteLifecycle:
         row = await self._call(lambda conn: conn.execute(Q["oldest_prune_check"]).fetchone())
         return None if row[0] is None else float(row[0])
 
-    async def maintain_partitions(self, ahead: float) -> None:
+    async def maintain_partitions(self, ahead: float, *, grace: float = 2 * 86400.0) -> None:
         return None  # a SQLite file has no partitions: retention deletes rows in batches
 
     async def reclaim_space(self) -> int:

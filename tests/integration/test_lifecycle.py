@@ -129,7 +129,14 @@ async def test_prune_removes_exactly_the_eligible_sessions_with_all_their_rows(t
         for sid in kept:
             assert await rows_of(store, sid) == before[sid], sid
         removed = {table: sum(before[sid][table] for sid in gone) for table in TABLES}
-        assert dict(report.rows) == removed
+        rows = dict(report.rows)
+        # PostgreSQL leaves the events of runs in day partitions to go with their day (schema
+        # 22); today's is not past, so after the grace (here none) they go row by row.
+        days = await store.maintain_partitions(7 * 86400, grace=0)
+        if days is not None:
+            assert days.dropped == [] and days.problem is None
+            rows["events"] += days.purged
+        assert rows == removed
         assert await all_rows(store) == {t: totals[t] - removed[t] for t in TABLES}
         # A second pass finds nothing more, and looks at none of those it set aside.
         again = await prune_pass(store, RetentionPolicy(MONTH, batch=2))

@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import secrets
 import time
+import uuid
 from typing import Any
 
 import asyncpg
@@ -21,8 +23,13 @@ import pytest
 from durable_support import make_agent
 
 from harnessx import AgentRuntime, StorageError
+from harnessx._events import RunEvent, RunEventType
 from harnessx._ids import uuid7_time
+from harnessx._results import RunStatus
+from harnessx._retention import RetentionPolicy, prune_pass
+from harnessx._state import Delta, Phase, RunPatch
 from harnessx.store import PostgresBackend
+from harnessx.store._archive import parse_record
 from harnessx.store._migrations import load_migrations
 from harnessx.store._queries import load_queries
 from harnessx.testing import quote_ident
@@ -160,8 +167,16 @@ class RunningWorker(PostgresBackend):
         return None
 
 
-async def schema_17(dsn: str) -> None:
-    """The database as the release before migration 0018 left it."""
+# The migrations that partition events and drop their days; a database without them is
+# what the release before them left, with every later migration of others applied (the
+# statements of this release need those).
+PARTITIONING = {
+    m.version for m in load_migrations("postgres") if m.name in ("partitioned_events", "dropped_event_days")
+}
+
+
+async def unpartitioned(dsn: str) -> None:
+    """The database as a release without partitioned events left it."""
     conn = await asyncpg.connect(dsn)
     try:
         async with conn.transaction():
@@ -169,8 +184,8 @@ async def schema_17(dsn: str) -> None:
             await conn.execute(f"SET LOCAL search_path = {SCHEMA}")
             await conn.execute(Q["create_migrations_table"])
             for migration in load_migrations("postgres"):
-                if migration.version >= 18:
-                    break
+                if migration.version in PARTITIONING:
+                    continue
                 await conn.execute(migration.body)
                 await conn.execute(
                     Q["record_migration"], migration.version, migration.name, migration.checksum
@@ -180,7 +195,7 @@ async def schema_17(dsn: str) -> None:
 
 
 async def test_migrating_a_live_database_loses_no_event_and_fails_no_run(pg_database: str) -> None:
-    await schema_17(pg_database)
+    await unpartitioned(pg_database)
     # The statements of this release name harnessx_id_ms; the worker of the release before
     # did not. What the migration's first part creates anyway, created first for it.
     (migration,) = [m for m in load_migrations("postgres") if m.version == 18]
@@ -211,7 +226,7 @@ async def test_migrating_a_live_database_loses_no_event_and_fails_no_run(pg_data
         await asyncio.wait_for(ran(5), 60)
         before = len(finished)
         report = await asyncio.wait_for(PostgresBackend(pg_database).migrate(), 60)
-        assert [m.version for m in report.applied] == [18]
+        assert {m.version for m in report.applied} == PARTITIONING
         await asyncio.wait_for(ran(before + 5), 60)  # runs go on, on the partitioned table
     finally:
         stop.set()
@@ -252,3 +267,159 @@ def test_a_migration_s_parts_run_before_and_after_failure_of_its_transaction() -
     # A migration without markers is its body alone.
     assert migrations[1].before == () and migrations[1].body == migrations[1].sql
     assert migrations[1].on_failure is None
+
+
+# ------------------------------------------------------------------ retention drops whole days
+
+DAY_MS = 86_400_000
+
+
+def id_at(ms: int) -> str:
+    """A version 7 id made at Unix millisecond ``ms``."""
+    value = (ms << 80) | (0x7 << 76) | (secrets.randbits(12) << 64) | (0b10 << 62) | secrets.randbits(62)
+    return str(uuid.UUID(int=value))
+
+
+async def with_past_day(dsn: str, days_ago: int = 3) -> int:
+    """A migrated database whose events_legacy ends 10 days ago, with a day partition of
+    ``days_ago`` days ago (as if the database had been partitioned for a while); that day's
+    first millisecond."""
+    async with PostgresBackend(dsn):
+        pass
+    midnight = int(time.time() * 1000) // DAY_MS * DAY_MS
+    day = midnight - days_ago * DAY_MS
+    conn = await connect(dsn)
+    try:
+        await conn.execute("ALTER TABLE events DETACH PARTITION events_legacy")
+        await conn.execute("ALTER TABLE events_legacy DROP CONSTRAINT events_before_partitions")
+        await conn.execute(
+            f"ALTER TABLE events ATTACH PARTITION events_legacy FOR VALUES FROM (MINVALUE) "
+            f"TO ({midnight - 10 * DAY_MS})"
+        )
+        assert await conn.fetchval(Q["event_partition_for"], id_at(day + 1))
+    finally:
+        await conn.close()
+    return day
+
+
+async def finished_run(backend: PostgresBackend, run_id: str, *, finish: bool = True, events: int = 4) -> str:
+    """A session with one run of id ``run_id`` and ``events`` events, completed (or left running)."""
+    session_id = id_at(int(uuid7_time(run_id) * 1000))
+    await backend.create_session(session_id, None, {})
+    lease = await backend.claim(session_id, "h")
+    stream = [
+        RunEvent(RunEventType.TEXT_DELTA, f"e{n}", run_id=run_id, cursor=str(n)) for n in range(1, events)
+    ]
+    start = Delta(Phase.PREPARE_MODEL_CALL, messages=[{"role": "user", "content": "hi"}], events=stream)
+    await backend.create_run(lease, run_id, None, "hi", start)
+    if finish:
+        state = await backend.load_state(run_id)
+        last = RunEvent(RunEventType.TEXT_DELTA, "done", run_id=run_id, cursor=str(events))
+        done = Delta(Phase.FINISH, run=RunPatch(status=RunStatus.COMPLETED), events=[last])
+        await backend.commit(lease, state, done, [])
+    await backend.release(lease)
+    return session_id
+
+
+async def age(dsn: str, session_ids: list[str], days: int = 3) -> None:
+    """Make the sessions' last activity ``days`` ago."""
+    conn = await connect(dsn)
+    try:
+        ago = f"now() - interval '{days} days'"
+        await conn.execute(
+            f"UPDATE sessions SET created_at = {ago}, prune_check_at = '-infinity' WHERE id = ANY ($1)",
+            session_ids,
+        )
+        await conn.execute(
+            f"UPDATE runs SET created_at = {ago}, updated_at = {ago} WHERE session_id = ANY ($1)", session_ids
+        )
+    finally:
+        await conn.close()
+
+
+async def stored_events(dsn: str, run_id: str) -> int:
+    return int((await fetch(dsn, "SELECT count(*) FROM events WHERE run_id = $1", run_id))[0][0])
+
+
+POLICY = RetentionPolicy(older_than=DAY, batch=10)
+
+
+async def test_retention_drops_a_day_once_none_of_its_runs_is_left(pg_database: str) -> None:
+    day = await with_past_day(pg_database)
+    async with PostgresBackend(pg_database) as backend:
+        old = [id_at(day + 1000 * n) for n in range(1, 4)]
+        sessions = [await finished_run(backend, run_id) for run_id in old]
+        recent = await one_run(backend)
+        await age(pg_database, sessions)
+        partition = day_partition(old[0])
+        assert len(await fetch(pg_database, f"SELECT 1 FROM {partition}")) == 12
+
+        report = await prune_pass(backend, POLICY)
+        assert report.sessions == 3 and report.rows["runs"] == 3
+        # The prune removed the runs and left their events to go with their day.
+        assert report.rows["events"] == 0
+        assert sum([await stored_events(pg_database, r) for r in old]) == 12
+        assert [await backend.read_events(r, 0) for r in old] == [[], [], []]  # not readable
+        assert len(await fetch(pg_database, "SELECT 1 FROM pruned_runs")) == 3
+
+        state = await backend.maintain_partitions(7 * DAY)
+        assert state is not None and state.dropped == [partition] and state.problem is None
+        assert state.purged == 0  # nothing row by row
+        assert await fetch(pg_database, "SELECT to_regclass($1)", partition) == [(None,)]
+        assert await fetch(pg_database, "SELECT 1 FROM pruned_runs") == []
+        # The run of today, in another partition, is untouched.
+        assert len(await backend.read_events(recent, 0)) > 2
+        again = await backend.maintain_partitions(7 * DAY)
+        assert again is not None and again.dropped == []
+
+
+async def test_a_day_with_a_kept_run_stays_and_pruned_runs_go_row_by_row_after_the_grace(
+    pg_database: str,
+) -> None:
+    day = await with_past_day(pg_database)
+    async with PostgresBackend(pg_database) as backend:
+        pruned, kept, unfinished = (id_at(day + 1000 * n) for n in range(1, 4))
+        old = await finished_run(backend, pruned)
+        still_used = await finished_run(backend, kept)  # finished, but recently active
+        waiting = await finished_run(backend, unfinished, finish=False)
+        await age(pg_database, [old, waiting])
+        report = await prune_pass(backend, POLICY)
+        assert report.sessions == 1
+        partition = day_partition(pruned)
+
+        state = await backend.maintain_partitions(7 * DAY)
+        assert state is not None and state.dropped == [] and state.purged == 0
+        assert await stored_events(pg_database, pruned) == 4  # within the grace: left for the day
+
+        state = await backend.maintain_partitions(7 * DAY, grace=0)
+        assert state is not None and state.dropped == [] and state.purged == 4
+        assert await stored_events(pg_database, pruned) == 0
+        assert await fetch(pg_database, "SELECT 1 FROM pruned_runs") == []
+        assert len(await backend.read_events(kept, 0)) == 4
+        assert len(await backend.read_events(unfinished, 0)) == 3
+        assert await fetch(pg_database, "SELECT to_regclass($1)::text", partition) == [(partition,)]
+        assert {s for (s,) in await fetch(pg_database, "SELECT id FROM sessions")} == {still_used, waiting}
+
+
+async def test_an_archived_run_is_restored_whether_its_day_was_dropped_or_not(pg_database: str) -> None:
+    day = await with_past_day(pg_database)
+    async with PostgresBackend(pg_database) as backend:
+        first, second = id_at(day + 1000), id_at(day + 2000)
+        sessions = [await finished_run(backend, first), await finished_run(backend, second)]
+        await age(pg_database, sessions)
+        before = {r: await backend.read_events(r, 0) for r in (first, second)}
+        records = [parse_record(json.dumps(r), "test") for r in await backend.export_sessions(sessions)]
+        assert (await prune_pass(backend, POLICY)).sessions == 2
+        # Restored while its events wait for the day to go: those are replaced, not doubled.
+        assert await backend.import_session(next(r for r in records if r.session_id == sessions[0]))
+        assert await backend.read_events(first, 0) == before[first]
+        assert await stored_events(pg_database, first) == 4
+        state = await backend.maintain_partitions(7 * DAY)  # the day holds a stored run again
+        assert state is not None and state.dropped == []
+        # Pruned again, the day dropped, then restored: the day's partition is made again.
+        await age(pg_database, sessions[:1])
+        assert (await prune_pass(backend, POLICY)).sessions == 1
+        state = await backend.maintain_partitions(7 * DAY)
+        assert state is not None and state.dropped == [day_partition(first)]
+        assert await backend.import_session(next(r for r in records if r.session_id == sessions[1]))
+        assert await backend.read_events(second, 0) == before[second]

@@ -60,6 +60,7 @@ TABLES = {
     "rate_limits",
     "rate_buckets",
     "rate_holds",
+    "pruned_runs",
 }
 
 

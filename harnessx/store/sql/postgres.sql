@@ -333,6 +333,8 @@ FROM (
            -- The cheap test first: most events refer to nothing.
            CASE WHEN strpos(data::text, '"content_ref"') > 0 THEN data ->> 'content_ref' END AS ref
     FROM events WHERE run_id = $1 AND harnessx_id_ms(run_id) = harnessx_id_ms($1) AND seq > $2
+      -- A pruned run's events may wait for their day to be dropped (0022): none of a run not stored.
+      AND EXISTS (SELECT 1 FROM runs WHERE id = $1)
     ORDER BY seq LIMIT $3
 ) e
 LEFT JOIN runs r ON r.id = $1
@@ -912,6 +914,37 @@ SELECT (SELECT count(*) FROM sessions_gone), (SELECT count(*) FROM runs_gone),
        (SELECT count(*) FROM tool_results_gone), (SELECT count(*) FROM events_gone),
        (SELECT count(*) FROM journal_gone), (SELECT count(*) FROM audit_gone);
 
+-- name: prune_sessions
+-- Retention's delete_sessions: the same rows, but the events of runs in the day partitions
+-- (0018) stay, to go with their day when it is dropped; the runs are recorded in pruned_runs
+-- (0022) so that none stays longer than the grace where a day cannot be dropped. The events
+-- of events_legacy, which is never dropped, go now. Returns the rows deleted per table.
+WITH gone AS (
+    SELECT id FROM runs WHERE session_id = ANY ($1::text[])
+), tool_results_gone AS (
+    DELETE FROM tool_results WHERE run_id IN (SELECT id FROM gone) RETURNING 1
+), tool_calls_gone AS (
+    DELETE FROM tool_calls WHERE run_id IN (SELECT id FROM gone) RETURNING 1
+), events_gone AS (
+    DELETE FROM events_legacy WHERE run_id IN (SELECT id FROM gone) RETURNING 1
+), events_later AS (
+    INSERT INTO pruned_runs (run_id) SELECT id FROM gone ON CONFLICT (run_id) DO NOTHING
+), journal_gone AS (
+    DELETE FROM journal WHERE run_id IN (SELECT id FROM gone) RETURNING 1
+), messages_gone AS (
+    DELETE FROM messages WHERE session_id = ANY ($1::text[]) RETURNING 1
+), audit_gone AS (
+    DELETE FROM audit WHERE session_id = ANY ($1::text[]) RETURNING 1
+), runs_gone AS (
+    DELETE FROM runs WHERE session_id = ANY ($1::text[]) RETURNING 1
+), sessions_gone AS (
+    DELETE FROM sessions WHERE id = ANY ($1::text[]) RETURNING 1
+)
+SELECT (SELECT count(*) FROM sessions_gone), (SELECT count(*) FROM runs_gone),
+       (SELECT count(*) FROM messages_gone), (SELECT count(*) FROM tool_calls_gone),
+       (SELECT count(*) FROM tool_results_gone), (SELECT count(*) FROM events_gone),
+       (SELECT count(*) FROM journal_gone), (SELECT count(*) FROM audit_gone);
+
 -- name: lock_session
 -- Lock a session against claims until the transaction ends; whether a live process holds an
 -- unexpired lease on it and its unfinished run, if any ('<run id> (<status>)'): erasure refuses both.
@@ -996,3 +1029,62 @@ CROSS JOIN LATERAL (
            substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''(-?[0-9]+)''\)')::bigint AS high
 ) b
 WHERE i.inhparent = 'events'::regclass;
+
+-- name: event_days
+-- The day partitions of events (not events_legacy), oldest first: name, bounds (Unix ms), and
+-- whether a detach of it was interrupted (it is still attached, pending).
+SELECT c.relname::text, b.low, b.high, i.inhdetachpending
+FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid
+CROSS JOIN LATERAL (
+    SELECT substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \(''(-?[0-9]+)''\)')::bigint AS low,
+           substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''(-?[0-9]+)''\)')::bigint AS high
+) b
+WHERE i.inhparent = 'events'::regclass AND b.low IS NOT NULL
+ORDER BY b.low;
+
+-- name: day_has_runs
+-- Whether a run made in [$3, $4) (Unix ms) is stored: the range of run ids from $1 to $2 (the
+-- lowest version 7 ids of those times) through the primary key, each checked exactly.
+SELECT EXISTS (
+    SELECT 1 FROM runs
+    WHERE id >= $1 AND id < $2 AND harnessx_id_ms(id) >= $3 AND harnessx_id_ms(id) < $4
+);
+
+-- name: forget_pruned_day
+-- Pruned runs of a day just dropped ($1-$4 as day_has_runs): nothing of theirs is left.
+DELETE FROM pruned_runs
+WHERE run_id >= $1 AND run_id < $2 AND harnessx_id_ms(run_id) >= $3 AND harnessx_id_ms(run_id) < $4;
+
+-- name: purge_pruned_events
+-- The events of up to $2 runs pruned more than $1 seconds ago whose day could not be dropped
+-- (a run of it is kept), deleted row by row; those runs are forgotten. Rows deleted.
+WITH batch AS (
+    SELECT run_id FROM pruned_runs
+    WHERE pruned_at < now() - make_interval(secs => $1)
+    ORDER BY pruned_at LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM events e USING batch b WHERE e.run_id = b.run_id RETURNING 1
+), forgotten AS (
+    DELETE FROM pruned_runs p USING batch b WHERE p.run_id = b.run_id RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM forgotten);
+
+-- name: event_partition_for
+-- Make the day partition of run $1 if no partition covers it (restoring an archived run).
+SELECT harnessx_event_partition_for($1);
+
+-- name: forget_pruned_run
+-- Before run $1 is restored: the events a prune left of it (its day not dropped yet) go, and
+-- it is no longer a pruned run.
+WITH forgotten AS (
+    DELETE FROM pruned_runs WHERE run_id = $1 RETURNING run_id
+)
+DELETE FROM events
+WHERE run_id IN (SELECT run_id FROM forgotten) AND harnessx_id_ms(run_id) = harnessx_id_ms($1);
+
+-- name: detach_pending
+-- Whether the partition $1 (a quoted name) of events is being detached; NULL: not attached.
+SELECT i.inhdetachpending FROM pg_inherits i
+WHERE i.inhrelid = to_regclass($1) AND i.inhparent = 'events'::regclass;
