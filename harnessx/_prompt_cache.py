@@ -10,6 +10,7 @@ request without them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -63,8 +64,24 @@ def build_hint(
 
 def accepts_cache(method: Callable[..., Any]) -> bool:
     """Whether ``method`` takes a ``cache`` argument (by name, or through ``**kwargs``)."""
+    # Asked before every model call: a bound method is judged by its function (the bound
+    # ``self`` is no ``cache`` parameter), once, as reading a signature costs more than the
+    # rest of preparing the request.
+    function = getattr(method, "__func__", method)
     try:
-        parameters = inspect.signature(method).parameters.values()
+        return _takes_cache(function)
+    except TypeError:  # an unhashable callable: judged each time
+        return _reads_cache(function)
+
+
+@functools.lru_cache(maxsize=256)
+def _takes_cache(function: Callable[..., Any]) -> bool:
+    return _reads_cache(function)
+
+
+def _reads_cache(function: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
         return False
     return any(p.name == "cache" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)

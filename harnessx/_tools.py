@@ -27,7 +27,7 @@ from harnessx._errors import ConfigurationError, HarnessError, RuntimeStateError
 from harnessx._permissions import PERMISSION_DENIED, PermissionLevel, PermissionManager
 from harnessx._policies import DEFAULT_TOOL_TIMEOUT_SECONDS, ToolPolicy, ToolRetry
 from harnessx._results import ToolResult
-from harnessx._tool_schema import bind_arguments, function_schema
+from harnessx._tool_schema import bind_arguments, copy_schema, function_schema
 from harnessx._validation import validate_arguments
 from harnessx.providers._base import ToolCall
 
@@ -580,7 +580,7 @@ class ToolRegistry:
             raise ConfigurationError(
                 f"a tool named '{tool.name}' is already registered; pass replace=True to replace it"
             )
-        schema = copy.deepcopy(tool.input_schema)
+        schema = copy_schema(tool.input_schema)
         schema.setdefault("type", "object")
         schema.setdefault("properties", {})
         owned = dataclasses.replace(tool, input_schema=schema)
@@ -644,7 +644,7 @@ class ToolRegistry:
 
     def get_tool_params(self) -> list[dict[str, Any]]:
         """Every tool as the model sees it: ``{name, description, input_schema}`` (copies)."""
-        return [copy.deepcopy(t.spec()) for t in self._tools.values()]
+        return [copy_schema(t.spec()) for t in self._tools.values()]
 
     def specs(self, only: Iterable[str] | None = None) -> list[dict[str, Any]]:
         wanted = set(only) if only is not None else None

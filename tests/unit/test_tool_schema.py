@@ -935,3 +935,20 @@ def test_bound_method_binding_leaves_out_self() -> None:
 def test_invalid_enum_value_raises_when_not_validated_first() -> None:
     with pytest.raises(ValueError):
         bind_arguments(get_weather, {"city": "Paris", "unit": "kelvin"})
+
+
+def test_copy_schema_copies_every_container_and_shares_no_mutable_part() -> None:
+    from harnessx._tool_schema import copy_schema
+
+    marker = {"kept": ["as", "is"]}
+    original = {
+        "type": "object",
+        "properties": {"a": {"enum": ["x", 1, 2.5, True, None]}},
+        "x-extra": (marker,),
+    }
+    copied = copy_schema(original)
+    assert copied == original
+    copied["properties"]["a"]["enum"].append("y")
+    copied["x-extra"][0]["kept"].append("changed")  # not JSON: copied by copy.deepcopy
+    assert original["properties"]["a"]["enum"] == ["x", 1, 2.5, True, None]
+    assert marker == {"kept": ["as", "is"]}
