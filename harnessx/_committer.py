@@ -147,6 +147,12 @@ class StoreCommitter:
                 raise self._unconfirmed("another process took the session over")
         raise self._unconfirmed(f"{_CONFIRM_ATTEMPTS} renewals in a row took longer than the lease")
 
+    async def pending_cancel(self) -> bool:
+        """Whether a cancel request waits on the session (another process's ``cancel``): one
+        written while the run paused or began to wait stays for the driver to act on."""
+        session = await self.store.get_session(self.lease.session_id)
+        return session is not None and session.control == "cancel"
+
     def _unconfirmed(self, why: str) -> LeaseLostError:
         return LeaseLostError(
             f"the lease on session {self.lease.session_id} (generation {self.lease.generation}) could "

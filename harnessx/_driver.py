@@ -292,6 +292,12 @@ class Driver:
             )
         try:
             await self._loop(state)
+            if state.status in (RunStatus.PAUSED, RunStatus.AWAITING_INPUT) and (
+                self.control.cancel_requested or await self.committer.pending_cancel()
+            ):
+                # A cancel that came while the run was pausing or beginning to wait (the
+                # commit that stopped it was decided before) wins: never overtaken by a pause.
+                await self.commit(state, self.engine.cancel(state))
         except (LeaseLostError, asyncio.CancelledError):
             # Fenced out or torn down: nothing more may be written for this run.
             raise

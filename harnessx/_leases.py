@@ -27,9 +27,11 @@ class LeaseKeeper:
 
     A lease the store no longer confirms is reported to its ``on_lost`` callback at once
     (the run must stop writing). Pause and cancel requests written by other processes
-    (``Store.set_control``) are taken by the renewal itself, each exactly once, and go to
-    ``on_control``; between renewals the keeper waits on ``Store.wait_for_control``, so that
-    a request is taken at once rather than at the next beat.
+    (``Store.set_control``) come with every renewal until the run's stopping commit clears
+    them (so a renewal whose reply was lost loses none); each goes to ``on_control`` once per
+    lease, and again only if it changes (a pause that became a cancel). Between renewals the
+    keeper waits on ``Store.wait_for_control``, so that a request arrives at once rather than
+    at the next beat.
     """
 
     def __init__(
@@ -43,6 +45,8 @@ class LeaseKeeper:
         self.store = store
         self.interval = interval if interval is not None else store.lease_seconds / 3
         self._held: dict[str, tuple[Lease, OnLost, OnControl | None]] = {}
+        # The request last handed to each held lease's on_control.
+        self._delivered: dict[Lease, ControlRequest] = {}
         self._task: asyncio.Task[None] | None = None
         self._on_renewal = on_renewal
         self._on_failure = on_failure
@@ -56,6 +60,7 @@ class LeaseKeeper:
         held = self._held.get(lease.session_id)
         if held is not None and held[0] == lease:
             del self._held[lease.session_id]
+        self._delivered.pop(lease, None)
 
     async def renew_now(self) -> None:
         if not self._held:
@@ -76,6 +81,7 @@ class LeaseKeeper:
                 continue
             if lease.session_id in renewal.lost:
                 del self._held[lease.session_id]
+                self._delivered.pop(lease, None)
                 logger.warning(
                     "lost the lease on session %s (generation %d)",
                     lease.session_id,
@@ -83,8 +89,13 @@ class LeaseKeeper:
                     extra={"session_id": lease.session_id, "generation": lease.generation},
                 )
                 held[1](lease)
-            elif lease.session_id in renewal.controls and held[2] is not None:
-                held[2](lease, renewal.controls[lease.session_id])
+            elif (request := renewal.controls.get(lease.session_id)) is not None and held[2] is not None:
+                # Every renewal returns the request until the run's stop clears it: hand it
+                # over once, and again only if it changed (a pause that became a cancel).
+                if self._delivered.get(lease) == request:
+                    continue
+                self._delivered[lease] = request
+                held[2](lease, request)
 
     async def _beat(self) -> None:
         try:
@@ -118,6 +129,7 @@ class LeaseKeeper:
 
     async def aclose(self) -> None:
         self._held.clear()
+        self._delivered.clear()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

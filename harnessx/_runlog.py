@@ -20,7 +20,9 @@ class Committer(Protocol):
     lost, harmlessly, if the process dies before the next commit; ``flush`` writes the
     provisional events held back so far (before a long wait, so that followers see it);
     ``confirm`` returns once the run may start an effect outside the store (a tool call), or
-    raises.
+    raises; ``pending_cancel`` says whether another process has asked to cancel the run (a
+    durable run's request that its pause did not act on), looked at when the run stops
+    without finishing.
     """
 
     async def commit(self, state: RunState, delta: Delta) -> None: ...
@@ -30,6 +32,8 @@ class Committer(Protocol):
     async def flush(self) -> None: ...
 
     async def confirm(self) -> None: ...
+
+    async def pending_cancel(self) -> bool: ...
 
 
 def parse_cursor(after: str | None) -> int:
@@ -65,6 +69,9 @@ class MemoryRunLog:
 
     async def confirm(self) -> None:
         return None  # nobody else can take an in-memory run over
+
+    async def pending_cancel(self) -> bool:
+        return False  # no other process can ask anything of an in-memory run
 
     def _append(self, event: RunEvent) -> None:
         event.cursor = str(len(self.events) + 1)

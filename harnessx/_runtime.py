@@ -733,7 +733,7 @@ class AgentRuntime:
                 lease = await self._claim(store, sid)
                 break
             except SessionBusyError:
-                # Another live process drives it: its next lease renewal takes the request.
+                # Another live process drives it: its lease renewals bring it the request.
                 if await store.set_control(sid, request):
                     return
                 # Its run stopped meanwhile and its holder lets go: look again (a holder that

@@ -53,6 +53,7 @@ LEFT_OUT = {
             "lease_owner",
             "lease_expires_at",
             "control",
+            "control_sent",
             "last_checkpoint",
             "watched_until",
             "awaited_until",

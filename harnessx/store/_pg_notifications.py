@@ -122,7 +122,7 @@ class Notifications:
 
     async def wait_for_control(self, max_wait: float) -> bool:
         # Unlike the waits above, beginning to listen is no reason to look at once: the
-        # caller's next lease renewal takes a request written before that anyway.
+        # caller's next lease renewal returns a request written before that anyway.
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait
         waiter = self._control

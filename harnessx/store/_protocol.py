@@ -174,18 +174,22 @@ class SessionStore(Protocol):
     async def set_control(self, session_id: str, control: ControlRequest) -> bool:
         """Ask the process driving the session's run to ``pause`` or ``cancel`` it; ``False``
         (nothing written) unless the session is leased and its run is running. The request's
-        one lifecycle: written here; taken, exactly once, by the holder's next lease renewal
-        (``renew`` returns it in ``Renewal.controls`` and clears it in the same statement);
-        dropped by the commit that stops the run if it was not taken by then, so that it never
-        reaches a later execution. A later request replaces one not taken yet."""
+        one lifecycle: written here (a ``cancel`` is never replaced by a later ``pause``);
+        returned by every lease renewal of the holder (``Renewal.controls``) and of whoever
+        holds the run next, so a renewal whose reply is lost loses nothing; cleared by the
+        commit that stops the run, which has acted on it, so that it never reaches a later
+        execution, except a ``cancel`` on a run that pauses or begins to wait for input: the
+        driver looks for it after that commit and cancels the run (a cancel is never
+        overtaken by a pause)."""
 
     async def wait_for_control(self, max_wait: float) -> bool:
         """Return soon after a pause/cancel request may have been written for a lease of this
-        process (a hint to renew now, which takes it: ``True``), or after ``max_wait``
+        process (a hint to renew now, which returns it: ``True``), or after ``max_wait``
         seconds (``False``). PostgreSQL hears a notification; SQLite looks every 0.25 s."""
 
     async def pending_controls(self) -> dict[str, ControlRequest]:
-        """Pause/cancel requests for sessions this process holds leases on."""
+        """Pause/cancel requests no renewal has returned yet, for sessions this process
+        holds leases on."""
 
     async def recent_sessions(self, limit: int) -> list[SessionSummary]: ...
 

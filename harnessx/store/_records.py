@@ -518,7 +518,9 @@ class LoadedRun:
 @dataclass
 class Renewal:
     """The outcome of one heartbeat: which leases still hold, and the pause/cancel requests
-    it took (``controls``, by session: each is delivered by exactly one renewal)."""
+    on their sessions (``controls``, by session). A request is returned by every renewal
+    until the commit that stops the run clears it, so a renewal whose reply was lost loses
+    none; the holder acts on each once (``LeaseKeeper``)."""
 
     held: set[str]
     lost: set[str]

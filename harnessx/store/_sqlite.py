@@ -192,11 +192,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         named = dumps([[lease.session_id, lease.owner, lease.generation] for lease in leases])
 
         def body(conn: sqlite3.Connection) -> list[Row]:
-            rows = conn.execute(Q["renew_leases"], (time.time() + self.lease_seconds, named)).fetchall()
-            taken = [row[0] for row in rows if row[3]]
-            if taken:  # delivered with this renewal, so taken: in the same transaction
-                conn.execute(Q["take_controls"], (dumps(taken),))
-            return list(rows)
+            return list(conn.execute(Q["renew_leases"], (time.time() + self.lease_seconds, named)).fetchall())
 
         return await self._call(self._write, body)
 
@@ -230,7 +226,8 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         self, conn: sqlite3.Connection, lease: Lease, new_messages: int, status: str | None = None
     ) -> int:
         """Fence a write by ``lease``; ``status``: the run status it writes (one other than
-        running drops a pause/cancel request not taken yet)."""
+        running clears the session's pause/cancel request, but for a cancel on a run that
+        pauses or waits)."""
         row = conn.execute(
             Q["fence"], (new_messages, status, lease.session_id, lease.owner, lease.generation, time.time())
         ).fetchone()

@@ -65,6 +65,9 @@ class _DeltaPublisher:
     async def flush(self) -> None:
         return None  # each event is published as it comes
 
+    async def pending_cancel(self) -> bool:
+        return False  # the workflow receives a cancel, as a signal
+
     async def provisional(self, state: RunState, event: RunEvent) -> None:
         if self.broken:
             return

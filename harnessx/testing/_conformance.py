@@ -12,7 +12,7 @@ What they hold a store to (the store protocol's guarantees, ``harnessx.store._pr
   to others; a dead holder's is free at once; every write under a stale lease is refused
   with ``LeaseLostError`` and writes nothing.
 - ``renewal``: one renewal names the leases it renewed and those it lost, extends the
-  renewed ones' deadlines, and takes pending control requests.
+  renewed ones' deadlines, and returns pending control requests.
 - ``concurrent_claims``: two claimers of one session, one winner; two workers claiming
   from one queue never get the same run.
 - ``orphan_recovery``: a dead holder's and an expired lease are found, recovered once each
@@ -22,9 +22,9 @@ What they hold a store to (the store protocol's guarantees, ``harnessx.store._pr
 - ``event_cursors``: events come back in cursor order, ``after=`` is exclusive, ``limit``
   pages, content round-trips, runs do not mix.
 - ``controls``: a pause or cancel request is written only while the session is leased and
-  its run running, is seen by the owner alone (``pending_controls``), is taken by the
-  owner's next renewal exactly once, and goes with the commit that stops the run if it was
-  not taken by then.
+  its run running (a later pause never replaces a cancel), is seen by the owner alone
+  (``pending_controls``, until a renewal returns it), is returned by every renewal until
+  the commit that stops the run clears it, except a cancel on a run that only pauses.
 
 With pytest and pytest-asyncio in ``asyncio_mode = auto`` (both backends of this project
 run it so, ``tests/integration/test_store_conformance.py``)::
@@ -232,7 +232,7 @@ async def leases_and_fencing(factory: StoreFactory) -> None:
 
 async def renewal(factory: StoreFactory) -> None:
     """One renewal names the leases it renewed and those it lost (released, taken over),
-    extends the renewed ones' deadlines and forgets the lost ones', and takes pending
+    extends the renewed ones' deadlines and forgets the lost ones', and returns pending
     control requests."""
     async with factory(lease_seconds=60.0) as store:
         leases = {}
@@ -440,9 +440,10 @@ async def waiting_for_a_stop(factory: StoreFactory) -> None:
 
 async def controls(factory: StoreFactory) -> None:
     """A pause or cancel request (see ``Store.set_control``): written only while the session
-    is leased and its run running; seen by the process holding the lease and no other;
-    taken by that process's next renewal, exactly once; dropped by the commit that stops the
-    run if not taken by then, so that no later execution meets it."""
+    is leased and its run running, a cancel never replaced by a pause; seen by the process
+    holding the lease and no other, until a renewal returns it; returned by every renewal
+    (a reply lost loses nothing) until the commit that stops the run clears it, so that no
+    later execution meets it; a cancel outlives a commit that only pauses the run."""
     async with _opened(factory, 2) as (owner, bystander):
         lease = await _start(owner, "controlled", "controlled-run")
         await _start(owner, "untouched", "untouched-run")
@@ -455,24 +456,42 @@ async def controls(factory: StoreFactory) -> None:
             _expect(await bystander.pending_controls() == {}, "a process holding no lease sees a control")
             session = await bystander.get_session("controlled")
             _expect(session is not None and session.control == control, "the session row lacks the request")
-            renewed = await owner.renew([lease])
-            _expect(renewed.controls == {"controlled": control}, f"the renewal carried {renewed.controls}")
-            _expect((await owner.renew([lease])).controls == {}, "a request was taken twice")
-            _expect(await owner.pending_controls() == {}, "a taken request is still pending")
-        # Not taken before the run stops: the stopping commit drops it.
-        _expect(await bystander.set_control("controlled", "pause"), "a request was not written")
-        state = await owner.load_state("controlled-run")
-        stopped = Delta(Phase.PREPARE_MODEL_CALL, run=RunPatch(status=RunStatus.PAUSED))
-        await owner.commit(lease, state, stopped, [])
-        session = await bystander.get_session("controlled")
-        _expect(session is not None and session.control is None, "a stopped run kept its request")
+            for _ in range(2):
+                renewed = await owner.renew([lease])
+                _expect(renewed.controls == {"controlled": control}, f"a renewal carried {renewed.controls}")
+            _expect(await owner.pending_controls() == {}, "a returned request is still pending")
+        _expect(await bystander.set_control("controlled", "pause"), "a pause after a cancel was refused")
+        renewed = await owner.renew([lease])
         _expect(
-            not await bystander.set_control("controlled", "cancel"), "a request was written for a stopped run"
+            renewed.controls == {"controlled": "cancel"}, f"a pause replaced a cancel: {renewed.controls}"
         )
-        _expect((await owner.renew([lease])).controls == {}, "a stopped run's renewal carried a request")
-        await owner.release(lease)
+        # A commit that only pauses the run keeps the cancel (its driver acts on it next)...
+        state = await owner.load_state("controlled-run")
+        paused = Delta(Phase.PREPARE_MODEL_CALL, run=RunPatch(status=RunStatus.PAUSED))
+        await owner.commit(lease, state, paused, [])
+        session = await bystander.get_session("controlled")
+        _expect(session is not None and session.control == "cancel", "a pause dropped a cancel")
+        # ... and the commit that finishes it clears it.
+        state = await owner.load_state("controlled-run")
+        cancelled = Delta(Phase.PREPARE_MODEL_CALL, run=RunPatch(status=RunStatus.CANCELLED))
+        await owner.commit(lease, state, cancelled, [])
+        session = await bystander.get_session("controlled")
+        _expect(session is not None and session.control is None, "a finished run kept its request")
+        _expect((await owner.renew([lease])).controls == {}, "a finished run's renewal carried a request")
+        # A pause the run acts on goes with its pausing commit.
+        other = await _start(owner, "paused", "paused-run")
+        _expect(await bystander.set_control("paused", "pause"), "a request was not written")
+        state = await owner.load_state("paused-run")
+        await owner.commit(other, state, paused, [])
+        session = await bystander.get_session("paused")
+        _expect(session is not None and session.control is None, "a paused run kept its pause request")
         _expect(
-            not await bystander.set_control("controlled", "cancel"),
+            not await bystander.set_control("paused", "cancel"), "a request was written for a stopped run"
+        )
+        _expect((await owner.renew([other])).controls == {}, "a stopped run's renewal carried a request")
+        await owner.release(other)
+        _expect(
+            not await bystander.set_control("paused", "cancel"),
             "a request was written for a free session",
         )
 

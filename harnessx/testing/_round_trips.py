@@ -12,6 +12,11 @@ hop there and back, SQLite's round trip) and the transactions they run.
 
 Both keep, per round trip, the statements it carried (``trips``), to say *which* ones when a
 count is not the one expected.
+
+``PostgresRoundTrips.withhold_reply(marker)`` also loses a reply, for real: the next
+statement whose text contains ``marker`` reaches the server, which runs (and commits) it, but
+nothing the server says on that connection from then on reaches the client; ``cut()`` then
+resets it, as a connection that dropped after the commit.
 """
 
 from __future__ import annotations
@@ -57,6 +62,14 @@ class _Trips:
         return "\n".join(f"{n:3d}. {' | '.join(trip) or '?'}" for n, trip in enumerate(self.trips, 1))
 
 
+@dataclass(eq=False)
+class _Link:
+    """One proxied connection: its two writers, and whether its replies are withheld."""
+
+    writers: tuple[asyncio.StreamWriter, asyncio.StreamWriter]
+    withheld: bool = False
+
+
 class PostgresRoundTrips(_Trips):
     """``async with PostgresRoundTrips(dsn) as proxy``: connect to ``proxy.dsn``, read
     ``proxy.count`` (``proxy.reset()`` to start a measurement)."""
@@ -69,6 +82,23 @@ class PostgresRoundTrips(_Trips):
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
         self.dsn = ""
+        self._withhold: str | None = None
+        self._withholding: set[_Link] = set()
+        self.withheld = asyncio.Event()  # set once a statement's reply is being withheld
+
+    def withhold_reply(self, marker: str) -> None:
+        """Withhold the reply to the next statement whose text contains ``marker`` (and all
+        that follows on its connection) until ``cut()``."""
+        self._withhold = marker
+        self.withheld.clear()
+
+    def cut(self) -> int:
+        """Reset the connections whose replies are withheld; how many there were."""
+        links, self._withholding = self._withholding, set()
+        for link in links:
+            for writer in link.writers:
+                writer.transport.abort()
+        return len(links)
 
     async def __aenter__(self) -> PostgresRoundTrips:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -96,8 +126,9 @@ class PostgresRoundTrips(_Trips):
         except OSError:
             client_w.close()
             return
-        up = asyncio.create_task(self._client_to_server(client_r, client_w, server_w))
-        down = asyncio.create_task(self._copy(server_r, client_w))
+        link = _Link((client_w, server_w))
+        up = asyncio.create_task(self._client_to_server(client_r, client_w, server_w, link))
+        down = asyncio.create_task(self._copy(server_r, client_w, link))
         for task in (up, down):
             self._pipes.add(task)
             task.add_done_callback(self._pipes.discard)
@@ -110,13 +141,19 @@ class PostgresRoundTrips(_Trips):
                 writer.close()
 
     @staticmethod
-    async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: _Link) -> None:
         while data := await reader.read(65536):
+            if link.withheld:
+                continue  # the client has had every earlier reply: this is the withheld one's
             writer.write(data)
             await writer.drain()
 
     async def _client_to_server(
-        self, reader: asyncio.StreamReader, client_w: asyncio.StreamWriter, writer: asyncio.StreamWriter
+        self,
+        reader: asyncio.StreamReader,
+        client_w: asyncio.StreamWriter,
+        writer: asyncio.StreamWriter,
+        link: _Link,
     ) -> None:
         # Untyped start-up messages until the StartupMessage itself.
         while True:
@@ -146,7 +183,14 @@ class PostgresRoundTrips(_Trips):
             elif kind == b"B":  # Bind: portal, statement
                 _, _, rest = body.partition(b"\x00")
                 statement = rest.partition(b"\x00")[0].decode()
-                pending.append(_first_line(names.get(statement, statement)))
+                sql = names.get(statement, statement)
+                pending.append(_first_line(sql))
+                if self._withhold is not None and self._withhold in sql:
+                    # Before the server sees it: all it says from now on is this statement's.
+                    self._withhold = None
+                    link.withheld = True
+                    self._withholding.add(link)
+                    self.withheld.set()
             elif kind in (b"S", b"H"):  # Sync, Flush (asyncpg prepares so): now it waits
                 self.trips.append(pending)
                 pending = []

@@ -72,7 +72,6 @@ SQLITE_ONLY_QUERIES = {
     **dict.fromkeys(("rate_bucket", "take_rate_hold"), "reserve_rate"),
     "requeue_later": "hold_rate",
     "leased_sessions": "find_orphans",
-    "take_controls": "renew_leases",
     "drop_orphan_lease": "recover_orphan",
     "requeue_session": "recover_orphan",
     "last_event_seq": "end_run",

@@ -112,23 +112,16 @@ SELECT new_generation, busy_seconds FROM harnessx_claim($1, $2, $3);
 
 -- name: renew_leases
 -- Extend the leases $2 (session ids), $3 (owners), $4 (generations) in one statement; returns
--- those still held, each with the pause/cancel request it takes: the request is cleared in
--- the same statement, so it is delivered once, to the process driving the run. (The rows are
--- locked first, which reads each one as it is now; RETURNING would show the cleared value.)
+-- those still held, each with its pause/cancel request. The request stays on the session
+-- (the commit that stops the run clears it), so a reply that never arrives loses nothing:
+-- the next renewal returns it again. control_sent marks it returned (pending_controls).
 -- Only the leases named: a lease this process let go of but could not give back (its release
 -- failed) must expire, so that the supervisor can hand its run on.
-WITH held AS (
-    SELECT s.id, s.control
-    FROM sessions s
-    JOIN unnest($2::text[], $3::text[], $4::bigint[]) AS h (id, owner, generation)
-      ON s.id = h.id AND s.lease_owner = h.owner AND s.generation = h.generation
-    FOR UPDATE OF s
-)
 UPDATE sessions s
-SET lease_expires_at = clock_timestamp() + make_interval(secs => $1), control = NULL
-FROM held
-WHERE s.id = held.id
-RETURNING s.id, s.lease_owner, s.generation, held.control;
+SET lease_expires_at = clock_timestamp() + make_interval(secs => $1), control_sent = true
+FROM unnest($2::text[], $3::text[], $4::bigint[]) AS h (id, owner, generation)
+WHERE s.id = h.id AND s.lease_owner = h.owner AND s.generation = h.generation
+RETURNING s.id, s.lease_owner, s.generation, s.control;
 
 -- name: release_lease
 -- Give a session back, only if this exact lease still holds it.
@@ -146,11 +139,12 @@ SELECT id FROM sessions WHERE id = $1 FOR UPDATE;
 -- name: set_control
 -- Ask whoever drives session $2 to pause or cancel ($1): only while it is leased and its run is
 -- running (a row, else none). Sent after lock_session_row in the same transaction, so its
--- snapshot sees a checkpoint that just stopped the run (which drops any request not taken yet).
-UPDATE sessions s SET control = $1
+-- snapshot sees a checkpoint that just stopped the run (which clears the request it acted on).
+-- A cancel is never replaced by a pause: a pause asked for after it leaves it in place.
+UPDATE sessions s SET control = CASE WHEN s.control = 'cancel' THEN 'cancel' ELSE $1 END, control_sent = false
 WHERE s.id = $2 AND s.lease_owner IS NOT NULL
   AND EXISTS (SELECT FROM runs r WHERE r.session_id = s.id AND r.status = 'running')
--- Lease holders listening hear it and renew at once, which takes the request (see renew_leases).
+-- Lease holders listening hear it and renew at once, which returns it (see renew_leases).
 RETURNING pg_notify(harnessx_channel('control'), s.id) IS NULL;
 
 -- name: create_session_run
@@ -414,7 +408,7 @@ WHERE id = $4 AND start_attempts <> 0
 -- appending the events twice. Returns true and the first new event's seq; HX001 when the
 -- lease no longer holds. Followers are woken (NOTIFY).
 WITH fence AS (
-    -- The run stops: a pause/cancel request not taken yet was for this execution.
+    -- The run stops (cancelled or failed): a pause/cancel request was for this execution.
     UPDATE sessions SET last_checkpoint = $8, control = NULL
     WHERE id = $1 AND lease_owner = $2 AND generation = $3 AND lease_expires_at > clock_timestamp()
       AND last_checkpoint IS DISTINCT FROM $8
@@ -449,9 +443,11 @@ SELECT CASE
        (SELECT count(pg_notify(harnessx_channel('events'), $4)) FROM ended);
 
 -- name: pending_controls
--- Pause/cancel requests for sessions this process holds (owner range as in renew_leases).
+-- Pause/cancel requests no renewal has returned yet, for sessions this process holds (the
+-- owners of process $1-$2: those starting '<process>/').
 SELECT id, control FROM sessions
-WHERE lease_owner COLLATE "C" >= $1 AND lease_owner COLLATE "C" < $2 AND control IS NOT NULL;
+WHERE lease_owner COLLATE "C" >= $1 AND lease_owner COLLATE "C" < $2 AND control IS NOT NULL
+  AND NOT control_sent;
 
 -- name: claim_queued
 -- Take up to $3 queued runs for owner $1 (leases of $4 seconds) of the agents $2 (NULL: any),

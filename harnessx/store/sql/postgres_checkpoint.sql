@@ -41,9 +41,12 @@ SET message_count = s.message_count + cardinality(:messages), last_checkpoint = 
     -- checkpoint that writes the run row too makes it this run's; one that writes progress
     -- alone to another run's is undone (HX003, in the main query).
     current_run = :run,  -- when: writes_run
-    -- A checkpoint that stops the run drops a pause/cancel request not taken yet: it was for
-    -- this execution (and a later one must not apply it).
-    control = CASE WHEN :status <> 'running' THEN NULL ELSE s.control END,  -- when: writes_run
+    -- A checkpoint that stops the run clears its pause/cancel request: it has acted on it (and
+    -- a later execution must not apply it again), except a cancel left on a run that pauses or
+    -- waits for input: the driver looks for it after such a commit, and cancels the run.
+    control = CASE WHEN :status <> 'running'  -- when: writes_run
+                        AND NOT (s.control IS NOT DISTINCT FROM 'cancel' AND :status IN ('paused', 'awaiting_input'))  -- when: writes_run
+                   THEN NULL ELSE s.control END,  -- when: writes_run
     current_phase = CASE WHEN s.current_run = :run THEN coalesce(:phase, s.current_phase) ELSE :phase END,
     current_event_count = CASE WHEN s.current_run = :run THEN greatest(s.current_event_count, :last_seq)
                                ELSE :last_seq END,

@@ -23,12 +23,13 @@ RETURNING generation;
 
 -- name: renew_leases
 -- Extend the leases given as a JSON array of [session id, owner, generation] in one
--- statement; returns those still held, each with its pending pause/cancel request, which
--- the renewal takes (take_controls, in the same transaction). Only the leases named: a lease
--- this process let go of but could not give back (its release failed) must expire, so that
--- the supervisor can hand its run on.
+-- statement; returns those still held, each with its pause/cancel request. The request stays
+-- on the session (the commit that stops the run clears it), so a reply that never reaches
+-- the caller loses nothing: the next renewal returns it again. control_sent marks it returned
+-- (pending_controls). Only the leases named: a lease this process let go of but could not
+-- give back (its release failed) must expire, so that the supervisor can hand its run on.
 UPDATE sessions
-SET lease_expires_at = ?
+SET lease_expires_at = ?, control_sent = 1
 WHERE (id, lease_owner, generation) IN (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]')
     FROM json_each(?)
@@ -42,23 +43,23 @@ WHERE id = ? AND lease_owner = ? AND generation = ?;
 
 -- name: fence
 -- The fence: bumps the message counter only while the writer's lease holds. A write that
--- stops the run (a status other than running; NULL: the status is not written) drops a
--- pause/cancel request not taken yet, in the same transaction: it was for this execution.
+-- stops the run (?2: the status it writes, other than running; NULL: the status is not
+-- written) clears the pause/cancel request, in the same transaction: the run has acted on it
+-- (and a later execution must not apply it again), except a cancel left on a run that pauses
+-- or waits for input: the driver looks for it after such a commit, and cancels the run.
 UPDATE sessions
-SET message_count = message_count + ?,
-    control = CASE WHEN ? <> 'running' THEN NULL ELSE control END
-WHERE id = ? AND lease_owner = ? AND generation = ? AND lease_expires_at > ?
+SET message_count = message_count + ?1,
+    control = CASE WHEN ?2 <> 'running'
+                        AND NOT (control IS 'cancel' AND ?2 IN ('paused', 'awaiting_input'))
+                   THEN NULL ELSE control END
+WHERE id = ?3 AND lease_owner = ?4 AND generation = ?5 AND lease_expires_at > ?6
 RETURNING message_count;
-
--- name: take_controls
--- The renewal takes the pause/cancel requests it returned (sessions given as a JSON array):
--- each is delivered once, to the process driving the run.
-UPDATE sessions SET control = NULL WHERE id IN (SELECT value FROM json_each(?));
 
 -- name: set_control
 -- Ask whoever drives the session to pause or cancel: only while it is leased and its run is
--- running (in the write transaction, so never on a run that has just stopped).
-UPDATE sessions SET control = ?1
+-- running (in the write transaction, so never on a run that has just stopped). A cancel is
+-- never replaced by a pause: a pause asked for after it leaves it in place.
+UPDATE sessions SET control = CASE WHEN control = 'cancel' THEN 'cancel' ELSE ?1 END, control_sent = 0
 WHERE id = ?2 AND lease_owner IS NOT NULL
   AND EXISTS (SELECT 1 FROM runs r WHERE r.session_id = ?2 AND r.status = 'running')
 RETURNING id;
@@ -215,9 +216,10 @@ ORDER BY e.seq;
 UPDATE runs SET queued_at = ? WHERE id = ? AND status IN ('running', 'paused', 'awaiting_input', 'failed');
 
 -- name: pending_controls
--- Pause/cancel requests for sessions this process holds (owner range as in renew_leases).
+-- Pause/cancel requests no renewal has returned yet, for sessions this process holds (the
+-- owners between the two bounds: those starting '<process>/').
 SELECT id, control FROM sessions
-WHERE lease_owner >= ? AND lease_owner < ? AND control IS NOT NULL;
+WHERE lease_owner >= ? AND lease_owner < ? AND control IS NOT NULL AND NOT control_sent;
 
 -- name: claim_setup
 -- What a claim must consider: whether any concurrency limit is set, and the lowest pass of
