@@ -8,11 +8,13 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from durable_support import BackendTarget
 from pool_support import Pool
@@ -57,13 +59,27 @@ async def submit(pool: Pool, agent: str) -> tuple[str, str]:
 
 
 async def request_taken(pool: Pool, session_id: str, within: float = 60) -> None:
-    """Wait until a worker has taken the session's pause or cancel request (it clears it).
+    """Wait until a worker's lease renewal has returned the session's pause or cancel request
+    (``sessions.control_sent``; the request itself stays until the run's stop clears it).
     Read from the session row: ``pending_controls`` lists only the reading process's leases."""
-    async with pool.target.open(auto_migrate=False) as store:
-        deadline = asyncio.get_running_loop().time() + within
-        while (session := await store.get_session(session_id)) is not None and session.control:
-            assert asyncio.get_running_loop().time() < deadline, "no worker took the request"
-            await asyncio.sleep(0.02)
+    query = "SELECT control IS NOT NULL AND control_sent FROM sessions WHERE id = $1"
+    deadline = asyncio.get_running_loop().time() + within
+    while not await _row_value(pool, query, session_id):
+        assert asyncio.get_running_loop().time() < deadline, "no worker took the request"
+        await asyncio.sleep(0.02)
+
+
+async def _row_value(pool: Pool, query: str, *args: Any) -> Any:
+    """One value read from the pool's database, outside harnessx."""
+    if pool.target.kind == "sqlite":
+        with sqlite3.connect(pool.target.location) as conn:
+            row = conn.execute(query.replace("$1", "?"), args).fetchone()
+        return None if row is None else row[0]
+    conn = await asyncpg.connect(pool.target.location, server_settings={"search_path": "harness_x"})
+    try:
+        return await conn.fetchval(query, *args)
+    finally:
+        await conn.close()
 
 
 async def status_of(pool: Pool, run_id: str, wanted: str, within: float = 60) -> dict[str, Any]:
