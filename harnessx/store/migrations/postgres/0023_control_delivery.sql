@@ -1,4 +1,4 @@
--- harnessx schema, version 22 (PostgreSQL): a pause/cancel request stays on its session until
+-- harnessx schema, version 23 (PostgreSQL): a pause/cancel request stays on its session until
 -- the run has acted on it (docs/architecture.md, *The pause/cancel request*).
 --
 -- The lease renewal used to take a request, clearing it in the statement that returned it:
