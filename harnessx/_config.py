@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any, TypeVar
 
-from harnessx._errors import ConfigurationError
+from harnessx._errors import ConfigurationError, ConfigurationTypeError
 from harnessx._policies import (
     Fallback,
     LoopGuard,
@@ -236,7 +236,9 @@ def _coerce(kind: type[_P], value: Any, name: str) -> _P:
         known = {f.name for f in fields(kind)}
         return kind(**{k: v for k, v in value.items() if k in known})
     if not isinstance(value, kind):
-        raise ConfigurationError(f"AgentConfig.{name} must be a {kind.__name__}, got {type(value).__name__}")
+        raise ConfigurationTypeError(
+            f"AgentConfig.{name} must be a {kind.__name__}, got {type(value).__name__}"
+        )
     return value
 
 

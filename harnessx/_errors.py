@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConfigurationError",
+    "ConfigurationTypeError",
     "ContextOverflowError",
     "CorruptStateError",
     "CostLimitError",
@@ -83,6 +84,11 @@ class HarnessError(Exception):
 
 class ConfigurationError(HarnessError, ValueError):
     """The caller's input or configuration is wrong; the message says what to change."""
+
+
+class ConfigurationTypeError(ConfigurationError, TypeError):
+    """A setting of the wrong type: a ``TypeError`` where harnessx 0.9.1 raises one, and a
+    ``ConfigurationError`` as every bad setting here."""
 
 
 class RuntimeStateError(HarnessError, RuntimeError):

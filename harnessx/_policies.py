@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from harnessx._errors import ConfigurationError
+from harnessx._errors import ConfigurationError, ConfigurationTypeError
 
 if TYPE_CHECKING:
     from harnessx.providers._base import LLMProvider
@@ -174,10 +174,6 @@ class ProgressPolicy:
         return self.first_after_seconds is not None
 
 
-class _ConfigurationTypeError(ConfigurationError, TypeError):
-    """A setting of the wrong type."""
-
-
 @dataclass(frozen=True)
 class LoopGuard:
     """Noticing that an agent has stopped making progress.
@@ -195,8 +191,7 @@ class LoopGuard:
 
     def __post_init__(self) -> None:
         if type(self.enabled) is not bool:
-            # A TypeError as in harnessx 0.9.1, and a ConfigurationError as every bad setting here.
-            raise _ConfigurationTypeError(f"LoopGuard.enabled must be True or False, got {self.enabled!r}")
+            raise ConfigurationTypeError(f"LoopGuard.enabled must be True or False, got {self.enabled!r}")
         check_positive(self.max_period, "LoopGuard.max_period", integer=True)
         check_positive(self.history, "LoopGuard.history", integer=True)
         if type(self.threshold) is not int or self.threshold < 2:
@@ -257,7 +252,7 @@ class PromptCachePolicy:
         if type(self.cache_history) is not bool:
             raise ConfigurationError("PromptCachePolicy.cache_history must be True or False")
         if not isinstance(self.key_salt, str):
-            raise ConfigurationError("PromptCachePolicy.key_salt must be a string")
+            raise ConfigurationTypeError("PromptCachePolicy.key_salt must be a string")
 
 
 @dataclass(frozen=True)

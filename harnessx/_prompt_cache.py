@@ -19,7 +19,7 @@ from typing import Any
 
 from harnessx._policies import PromptCacheHint, PromptCachePolicy
 
-__all__ = ["DISABLED", "accepts_cache", "build_hint", "offer_cache", "prefix_key"]
+__all__ = ["DISABLED", "accepts_cache", "build_hint", "hint_from_wire", "offer_cache", "prefix_key"]
 
 # The hint an agent with prompt_cache=None gives: "caching is off", unlike no hint at all.
 DISABLED = PromptCacheHint(prefix_key="", breakpoints=(), ttl_seconds=None, enabled=False)
@@ -63,7 +63,9 @@ def build_hint(
 
 
 def accepts_cache(method: Callable[..., Any]) -> bool:
-    """Whether ``method`` takes a ``cache`` argument (by name, or through ``**kwargs``)."""
+    """Whether ``method`` declares a ``cache`` parameter. ``**kwargs`` does not count, as in
+    harnessx 0.9.1: a provider that passes its keywords on (to a vendor SDK, say) would be
+    handed a hint it never reads, and the SDK would refuse it."""
     # Asked before every model call: a bound method is judged by its function (the bound
     # ``self`` is no ``cache`` parameter), once, as reading a signature costs more than the
     # rest of preparing the request.
@@ -81,10 +83,23 @@ def _takes_cache(function: Callable[..., Any]) -> bool:
 
 def _reads_cache(function: Callable[..., Any]) -> bool:
     try:
-        parameters = inspect.signature(function).parameters.values()
+        parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):
         return False
-    return any(p.name == "cache" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    return "cache" in parameters
+
+
+def hint_from_wire(value: Any) -> PromptCacheHint | None:
+    """A hint from its stored form (a dict; a hint is returned as it is); ``None`` for none."""
+    if value is None or isinstance(value, PromptCacheHint):
+        return value
+    ttl = value.get("ttl_seconds")
+    return PromptCacheHint(
+        prefix_key=str(value.get("prefix_key", "")),
+        breakpoints=tuple(str(b) for b in value.get("breakpoints", ())),
+        ttl_seconds=None if ttl is None else int(ttl),
+        enabled=bool(value.get("enabled", True)),
+    )
 
 
 def offer_cache(

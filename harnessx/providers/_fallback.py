@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from harnessx._errors import ConfigurationError
-from harnessx._policies import Fallback
+from harnessx._policies import Fallback, PromptCacheHint
 from harnessx._prompt_cache import offer_cache
 from harnessx.providers._base import LLMProvider, ProviderResponse, StreamChunk, call_create
 
@@ -129,7 +129,9 @@ class FallbackProvider(LLMProvider):
         member.strikes = 0
         self.last_served = member.label
 
-    async def create(self, **kwargs: Any) -> ProviderResponse:
+    async def create(self, *, cache: PromptCacheHint | None = None, **kwargs: Any) -> ProviderResponse:
+        # ``cache`` named, so that the run hands this provider its hint (accepts_cache).
+        kwargs["cache"] = cache
         chain = self._eligible()
         for index, member in enumerate(chain):
             try:
@@ -145,7 +147,10 @@ class FallbackProvider(LLMProvider):
             return response
         raise AssertionError("a FallbackProvider always has a member")  # pragma: no cover
 
-    async def stream(self, **kwargs: Any) -> AsyncIterator[StreamChunk]:
+    async def stream(
+        self, *, cache: PromptCacheHint | None = None, **kwargs: Any
+    ) -> AsyncIterator[StreamChunk]:
+        kwargs["cache"] = cache
         chain = self._eligible()
         for index, member in enumerate(chain):
             request = offer_cache(member.provider.stream, member.request(kwargs), kwargs.get("cache"))
