@@ -282,7 +282,10 @@ class Agent:
         if self._closed:
             raise RuntimeStateError("this agent is closed; create a fresh Agent")
         if self._busy:
-            raise RuntimeStateError("this agent is already running; one Agent runs one run at a time")
+            raise RuntimeStateError(
+                "this agent is busy with another run; one Agent runs one run at a time "
+                "(await it, or use another Agent)"
+            )
         self._busy = True
 
     async def _drive(self, message: str, log: MemoryRunLog, *, stream: bool) -> RunResult:

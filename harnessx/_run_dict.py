@@ -16,18 +16,53 @@ Commands, in the original's order: ``prepare_model`` -> ``model`` -> ``prepare_t
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
 from harnessx._engine import CANCELLED_CALL, CUT_OFF_CALL_AT_LIMIT, NOT_RUN_AT_LIMIT
+from harnessx._ids import uuid7
 from harnessx._messages import close_open_calls, from_blocks, to_blocks
 from harnessx._results import ToolResult
-from harnessx.providers._base import StopReason
+from harnessx.providers._base import StopReason, TokenUsage
 
-__all__ = ["REFUSED_CALL", "cancel_state", "close_open_tool_calls", "next_command", "transition"]
+__all__ = [
+    "REFUSED_CALL",
+    "cancel_state",
+    "close_open_tool_calls",
+    "new_state",
+    "next_command",
+    "transition",
+]
 
 # A reply refused or filtered by the provider: its calls are answered, never run.
 REFUSED_CALL = "Not executed: the provider refused or filtered this reply."
+
+
+def new_state(
+    agent: Any, message: str, *, run_id: str | None = None, durable: bool = False
+) -> dict[str, Any]:
+    """A run's first state in the original's dict form (phase ``start``), from ``agent``'s
+    session: its conversation (content blocks), metadata, usage and task list."""
+    return {
+        "version": 1,
+        "session_id": agent.session_id,
+        "run_id": run_id or uuid7(),
+        "message": message,
+        "messages": agent.memory.get_messages(),
+        "metadata": copy.deepcopy(agent.session_metadata),
+        "phase": "start",
+        "status": "running",
+        "durable": durable,
+        "iterations": 0,
+        "usage": TokenUsage().to_dict(),
+        "total_usage": agent.total_usage.to_dict(),
+        "lifetime_iterations": agent.lifetime_iterations,
+        "tools": [],
+        "attempt": 0,
+        "usage_incomplete": False,
+        "todos": copy.deepcopy(agent.todos),
+    }
 
 
 def next_command(state: Mapping[str, Any]) -> str:

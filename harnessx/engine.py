@@ -1,16 +1,18 @@
 """The original harnessx's ``harnessx.engine``, as far as it has a counterpart here.
 
-harnessx 0.9.1's engine drives a run as a dict of its own (``new_state``, ``snapshot``,
-``restore``, its commands); this harnessx's engine is another (``harnessx._engine``, on
-``RunState``: docs/architecture.md), so those names are not here and importing one says so.
-These are: the bound on condensing a run's history, the summarizer's transcript, and the
-joining of neighbouring same-role messages every request gets.
+harnessx 0.9.1's engine drives a run as a dict of its own; this harnessx's engine is another
+(``harnessx._engine``, on ``RunState``: docs/architecture.md), so most of its names (the
+commands, ``snapshot``, ``restore``, ...) are not here and importing one says so. These
+are: ``new_state`` (a run's first state in that dict form, the one
+``harnessx.execution.transition`` takes), the bound on condensing a run's history, the
+summarizer's transcript, and the joining of neighbouring same-role messages.
 """
 
 from __future__ import annotations
 
 from harnessx._condense import MAX_CONDENSATIONS, SUMMARY_MAX_TOKENS, SUMMARY_SYSTEM, render_for_summary
 from harnessx._messages import coalesce_same_role
+from harnessx._run_dict import new_state
 from harnessx._unsupported import DOCS
 
 __all__ = [
@@ -18,6 +20,7 @@ __all__ = [
     "SUMMARY_MAX_TOKENS",
     "SUMMARY_SYSTEM",
     "coalesce_same_role",
+    "new_state",
     "render_for_summary",
 ]
 

@@ -129,10 +129,43 @@ def test_the_engine_module_has_what_has_a_counterpart() -> None:
     assert '[assistant tool call] grep({"q": "x"})' in rendered and "[tool error] " + "y" * 100 in rendered
     assert "y" * 101 not in rendered and MAX_CONDENSATIONS == 3
     with pytest.raises(ImportError, match="internal module with no counterpart"):
-        from harnessx.engine import new_state  # noqa: F401
+        from harnessx.engine import snapshot  # noqa: F401
     briefed = Agent(config=AgentConfig(system_prompt="You are terse."), provider=ScriptedProvider(["x"]))
     assert briefed._build_system_prompt() == f"You are terse.\n\n{PLANNING_GUIDANCE}"
     plain = Agent(
         config=AgentConfig(system_prompt="You are terse.", planning=False), provider=ScriptedProvider(["x"])
     )
     assert plain._build_system_prompt() == "You are terse."
+
+
+def test_a_first_state_in_the_original_form() -> None:
+    from harnessx import Agent, AgentConfig, ScriptedProvider
+    from harnessx.engine import new_state
+
+    agent = Agent(config=AgentConfig(planning=False), provider=ScriptedProvider(["x"]))
+    agent.memory.add_user_message("earlier")
+    state = new_state(agent, "go", durable=True)
+    assert (state["phase"], state["status"], state["session_id"]) == ("start", "running", agent.session_id)
+    assert state["messages"] == [{"role": "user", "content": "earlier"}] and state["tools"] == []
+    assert next_command(state) == "start" and state["durable"] is True and state["todos"] == []
+
+
+async def test_a_busy_agent_says_so() -> None:
+    import asyncio
+
+    from harnessx import Agent, AgentConfig, RuntimeStateError, ScriptedProvider
+
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(request: object) -> str:
+        started.set()
+        await release.wait()
+        return "done"
+
+    agent = Agent(config=AgentConfig(planning=False), provider=ScriptedProvider(slow))
+    first = asyncio.ensure_future(agent.run("first"))
+    await started.wait()
+    with pytest.raises(RuntimeStateError, match="busy"):
+        await agent.run("second")
+    release.set()
+    assert (await first).ok
