@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import os
 import sqlite3
 import time
@@ -90,6 +91,7 @@ from harnessx.store._sqlite_console import SQLiteConsole
 from harnessx.store._sqlite_file import SQLiteFile
 from harnessx.store._sqlite_lifecycle import SQLiteLifecycle
 from harnessx.store._sqlite_scheduling import SQLiteScheduling
+from harnessx.store._sqlite_stops import StopPoller
 from harnessx.store._waiters import RunWaiters
 
 __all__ = ["SQLiteBackend"]
@@ -140,6 +142,10 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         self._liveness: int | None = None
         self._closed = False
         self._waiters = RunWaiters()
+        self._stops = StopPoller(
+            lambda runs: self._all("looking at the runs waited on", "stopped_runs", json.dumps(runs)),
+            self._waiters,
+        )
         self._leaderships: dict[str, tuple[int, Leadership]] = {}  # role -> (locked fd, term)
         self._deadlines = LeaseDeadlines(lease_seconds)
 
@@ -462,14 +468,13 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
                 await asyncio.wait_for(waiter.wait(), max_wait)
 
     async def wait_until_stopped(self, run_id: str, max_wait: float) -> RunRecord | None:
-        """See the protocol. Other processes' commits are seen by polling (every ``max_wait``
-        seconds); this process's wake it at once, the waiter in place before the read."""
-        async with self._waiters.waiting(run_id) as waiter:
-            record = await self.get_run(run_id)
-            if record is not None and not record.stopped:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter.wait(), max_wait)
-            return record
+        """See the protocol and ``StopPoller``: one statement per ``max_wait`` looks at every
+        run this process waits on; this process's own commits wake a waiter at once."""
+        return await self._stops.until_stopped(run_id, max_wait, lambda: self.get_run(run_id))
+
+    async def aclose(self) -> None:
+        await self._stops.aclose()
+        await super().aclose()
 
     async def load_state(self, run_id: str) -> RunState:
         return await self._call(self._reading(lambda conn: self._load(conn, run_id)))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from durable_support import make_agent
+from waiting import wait_until
 
 from harnessx import (
     AgentRuntime,
@@ -132,3 +133,42 @@ async def test_a_read_only_backend_reads_and_refuses_writes(tmp_path: Path) -> N
         with pytest.raises(StorageError, match="readonly"):
             await reader.create_session("s2", None, {})
         assert list((tmp_path / "db.sqlite3.owners").iterdir()) == []  # it takes no liveness lock
+
+
+async def test_waiting_for_runs_other_processes_drive_is_one_look_for_all_of_them(tmp_path: Path) -> None:
+    """A process waiting for many runs to stop looks at all of them in one statement per
+    poll interval (StopPoller), and one run's stop, committed by another process, ends the
+    wait for that run only."""
+    import asyncio
+
+    from harnessx._observe import until_stopped
+    from harnessx._state import Delta, Phase
+    from harnessx.testing._round_trips import SQLiteRoundTrips
+
+    path = tmp_path / "db.sqlite3"
+    async with SQLiteBackend(path) as driver, SQLiteBackend(path) as waiter:
+        leases = {}
+        for n in range(20):
+            await driver.create_session(f"s{n}", None, {})
+            leases[n] = await driver.claim(f"s{n}", "h")
+            await driver.create_run(leases[n], f"r{n}", None, "hi", Delta(Phase.PREPARE_MODEL_CALL))
+        with SQLiteRoundTrips(waiter) as trips:
+            waits = {
+                n: asyncio.ensure_future(until_stopped(waiter, f"r{n}", poll_interval=0.01))
+                for n in range(20)
+            }
+            looks = "r.status = 'running'"  # the poller's statement
+            await wait_until(lambda: sum(looks in " ".join(t) for t in trips.trips) >= 20, "twenty looks")
+            # Run by run, that would have been 20 x 20 reads; here 20 first reads, the looks and
+            # a waiter's own read now and then (every 3 s).
+            assert trips.count < 20 + 20 + 20 * 3
+            await driver.end_run(
+                leases[7], "r7", status="completed", stop_reason="end_turn", error=None, events=[]
+            )
+            record = await asyncio.wait_for(waits.pop(7), 30)
+            assert record is not None and record.stopped
+            assert not any(wait.done() for wait in waits.values())
+        for wait in waits.values():
+            wait.cancel()
+        await asyncio.gather(*waits.values(), return_exceptions=True)
+        assert len(waiter._waiters) == 0 and not waiter._stops._runs

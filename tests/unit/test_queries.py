@@ -72,6 +72,8 @@ SQLITE_ONLY_QUERIES = {
     **dict.fromkeys(("rate_bucket", "take_rate_hold"), "reserve_rate"),
     "requeue_later": "hold_rate",
     "leased_sessions": "find_orphans",
+    # SQLite looks at every run waited on; a PostgreSQL waiter hears the stopping commit.
+    "stopped_runs": "await_run",
     "drop_orphan_lease": "recover_orphan",
     "requeue_session": "recover_orphan",
     "last_event_seq": "end_run",

@@ -114,6 +114,12 @@ SELECT id, session_id, request_id, request_message, status, phase, event_count, 
        output, stop_reason, error, usage_incomplete, history_length, queued_at IS NOT NULL, start_attempts
 FROM runs WHERE id = ?;
 
+-- name: stopped_runs
+-- Of the runs in the JSON array ?, those that are there: whether each is still running or
+-- queued (a waiter's poll, one statement for every run waited on).
+SELECT r.id, r.status = 'running' OR r.queued_at IS NOT NULL
+FROM json_each(?) j JOIN runs r ON r.id = j.value;
+
 -- name: find_run
 -- The run a request id created in a session.
 SELECT id, session_id, request_id, request_message, status, phase, event_count, iteration, usage,
