@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import re
 import secrets
 import time
 import uuid
@@ -75,7 +76,7 @@ async def one_run(backend: PostgresBackend, message: str = "Write the EMEA repor
 
 
 def scanned(plan: Any) -> list[str]:
-    """The relations an EXPLAIN (FORMAT JSON) plan reads."""
+    """The relations an EXPLAIN (FORMAT JSON) plan reads or writes."""
     found: list[str] = []
 
     def walk(node: dict[str, Any]) -> None:
@@ -103,19 +104,43 @@ async def test_a_run_s_events_are_in_the_partition_of_its_day(pg_database: str) 
     assert len(events) > 2 and [int(e.cursor) for e in events] == list(range(1, len(events) + 1))
 
 
+# Every named statement that reads or writes one run's events, and which parameter is the run.
+ONE_RUN = {
+    name: int(match.group(1))
+    for name, text in Q.items()
+    if (match := re.search(r"harnessx_id_ms\(\$(\d+)\)", text))
+}
+
+
+SAMPLES = {"int8": 1, "int4": 1, "float8": 0.0, "bool": False, "json": "null", "jsonb": "null"}
+
+
+def dummy(kind: Any, run_id: str, is_run: bool) -> Any:
+    """A value of a statement parameter's type (the run's id for the run)."""
+    if is_run:
+        return run_id
+    if kind.kind == "array":
+        return []
+    return SAMPLES.get(kind.name, "x")
+
+
 @pytest.mark.parametrize("plan_mode", ["force_custom_plan", "force_generic_plan"])
-async def test_reading_a_run_s_events_reads_its_partition_alone(pg_database: str, plan_mode: str) -> None:
+async def test_every_statement_on_one_run_s_events_reads_its_partition_alone(
+    pg_database: str, plan_mode: str
+) -> None:
+    assert {"read_events", "end_run", "defer_start", "forget_pruned_run"} <= set(ONE_RUN)
     async with PostgresBackend(pg_database) as backend:
         run_id = await one_run(backend)
+        await backend.maintain_partitions(20 * DAY)  # many partitions to choose from
     conn = await connect(pg_database)
     try:
         await conn.execute(f"SET plan_cache_mode = {plan_mode}")
-        for name, args in [
-            ("read_events", (run_id, 0, 100)),
-        ]:
-            (row,) = await conn.fetch(f"EXPLAIN (ANALYZE, FORMAT JSON) {Q[name]}", *args)
-            plan = json.loads(row[0])
-            assert [r for r in scanned(plan) if r.startswith("events")] == [day_partition(run_id)], plan
+        for name, run_param in ONE_RUN.items():
+            statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {Q[name]}")
+            args = [dummy(t, run_id, n == run_param) for n, t in enumerate(statement.get_parameters(), 1)]
+            plan = json.loads(await statement.fetchval(*args))
+            # Only the run's day: initial pruning leaves the other partitions out of the plan.
+            assert {r for r in scanned(plan) if r.startswith("events_")} == {day_partition(run_id)}, name
     finally:
         await conn.close()
 
