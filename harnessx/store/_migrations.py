@@ -9,8 +9,12 @@ that must not hold its locks while it reads a large table (validating a constrai
 with parts of its own, each after a line ``-- harnessx: before``: they run first, each as a
 transaction of its own, while running workers go on, and must be safe to run again (a
 migration that failed after them runs them again). ``-- harnessx: body`` starts what runs in
-the transaction; a part after ``-- harnessx: on failure`` runs when the transaction failed,
-to take back what the parts before it left behind.
+the transaction; ``-- harnessx: last`` what runs in it after every pending migration's body
+(so that a lock it takes is held only until the commit right after); ``-- harnessx: after``
+what runs once it committed, each part on its own (it must be safe to run again, and what it
+does must be done by something else too should the process stop before it); a part after
+``-- harnessx: on failure`` runs when the transaction failed, to take back what the parts
+before it left behind.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ __all__ = [
 ]
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_MARKER = re.compile(r"^-- harnessx: (before|body|on failure)\s*$", re.MULTILINE)
+_MARKER = re.compile(r"^-- harnessx: (before|body|last|after|on failure)\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,16 @@ class Migration:
     def body(self) -> str:
         """What runs in the migrations' transaction (the whole file without parts)."""
         return "".join(text for kind, text in _parts(self.sql) if kind == "body")
+
+    @property
+    def last(self) -> str:
+        """What runs in the transaction after every pending migration's body."""
+        return "".join(text for kind, text in _parts(self.sql) if kind == "last")
+
+    @property
+    def after(self) -> tuple[str, ...]:
+        """The parts that run after the transaction committed, each on its own, in order."""
+        return tuple(text for kind, text in _parts(self.sql) if kind == "after")
 
     @property
     def on_failure(self) -> str | None:

@@ -170,13 +170,25 @@ class PostgresSchema(PostgresExecution):
             for part in migration.before:
                 await conn.execute(part)
         try:
-            return await self._apply(conn)
+            done = await self._apply(conn)
         except Exception:
             for migration in waiting:
                 if migration.on_failure is not None:
                     with contextlib.suppress(*DRIVER_ERRORS):
                         await conn.execute(migration.on_failure)
             raise
+        for migration in done.applied:
+            for part in migration.after:
+                try:
+                    await conn.execute(part)
+                except DRIVER_ERRORS as exc:  # applied all the same: what it does is done again later
+                    logger.warning(
+                        "migration %04d_%s: a part after its commit failed (%s); it is done later",
+                        migration.version,
+                        migration.name,
+                        self._describe(exc),
+                    )
+        return done
 
     async def _apply(self, conn: Connection) -> MigrationReport:
         async with conn.transaction():
@@ -195,6 +207,9 @@ class PostgresSchema(PostgresExecution):
                     Q["record_migration"], migration.version, migration.name, migration.checksum
                 )
                 logger.info("applied migration %04d_%s to %s", migration.version, migration.name, self._where)
+            for migration in done:
+                if migration.last:
+                    await conn.execute(migration.last)
         return report(self._where, applied, done)
 
     async def _check_may_migrate(self, conn: Connection) -> None:

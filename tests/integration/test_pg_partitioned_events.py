@@ -286,11 +286,15 @@ def test_a_migration_s_parts_run_before_and_after_failure_of_its_transaction() -
     migrations = {m.version: m for m in load_migrations("postgres")}
     partitioned = migrations[18]
     assert len(partitioned.before) == 2 and all("DO $" in part for part in partitioned.before)
-    assert "PARTITION BY RANGE (harnessx_id_ms(run_id))" in partitioned.body
+    # The swap is last in the transaction, the day partitions after it.
+    assert "PARTITION BY RANGE (harnessx_id_ms(run_id))" in partitioned.last
+    assert "PARTITION BY" not in partitioned.body
+    assert len(partitioned.after) == 1 and "harnessx_add_event_partitions" in partitioned.after[0]
     assert partitioned.on_failure is not None and "DROP CONSTRAINT" in partitioned.on_failure
     assert "VALIDATE CONSTRAINT" not in partitioned.body  # the long read is outside the transaction
     # A migration without markers is its body alone.
     assert migrations[1].before == () and migrations[1].body == migrations[1].sql
+    assert migrations[1].last == "" and migrations[1].after == ()
     assert migrations[1].on_failure is None
 
 

@@ -20,9 +20,11 @@
 -- stops every checkpoint; a validated CHECK constraint saying the same spares that read. So
 -- this migration first adds the constraint NOT VALID (which only needs its lock for an
 -- instant), then validates it (reading the table under a lock that lets reads and writes go
--- on), each in a transaction of its own, before the migrations' transaction swaps the tables:
--- that holds the old table's lock only for the renames and the attach, and waits at most 5 s
--- for it (a long transaction reading events: the migration fails and can be run again).
+-- on), each in a transaction of its own, before the migrations' transaction swaps the tables,
+-- last in it (after every other pending migration): it holds the old table's lock only for the
+-- renames, the attach and the commit, and waits at most 5 s for it (a long transaction reading
+-- events: the migration fails and can be run again). The day partitions are made after the
+-- commit (on a new database, in the transaction).
 -- Should that transaction fail, the constraint is dropped again, so that a harnessx of the
 -- previous version that keeps running does not find new runs refused once that time passes.
 
@@ -107,23 +109,28 @@ BEGIN
 END
 $$;
 
+-- harnessx: last
+-- The swap, after every other pending migration (which may be slow), so that its lock on the
+-- old table is held only until the commit that follows.
 DO $$
 DECLARE
     v_start  bigint;
     v_grant  record;
+    v_empty  boolean;
 BEGIN
     PERFORM set_config('lock_timeout', '5s', true);
     LOCK TABLE events IN ACCESS EXCLUSIVE MODE;
     SELECT substring(pg_get_constraintdef(k.oid) FROM '< \(?''?([0-9]+)')::bigint INTO v_start
     FROM pg_constraint k
     WHERE k.conrelid = 'events'::regclass AND k.conname = 'events_before_partitions' AND k.convalidated;
+    v_empty := NOT EXISTS (SELECT 1 FROM events);
     IF v_start IS NULL THEN
         -- No parts ran before: a new database (nothing to read; its runs' events go to day
         -- partitions from today on), or they were undone (then the table is read here).
         ALTER TABLE events DROP CONSTRAINT IF EXISTS events_before_partitions;
         v_start := (extract(epoch FROM date_trunc('day', now() AT TIME ZONE 'UTC')
-                                       + CASE WHEN EXISTS (SELECT 1 FROM events) THEN interval '2 days'
-                                              ELSE interval '0 days' END) * 1000)::bigint;
+                                       + CASE WHEN v_empty THEN interval '0 days'
+                                              ELSE interval '2 days' END) * 1000)::bigint;
         EXECUTE format('ALTER TABLE events ADD CONSTRAINT events_before_partitions '
                        'CHECK (harnessx_id_ms(run_id) IS NOT NULL AND harnessx_id_ms(run_id) < %s)', v_start);
     END IF;
@@ -152,9 +159,16 @@ BEGIN
         EXECUTE format('GRANT %s ON events TO %s', v_grant.privilege_type, v_grant.grantee);
     END LOOP;
     EXECUTE format('ALTER TABLE events ATTACH PARTITION events_legacy FOR VALUES FROM (MINVALUE) TO (%s)', v_start);
+    IF v_empty THEN
+        -- A new database's runs need today's partition at once (nobody waits on its lock).
+        PERFORM harnessx_add_event_partitions(now() + interval '7 days');
+    END IF;
 END
 $$;
 
+-- harnessx: after
+-- The day partitions, once the swap committed (events_legacy covers at least the next day,
+-- and the supervisor makes them too should this not run).
 SELECT harnessx_add_event_partitions(now() + interval '7 days');
 
 -- harnessx: on failure
