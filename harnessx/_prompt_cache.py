@@ -62,31 +62,35 @@ def build_hint(
     )
 
 
-def accepts_cache(method: Callable[..., Any]) -> bool:
-    """Whether ``method`` declares a ``cache`` parameter. ``**kwargs`` does not count, as in
-    harnessx 0.9.1: a provider that passes its keywords on (to a vendor SDK, say) would be
-    handed a hint it never reads, and the SDK would refuse it."""
+def accepts_cache(method: Callable[..., Any], *, through_kwargs: bool = False) -> bool:
+    """Whether ``method`` declares a ``cache`` parameter (or, with ``through_kwargs``, takes
+    ``**kwargs``). A run hands the hint only to a provider method that declares it, as
+    harnessx 0.9.1 does: a provider that passes its keywords on (to a vendor SDK, say) would
+    be handed a hint it never reads, and the SDK would refuse it. The base ``stream`` passes
+    it on to ``create`` through ``**kwargs`` too, as 0.9.1's does."""
     # Asked before every model call: a bound method is judged by its function (the bound
     # ``self`` is no ``cache`` parameter), once, as reading a signature costs more than the
     # rest of preparing the request.
     function = getattr(method, "__func__", method)
     try:
-        return _takes_cache(function)
+        return _takes_cache(function, through_kwargs)
     except TypeError:  # an unhashable callable: judged each time
-        return _reads_cache(function)
+        return _reads_cache(function, through_kwargs)
 
 
 @functools.lru_cache(maxsize=256)
-def _takes_cache(function: Callable[..., Any]) -> bool:
-    return _reads_cache(function)
+def _takes_cache(function: Callable[..., Any], through_kwargs: bool) -> bool:
+    return _reads_cache(function, through_kwargs)
 
 
-def _reads_cache(function: Callable[..., Any]) -> bool:
+def _reads_cache(function: Callable[..., Any], through_kwargs: bool) -> bool:
     try:
         parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):
         return False
-    return "cache" in parameters
+    if "cache" in parameters:
+        return True
+    return through_kwargs and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 def hint_from_wire(value: Any) -> PromptCacheHint | None:
@@ -103,10 +107,15 @@ def hint_from_wire(value: Any) -> PromptCacheHint | None:
 
 
 def offer_cache(
-    method: Callable[..., Any], kwargs: dict[str, Any], hint: PromptCacheHint | None
+    method: Callable[..., Any],
+    kwargs: dict[str, Any],
+    hint: PromptCacheHint | None,
+    *,
+    through_kwargs: bool = False,
 ) -> dict[str, Any]:
-    """``kwargs`` for calling ``method``: with ``cache=hint`` if it takes one, else without."""
+    """``kwargs`` for calling ``method``: with ``cache=hint`` if it takes one (see
+    ``accepts_cache``), else without."""
     kwargs = {key: value for key, value in kwargs.items() if key != "cache"}
-    if hint is not None and accepts_cache(method):
+    if hint is not None and accepts_cache(method, through_kwargs=through_kwargs):
         kwargs["cache"] = hint
     return kwargs

@@ -275,7 +275,7 @@ class LLMProvider(ABC):
             "max_tokens": max_tokens,
             "temperature": temperature,
         }
-        response = await call_create(self, **offer_cache(self.create, request, cache))
+        response = await call_create(self, **offer_cache(self.create, request, cache, through_kwargs=True))
         if response.text:
             yield StreamChunk("text_delta", response.text)
         yield StreamChunk("response", response)

@@ -55,14 +55,26 @@ class Declaring(Forwarding):
 
 async def test_a_provider_taking_kwargs_is_called_without_the_hint() -> None:
     provider = Forwarding()
-    for streamed in (False, True):
-        agent = Agent(config=AgentConfig(planning=False), provider=provider)
-        if streamed:
-            async with agent.run_stream("hi") as stream:
-                assert (await stream.result()).ok
-        else:
-            assert (await agent.run("hi")).ok
-    assert len(provider.seen) == 2 and all("cache" not in kwargs for kwargs in provider.seen)
+    assert (await Agent(config=AgentConfig(planning=False), provider=provider).run("hi")).ok
+    assert len(provider.seen) == 1 and "cache" not in provider.seen[0]
+
+
+async def test_the_base_stream_hands_the_hint_on_to_create_as_the_original_does() -> None:
+    provider = Declaring()
+    agent = Agent(config=AgentConfig(planning=False), provider=provider)
+    async with agent.run_stream("hi") as stream:
+        assert (await stream.result()).ok
+    assert isinstance(provider.seen[0]["cache"], PromptCacheHint)
+
+    class Recording(Forwarding):
+        async def create(self, **kwargs: Any) -> ProviderResponse:
+            self.seen.append(kwargs)
+            return ProviderResponse(text="ok")
+
+    recording = Recording()
+    async with Agent(config=AgentConfig(planning=False), provider=recording).run_stream("hi") as stream:
+        assert (await stream.result()).ok
+    assert isinstance(recording.seen[0]["cache"], PromptCacheHint), "through **kwargs, as 0.9.1's stream"
 
 
 async def test_a_provider_declaring_cache_gets_it_through_a_fallback_too() -> None:

@@ -27,6 +27,7 @@ class Without:
 def test_the_hint_goes_only_to_a_method_that_takes_it() -> None:
     assert offer_cache(Named().complete, {"messages": []}, HINT) == {"messages": [], "cache": HINT}
     assert offer_cache(Keywords().complete, {"messages": []}, HINT) == {"messages": []}
+    assert offer_cache(Keywords().complete, {"messages": []}, HINT, through_kwargs=True)["cache"] is HINT
     assert offer_cache(Without().complete, {"messages": [], "cache": HINT}, HINT) == {"messages": []}
     assert offer_cache(Named().complete, {"messages": []}, None) == {"messages": []}
 
