@@ -254,6 +254,9 @@ class Driver:
         self._sleep = sleep
         # A short request refused as too long is asked once more in a run (_overflow).
         self.overflow_retried = False
+        # The size the provider reported for the last request and its reply (input plus
+        # output tokens), so that a request clearly within the window is not counted again.
+        self.last_measured: int | None = None
 
     async def commit(self, state: RunState, delta: Delta) -> None:
         """Commit ``delta``, apply it to ``state``, and announce the checkpoint (a durable
@@ -487,6 +490,8 @@ class Driver:
             await self.commit(state, self.engine.fail(state, exc))
             return
         self.settle_call(admission, response)
+        if response.usage is not None and response.usage.input_tokens:
+            self.last_measured = response.usage.input_tokens + response.usage.output_tokens
         middleware = self.settings.middleware
         if journal is not None:
             journal.model_replied(response, stage="response")

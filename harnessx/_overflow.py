@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harnessx._condense import (
     MAX_CONDENSATIONS,
@@ -60,6 +60,17 @@ __all__ = ["condense_if_due", "is_context_overflow", "recover_overflow"]
 logger = logging.getLogger("harnessx.driver")
 
 
+# A request measured below this share of what the window leaves the reply is not counted.
+_CLEARLY_WITHIN = 0.6
+
+
+def _since_last_reply(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].get("role") == "assistant":
+            return messages[index + 1 :]
+    return messages
+
+
 def _own(state: RunState) -> list[dict[str, object]]:
     return state.messages[state.history_length :]
 
@@ -76,6 +87,12 @@ async def condense_if_due(driver: Driver, state: RunState) -> None:
         return
     system, offered = driver.request_frame(state)
     reply = await driver.reply_tokens(state)
+    if driver.last_measured:
+        # Counting is a request to the vendor on Anthropic: skipped while the last request's
+        # measured size, plus what came after its reply, is well within the window.
+        after = _since_last_reply(state.messages)
+        if driver.last_measured + estimated_tokens(after) < max(1, window - reply) * _CLEARLY_WITHIN:
+            return
     # Counted as it would be sent: old tool results cleared first (fit_context), so that
     # the conversation is summarized only when clearing them is not enough.
     fitted = fit_context(view(state.messages), driver.context_room(reply), system, offered)

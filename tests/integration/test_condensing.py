@@ -276,3 +276,25 @@ async def test_the_memory_condenses_as_the_original_memory_does() -> None:
     kept = memory.get_messages()
     assert kept[0]["content"].startswith("[Earlier conversation, condensed]\nSUMMARY")
     assert kept[1]["content"][0]["type"] == "tool_use" and kept[2]["content"][0]["tool_use_id"] == "t1"
+
+
+async def test_a_request_measured_well_within_the_window_is_not_counted_again() -> None:
+    class Measured(Model):
+        counts = 0
+
+        async def create(self, **kwargs: Any) -> ProviderResponse:
+            response = await super().create(**kwargs)
+            response.usage = TokenUsage(input_tokens=100, output_tokens=10)
+            return response
+
+        async def count_tokens(self, **kwargs: Any) -> int:
+            self.counts += 1
+            return 100
+
+    provider = Measured([ProviderResponse(tool_calls=[ToolCall(f"c{i}", "noop", {})]) for i in range(3)])
+    agent = _agent(provider, max_context_tokens=100_000)
+    agent.tools.register_tool(lambda: "done", name="noop", permission=PermissionLevel.ALLOW)
+    _history(agent)
+    async with agent:
+        assert (await agent.run("go")).ok
+    assert len(provider.calls) == 4 and provider.counts == 1, "counted before the first call only"
