@@ -121,3 +121,36 @@ async def test_a_tenants_fair_share_row_is_updated_in_place(pg_database: str) ->
         assert row[1] == row[0], f"{row[0] - row[1]} of {row[0]} updates were not HOT"
     finally:
         await conn.close()
+
+
+async def test_a_claim_locks_only_the_runs_it_looks_at_and_another_goes_elsewhere(pg_database: str) -> None:
+    # A claim locks the runs it looks at until it commits (SKIP LOCKED: others pass over
+    # them). Schema 24: it looks at one run per run it takes (reading a tenant's queue ten
+    # rows at a time, a claim of one locked the tenant's next nine too), and a claim made
+    # meanwhile passes over the tenant the first is serving instead of waiting for its commit.
+    async with PostgresBackend(pg_database) as store:
+        for n, tenant in enumerate(["acme"] * 5 + ["zeta"] * 2):
+            await store.create_session(f"s{n}", "sales:v1", {})
+            lease = await store.claim(f"s{n}", "submitter")
+            await store.create_run(
+                lease, f"r{n}", None, "queued", Delta(Phase.PREPARE_MODEL_CALL), queued=True,
+                schedule=Schedule(tenant=tenant),
+            )  # fmt: skip
+    settings = {"search_path": quote_ident(SCHEMA)}
+    first = await asyncpg.connect(pg_database, server_settings=settings)
+    second = await asyncpg.connect(pg_database, server_settings=settings)
+    try:
+        claim = "SELECT run_id FROM harnessx_claim_runs($1, NULL, 1, 30, $2) WHERE run_id IS NOT NULL"
+        async with first.transaction():
+            taken = await first.fetch(claim, "w/1", "c1")  # not committed yet
+            assert [row[0] for row in taken] == ["r0"]
+            async with second.transaction():
+                assert await second.fetchval(
+                    "SELECT count(*) FROM (SELECT FROM runs WHERE queued_at IS NOT NULL AND tenant = 'acme' "
+                    "FOR UPDATE SKIP LOCKED) unlocked"
+                ) == 4  # fmt: skip
+                meanwhile = await asyncio.wait_for(second.fetch(claim, "w/2", "c2"), 10)
+            assert [row[0] for row in meanwhile] == ["r5"]  # zeta's, with no wait for acme's row
+    finally:
+        await first.close()
+        await second.close()
