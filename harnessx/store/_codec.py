@@ -72,10 +72,11 @@ _REF_KEY = "result_of"
 # A run's answer is kept whole in the conversation (the assistant message the model reads)
 # and on the run row (its output); its events refer to those instead of repeating it. A
 # text_complete event whose text is the content of an assistant message committed in the
-# same write stores {"content_ref": "message", "seq": N} (N: the message's place in its
-# session's conversation), and the run_result event of a completed run whose output the
-# same write puts on the run row stores its payload without "output", with "content_ref":
-# "output" (a completed run's row is never written again). read_events' one statement joins
+# same write stores {"content_ref": "message", "seq": N, "chars": L} (N: the message's place
+# in its session's conversation; L: the text's length, which reading checks), and the
+# run_result event of a completed run whose output the same write puts on the run row stores
+# its payload without "output", with "content_ref": "output" (a completed run's row is never
+# written again). read_events' one statement joins
 # both in. Texts of ANSWER_REF characters or fewer stay inline: a reference would save little.
 ANSWER_REF = 64
 _MESSAGE_REF = "message"
@@ -420,7 +421,8 @@ def event_data(event: RunEvent, keys: Mapping[str, str] | None = None, answers: 
         if event.type is RunEventType.TEXT_COMPLETE and isinstance(data, str):
             seq = answers.messages.get(data)
             if seq is not None:
-                return dumps({_REF: _MESSAGE_REF, "seq": seq})
+                # Its length too: reading checks that the message found is this text's.
+                return dumps({_REF: _MESSAGE_REF, "seq": seq, "chars": len(data)})
         if (
             event.type is RunEventType.RUN_RESULT
             and isinstance(data, RunResult)
@@ -564,9 +566,17 @@ def _with_answer(value: Any, row: Sequence[Any], run_id: str) -> Any:
     if ref == _MESSAGE_REF:
         body, owner = row[13], row[14]
         message = _safe_loads(body) if body is not None else None
-        if not (isinstance(message, dict) and owner == run_id and message.get("role") == "assistant"):
+        text = message.get("content") if isinstance(message, dict) else None
+        chars = value.get("chars", len(text) if isinstance(text, str) else None)
+        if not (
+            isinstance(message, dict)
+            and owner == run_id
+            and message.get("role") == "assistant"
+            and isinstance(text, str)
+            and len(text) == chars
+        ):
             raise _Undecodable(f"it refers to message {value.get('seq')!r}, not an answer of this run")
-        return str(message.get("content") or "")
+        return text
     return value
 
 

@@ -23,6 +23,7 @@ from harnessx import (
     AgentConfig,
     AgentRuntime,
     ConfigurationError,
+    CorruptStateError,
     Limits,
     ProviderResponse,
     RunEventType,
@@ -387,3 +388,42 @@ async def test_a_short_answers_events_stay_inline(target: BackendTarget) -> None
         done.run_id,
     )
     assert not any("content_ref" in data for data in stored)
+
+
+async def test_an_answer_reference_to_the_wrong_message_is_corrupt_not_misread(target: BackendTarget) -> None:
+    """A text_complete reference that names another message of the run (damaged, or written
+    by something else) is refused as corrupt rather than read as that message's text."""
+    first, last = "I will look that up for you. " * 4, ANSWER
+    replies: list[ProviderResponse | str] = [
+        ProviderResponse(text=first, tool_calls=[ToolCall("c", "dump", {})]),
+        last,
+    ]
+    async with (
+        target.open() as backend,
+        AgentRuntime(dumping_agent("dumped", ScriptedProvider(replies)), backend=backend) as runtime,
+    ):
+        done = await runtime.run("Look it up.")
+        texts = [
+            e.data for e in await backend.read_events(done.run_id, 0) if e.type is RunEventType.TEXT_COMPLETE
+        ]
+        assert texts == [first, last]
+    stored = await _rows(
+        target, _text(target, "SELECT data::text FROM events WHERE run_id = $1"), done.run_id
+    )
+    refs = [json.loads(data) for data in stored if '"content_ref":"message"' in data]
+    assert len(refs) == 2
+    wrong = json.dumps({**refs[1], "seq": refs[0]["seq"]}, separators=(",", ":"))
+    like = "'%" + f'"seq":{refs[1]["seq"]},' + "%'"
+    await _execute(
+        target,
+        _text(target, f"UPDATE events SET data = {{p1}} WHERE run_id = {{p2}} AND data::text LIKE {like}"),
+        wrong,
+        done.run_id,
+    )
+    async with target.open() as backend:
+        with pytest.raises(CorruptStateError, match="not an answer of this run"):
+            await backend.read_events(done.run_id, 0)
+
+
+def _text(target: BackendTarget, sql: str) -> str:
+    return sql.replace("::text", "") if target.kind == "sqlite" else sql
