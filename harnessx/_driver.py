@@ -53,7 +53,12 @@ from harnessx._hooks import HookEvent, HookManager
 from harnessx._journal import RunJournal
 from harnessx._messages import request_messages
 from harnessx._middleware import MiddlewarePipeline, ModelRequest
-from harnessx._model_limits import learn_model_limits, reply_budget, reply_limit_from_error
+from harnessx._model_limits import (
+    learn_model_limits,
+    reply_budget,
+    reply_limit_from_error,
+    resolve_model_limits,
+)
 from harnessx._overflow import condense_if_due, is_context_overflow, recover_overflow
 from harnessx._policies import ProgressPolicy, PromptCachePolicy
 from harnessx._prompt_cache import build_hint, offer_cache
@@ -88,6 +93,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("harnessx.driver")
+
+# Tokens of the model's window a counted request always leaves its reply, however full.
+_CONTEXT_SAFETY = 1_024
 
 T = TypeVar("T")
 
@@ -257,6 +265,8 @@ class Driver:
         # The size the provider reported for the last request and its reply (input plus
         # output tokens), so that a request clearly within the window is not counted again.
         self.last_measured: int | None = None
+        # The provider's count of the next request, when it was counted (_overflow).
+        self.counted_tokens: int | None = None
 
     async def commit(self, state: RunState, delta: Delta) -> None:
         """Commit ``delta``, apply it to ``state``, and announce the checkpoint (a durable
@@ -377,7 +387,7 @@ class Driver:
         await self._hook(HookEvent.LOOP_ITERATION_START, iteration=state.iteration + 1)
         system, offered = self.request_frame(state)
         middleware = settings.middleware
-        budget = await self.reply_tokens(state)
+        budget = await self._fitted(await self.reply_tokens(state))
         # The conversation as shown (condensed where it was: _condense), old tool results
         # cleared to leave the reply its room in the window.
         fitted = fit_context(view(state.messages), self.context_room(budget), system, offered)
@@ -406,6 +416,17 @@ class Driver:
         # The one last call of a run at its limit is asked for an answer, not more work.
         offered = [] if self.engine.final_call(state) else settings.tools.specs(settings.offered_tools)
         return system, offered
+
+    async def _fitted(self, budget: int) -> int:
+        """``budget`` fitted into what the counted request leaves of the model's window (as
+        0.9.1: room for a reply of at least ``_CONTEXT_SAFETY`` tokens is kept); as it is when
+        the request was not counted."""
+        counted = self.counted_tokens
+        if not counted:
+            return budget
+        window = (await resolve_model_limits(self._known_provider(), self.settings.model)).context_window
+        room = window - counted - _CONTEXT_SAFETY
+        return max(min(budget, room), min(budget, _CONTEXT_SAFETY))
 
     def context_room(self, reply_tokens: int) -> int | None:
         """What ``Limits.max_context_tokens`` leaves the request once the reply has its
@@ -445,6 +466,7 @@ class Driver:
             self.rates.settle(admission, response.usage)
 
     async def _call_model(self, state: RunState) -> None:
+        self.counted_tokens = None
         await condense_if_due(self, state)
         request = await self.model_request(state)
         admission, go = await self.admit_call(state, request)

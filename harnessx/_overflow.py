@@ -90,8 +90,9 @@ async def condense_if_due(driver: Driver, state: RunState) -> None:
     if driver.last_measured:
         # Counting is a request to the vendor on Anthropic: skipped while the last request's
         # measured size, plus what came after its reply, is well within the window.
-        after = _since_last_reply(state.messages)
-        if driver.last_measured + estimated_tokens(after) < max(1, window - reply) * _CLEARLY_WITHIN:
+        estimate = driver.last_measured + estimated_tokens(_since_last_reply(state.messages))
+        if estimate < max(1, window - reply) * _CLEARLY_WITHIN:
+            driver.counted_tokens = estimate
             return
     # Counted as it would be sent: old tool results cleared first (fit_context), so that
     # the conversation is summarized only when clearing them is not enough.
@@ -109,6 +110,9 @@ async def condense_if_due(driver: Driver, state: RunState) -> None:
         counted = None
     if over_budget(counted, window, reply):
         await condense(driver, state, forced=False)
+    else:
+        # The request as counted: the reply budget is fitted into what it leaves.
+        driver.counted_tokens = counted
 
 
 async def condense(driver: Driver, state: RunState, *, forced: bool) -> bool:

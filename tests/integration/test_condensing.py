@@ -298,3 +298,32 @@ async def test_a_request_measured_well_within_the_window_is_not_counted_again() 
     async with agent:
         assert (await agent.run("go")).ok
     assert len(provider.calls) == 4 and provider.counts == 1, "counted before the first call only"
+
+
+async def test_the_reply_budget_is_fitted_into_what_the_counted_request_leaves() -> None:
+    model_limits.register_model_limits("tiny-window", context_window=20_000, max_output=16_000)
+    try:
+        provider = Model(count=15_000)
+        agent = Agent(
+            config=AgentConfig(
+                model="tiny-window", planning=False, limits=Limits(max_context_tokens=10_000_000)
+            ),
+            provider=provider,
+        )
+        _history(agent, 3)
+        async with agent:
+            await agent.run("go")
+        assert provider.calls[0]["max_tokens"] == 20_000 - 15_000 - 1_024
+        provider = Model(count=19_900)
+        agent = Agent(
+            config=AgentConfig(
+                model="tiny-window", planning=False, limits=Limits(max_context_tokens=10_000_000)
+            ),
+            provider=provider,
+        )
+        _history(agent, 3)
+        async with agent:
+            await agent.run("go")
+        assert provider.calls[0]["max_tokens"] == 1_024, "a full window still leaves the reply some room"
+    finally:
+        model_limits._registered.pop("tiny-window", None)
