@@ -270,7 +270,14 @@ class Agent:
             assert outcome is not None
             return await asyncio.shield(outcome)
 
-        return RunStream(log.follow, result, start=start)
+        async def cancel() -> None:
+            # The stream closed before the run ended: the run ends too, and the agent is
+            # free again once it has.
+            if outcome is not None and not outcome.done():
+                outcome.cancel()
+                await asyncio.gather(outcome, return_exceptions=True)
+
+        return RunStream(log.follow, result, start=start, cancel=cancel)
 
     async def stream_text(self, message: str, *, on_reset: OnReset | None = None) -> AsyncIterator[str]:
         """Only the answer's text; raises a ``RunError`` at the end if the run is not ``ok``."""

@@ -1,4 +1,9 @@
-"""``RunStream``: follow one run's events, then get its result. Closing it never cancels the run."""
+"""``RunStream``: follow one run's events, then get its result.
+
+Closing a durable run's stream never cancels the run (it is followed, not driven, here);
+closing an in-memory run's stream (``Agent.run_stream``) before the run ends cancels it, as
+harnessx 0.9.1's does: nobody is left to read it, and it would go on calling the model.
+"""
 
 from __future__ import annotations
 
@@ -31,8 +36,10 @@ class RunStream:
         *,
         after: str = "0",
         start: Callable[[], Awaitable[None] | None] | None = None,
+        cancel: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._source = source
+        self._cancel = cancel
         self._result = result
         self._after = after
         self._start = start
@@ -81,12 +88,15 @@ class RunStream:
         (await self.result()).raise_for_status()
 
     async def aclose(self) -> None:
-        """Stop following. The run itself goes on."""
+        """Stop following; an in-memory run not finished yet is cancelled (see the module)."""
         self._closed = True
         iterator, self._iterator = self._iterator, None
         closer = getattr(iterator, "aclose", None)
         if closer is not None:
             await closer()
+        if self._cancel is not None:
+            cancel, self._cancel = self._cancel, None
+            await cancel()
 
 
 async def text_of(event: RunEvent, on_reset: OnReset | None) -> str:

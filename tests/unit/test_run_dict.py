@@ -169,3 +169,28 @@ async def test_a_busy_agent_says_so() -> None:
         await agent.run("second")
     release.set()
     assert (await first).ok
+
+
+async def test_leaving_an_agent_stream_early_ends_its_run() -> None:
+    import asyncio
+
+    from harnessx import Agent, AgentConfig, ScriptedProvider
+
+    started, calls = asyncio.Event(), []
+
+    async def slow(request: object) -> str:
+        calls.append(request)
+        started.set()
+        await asyncio.Event().wait()  # never answers
+        return "late"
+
+    agent = Agent(config=AgentConfig(planning=False), provider=ScriptedProvider(slow))
+    async with agent.run_stream("first"):
+        await started.wait()
+    assert not agent.busy, "the run ended with its stream"
+    assert len(calls) == 1
+
+    quick = Agent(config=AgentConfig(planning=False), provider=ScriptedProvider(["done"]))
+    async with quick.run_stream("go") as stream:
+        events = [e async for e in stream]
+    assert events[-1].type.value == "run_result" and (await stream.result()).output == "done"
