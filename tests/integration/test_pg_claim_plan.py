@@ -154,3 +154,42 @@ async def test_a_claim_locks_only_the_runs_it_looks_at_and_another_goes_elsewher
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_claim_finding_its_only_tenant_busy_waits_for_it_instead_of_coming_back_empty(
+    pg_database: str,
+) -> None:
+    # One large tenant and two workers claiming at once: the second claim passes the tenant
+    # over (another claim holds its row), finds nothing else, and then waits for the first
+    # claim's commit and takes the tenant's next run (schema 25), where it came back empty.
+    async with PostgresBackend(pg_database) as store:
+        for n in range(5):
+            await store.create_session(f"s{n}", "sales:v1", {})
+            lease = await store.claim(f"s{n}", "submitter")
+            await store.create_run(
+                lease, f"r{n}", None, "queued", Delta(Phase.PREPARE_MODEL_CALL), queued=True,
+                schedule=Schedule(tenant="acme"),
+            )  # fmt: skip
+    settings = {"search_path": quote_ident(SCHEMA)}
+    first = await asyncpg.connect(pg_database, server_settings=settings)
+    second = await asyncpg.connect(pg_database, server_settings=settings)
+    watcher = await asyncpg.connect(pg_database)
+    try:
+        claim = "SELECT run_id FROM harnessx_claim_runs($1, NULL, 1, 30, $2) WHERE run_id IS NOT NULL"
+        transaction = first.transaction()
+        await transaction.start()
+        taken = await first.fetch(claim, "w/1", "c1")
+        assert [row[0] for row in taken] == ["r0"]
+        meanwhile = asyncio.ensure_future(second.fetch(claim, "w/2", "c2"))
+        deadline = time.monotonic() + 30
+        while not await watcher.fetchval(
+            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", second.get_server_pid()
+        ):
+            assert time.monotonic() < deadline and not meanwhile.done(), "the second claim never waited"
+            await asyncio.sleep(0.02)
+        await transaction.commit()
+        assert [row[0] for row in await asyncio.wait_for(meanwhile, 30)] == ["r1"]
+    finally:
+        await first.close()
+        await second.close()
+        await watcher.close()
