@@ -11,7 +11,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from harnessx._builtin_tools import install_builtin_tools, system_prompt_with_guidance, todos_of
+from harnessx._builtin_tools import (
+    install_builtin_tools,
+    set_todos_message,
+    system_prompt_with_guidance,
+    todos_of,
+)
 from harnessx._config import AgentConfig
 from harnessx._driver import Driver, RunSettings
 from harnessx._engine import Engine
@@ -164,7 +169,14 @@ class Agent:
     @property
     def todos(self) -> list[dict[str, str]]:
         """The task list the planning tools keep (``[{"content", "status"}]``)."""
-        return todos_of(self.memory.engine_messages())
+        return todos_of(self.memory.history())
+
+    @todos.setter
+    def todos(self, value: list[dict[str, Any]]) -> None:
+        """Set the task list for this agent's next runs, as if ``write_todos`` had been
+        called (checked as it checks one: ``ValueError`` for a list it cannot use). Recorded
+        in the conversation, never shown to the model but as the task list."""
+        self.memory.replace_engine_messages([*self.memory.history(), set_todos_message(value)])
 
     # ------------------------------------------------------------- resources
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from harnessx._condense import VIEW_KEY
 from harnessx._large_results import read_section
 from harnessx._permissions import PermissionLevel
 from harnessx._tools import ToolRegistry
@@ -34,6 +35,7 @@ __all__ = [
     "planning_guidance",
     "render_todos",
     "run_view_scope",
+    "set_todos_message",
     "system_prompt_with_guidance",
     "todos_of",
     "todos_timeline",
@@ -146,34 +148,18 @@ def render_todos(todos: list[dict[str, str]]) -> str:
     return f"[Task list, {done}/{len(todos)} complete]\n" + "\n".join(lines)
 
 
-def _calls(messages: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None]]:
-    """Each tool call of the conversation with its answer (``None`` while unanswered)."""
-    answers = {str(m.get("tool_call_id")): m for m in messages if m.get("role") == "tool"}
-    for message in messages:
-        if message.get("role") == "assistant":
-            for call in message.get("tool_calls") or []:
-                yield call, answers.get(str(call.get("id")))
+def todos_of(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The task list: the input of the latest ``write_todos`` call answered without error, or
+    the list a program set (``agent.todos = ...``) since, whichever came last."""
+    timeline = todos_timeline(messages)
+    return timeline[-1] if timeline else []
 
 
-def todos_of(
-    messages: list[dict[str, Any]], extra: Iterable[tuple[dict[str, Any], bool]] = ()
-) -> list[dict[str, str]]:
-    """The task list: the input of the latest ``write_todos`` call answered without error.
-
-    ``extra`` adds calls of the current step that have a result but are not in the
-    conversation yet, as ``(call, is_error)``."""
-    current: list[dict[str, str]] = []
-    answered = [
-        (call, bool(answer.get("is_error"))) for call, answer in _calls(messages) if answer is not None
-    ]
-    for call, is_error in [*answered, *extra]:
-        if call.get("name") != "write_todos" or is_error:
-            continue
-        try:
-            current, _ = normalize_todos((call.get("input") or {}).get("todos"))
-        except ValueError:
-            continue
-    return current
+def set_todos_message(todos: Any) -> dict[str, Any]:
+    """The message that records a task list a program set (``agent.todos = [...]``): a view
+    message (never shown to the model, see _condense) that the list is read from."""
+    cleaned, _ = normalize_todos(todos)
+    return {"role": "user", "content": "", VIEW_KEY: {"todos": cleaned}}
 
 
 def todos_timeline(messages: list[dict[str, Any]]) -> list[list[dict[str, str]]]:
@@ -183,7 +169,10 @@ def todos_timeline(messages: list[dict[str, Any]]) -> list[list[dict[str, str]]]
     current: list[dict[str, str]] = []
     timeline: list[list[dict[str, str]]] = []
     for message in messages:
-        if message.get("role") == "assistant":
+        spec = message.get(VIEW_KEY)
+        if isinstance(spec, dict) and isinstance(spec.get("todos"), list):
+            current = [dict(item) for item in spec["todos"]]  # set by the program
+        elif message.get("role") == "assistant":
             for call in message.get("tool_calls") or []:
                 if call.get("name") == "write_todos":
                     calls[str(call.get("id"))] = call

@@ -48,3 +48,21 @@ async def test_no_reminder_without_an_open_list() -> None:
     provider = ScriptedProvider(["fine"])
     await Agent(config=AgentConfig(model="m"), provider=provider).run("hi")
     assert "Task list" not in str(provider.requests[0].messages)
+
+
+async def test_a_list_the_program_sets_is_the_agents_until_the_model_writes_one() -> None:
+    provider = ScriptedProvider(["on it", _call("c1", "write_todos", todos=TICKED), "done"])
+    agent = Agent(config=AgentConfig(model="m"), provider=provider)
+    agent.todos = PLAN
+    assert agent.todos == PLAN
+    await agent.run("start")
+    assert "0/2 complete" in str(provider.requests[0].messages[-1]), "the model is shown the set list"
+    assert agent.todos == PLAN and "Task list" not in str(agent.memory.get_messages())
+    await agent.run("go on")
+    assert agent.todos == TICKED, "the model's own list replaces it"
+    try:
+        agent.todos = [{"content": "", "status": "pending"}]
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a list that cannot be used is refused")
