@@ -126,9 +126,6 @@ class AnthropicProvider(HTTPProvider):
         self._default_max_tokens = default_max_tokens
         self.extra_body = checked_extra_body("AnthropicProvider", extra_body, _RESERVED_FIELDS)
         self._warned_temperature = False
-        # Set once a request refused with its cache markers went through without them: the
-        # server does not take markers, so later calls go unmarked instead of twice each.
-        self._markers_refused = False
 
     def default_max_tokens(self, model: str) -> int:
         """``default_max_tokens=`` if given, else the model's limit (``harnessx.models``)."""
@@ -171,15 +168,7 @@ class AnthropicProvider(HTTPProvider):
         cache: PromptCacheHint | None = None,
     ) -> ProviderResponse:
         payload = self._payload(model, messages, system, tools, max_tokens, temperature)
-        marked = self._marked(payload, cache, len(messages))
-        try:
-            data = await self._post_json("/v1/messages", marked)
-        except ProviderError as exc:
-            if marked is payload or not _refused_markers(exc):
-                raise
-            data = await self._post_json("/v1/messages", payload)
-            self._markers_refused = True
-        return _parse_message(data)
+        return _parse_message(await self._post_cached("/v1/messages", payload, cache, len(messages)))
 
     async def stream(
         self,
@@ -194,22 +183,18 @@ class AnthropicProvider(HTTPProvider):
     ) -> AsyncIterator[StreamChunk]:
         payload = self._payload(model, messages, system, tools, max_tokens, temperature)
         payload["stream"] = True
-        marked = self._marked(payload, cache, len(messages))
-        delivered = False
-        try:
-            async for chunk in self._stream_chunks("/v1/messages", marked, _parse_stream):
-                delivered = True
-                yield chunk
-            return
-        except ProviderError as exc:
-            if delivered or marked is payload or not _refused_markers(exc):
-                raise
-        async for chunk in self._stream_chunks("/v1/messages", payload, _parse_stream):
-            self._markers_refused = True
+        async for chunk in self._stream_cached("/v1/messages", payload, _parse_stream, cache, len(messages)):
             yield chunk
 
-    def _marked(self, payload: dict[str, Any], cache: PromptCacheHint | None, count: int) -> dict[str, Any]:
-        return payload if self._markers_refused else with_cache_markers(payload, cache, count)
+    def _with_cache_fields(
+        self, payload: dict[str, Any], cache: PromptCacheHint | None, message_count: int
+    ) -> dict[str, Any]:
+        return with_cache_markers(payload, cache, message_count)
+
+    def _refused_cache_fields(self, exc: ProviderError) -> bool:
+        """Any invalid-request refusal may be one of the cache markers, since a compatible
+        server (llama.cpp, a gateway) may not say why."""
+        return exc.status_code == 400
 
     async def count_tokens(
         self,
@@ -607,10 +592,3 @@ def _marked_message(message: dict[str, Any], control: dict[str, Any]) -> dict[st
             return message
         return {**message, "content": [*content[:-1], {**content[-1], "cache_control": dict(control)}]}
     return message
-
-
-def _refused_markers(exc: ProviderError) -> bool:
-    """Whether the request may have been refused for its cache markers: any invalid-request
-    refusal, since a compatible server (llama.cpp, a gateway) may not say why. It then goes
-    again unmarked: caching is an optimisation, never a reason for a call to fail."""
-    return exc.status_code == 400

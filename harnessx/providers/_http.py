@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import httpx
 
 from harnessx._errors import ConfigurationError, ProviderError
+from harnessx._policies import PromptCacheHint
 from harnessx.providers._base import INVALID_ARGUMENTS, LLMProvider, StreamChunk
 
 __all__ = [
@@ -293,6 +294,9 @@ class HTTPProvider(LLMProvider):
         self.extra_headers = dict(extra_headers or {})
         self._client = http_client
         self._owns_client = http_client is None
+        # Set once a request refused for its prompt-cache fields went through without them:
+        # the server does not take them, so later calls leave them out instead of going twice.
+        self._cache_fields_refused = False
 
     def __repr__(self) -> str:
         key = _SECRET_PLACEHOLDER if self._api_key else "None"
@@ -335,6 +339,63 @@ class HTTPProvider(LLMProvider):
         return chosen
 
     # ------------------------------------------------------------------ requests
+
+    def _with_cache_fields(
+        self, payload: dict[str, Any], cache: PromptCacheHint | None, message_count: int
+    ) -> dict[str, Any]:
+        """``payload`` with what this API takes of the prompt-cache hint, or ``payload``
+        itself when there is nothing to add. No fields by default."""
+        return payload
+
+    def _refused_cache_fields(self, exc: ProviderError) -> bool:
+        """Whether ``exc`` may be a refusal of what ``_with_cache_fields`` added."""
+        return False
+
+    def _cached(
+        self, payload: dict[str, Any], cache: PromptCacheHint | None, message_count: int
+    ) -> dict[str, Any]:
+        if self._cache_fields_refused:
+            return payload
+        return self._with_cache_fields(payload, cache, message_count)
+
+    async def _post_cached(
+        self, path: str, payload: dict[str, Any], cache: PromptCacheHint | None, message_count: int
+    ) -> dict[str, Any]:
+        """``_post_json`` with the prompt-cache fields, sent once more without them if the
+        server refuses them: caching is an optimisation, never a reason for a call to fail."""
+        cached = self._cached(payload, cache, message_count)
+        try:
+            return await self._post_json(path, cached)
+        except ProviderError as exc:
+            if cached is payload or not self._refused_cache_fields(exc):
+                raise
+        data = await self._post_json(path, payload)
+        self._cache_fields_refused = True
+        return data
+
+    async def _stream_cached(
+        self,
+        path: str,
+        payload: dict[str, Any],
+        parse: ChunkParser,
+        cache: PromptCacheHint | None,
+        message_count: int,
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """``_stream_chunks`` with the prompt-cache fields, as ``_post_cached``; a refusal
+        can only come before the first chunk, so nothing is delivered twice."""
+        cached = self._cached(payload, cache, message_count)
+        delivered = False
+        try:
+            async for chunk in self._stream_chunks(path, cached, parse):
+                delivered = True
+                yield chunk
+            return
+        except ProviderError as exc:
+            if delivered or cached is payload or not self._refused_cache_fields(exc):
+                raise
+        async for chunk in self._stream_chunks(path, payload, parse):
+            self._cache_fields_refused = True
+            yield chunk
 
     async def _post_json(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         """POST ``payload`` and return the decoded JSON object (one attempt)."""

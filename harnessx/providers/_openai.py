@@ -129,9 +129,6 @@ class OpenAIProvider(HTTPProvider):
         self.reasoning_model = reasoning_model
         self.extra_body = checked_extra_body("OpenAIProvider", extra_body, _RESERVED_FIELDS)
         self._warned_temperature: set[str] = set()
-        # Set once a request refused with prompt_cache_key went through without it: the
-        # server does not take the field, so later calls leave it out instead of going twice.
-        self._cache_key_refused = False
 
     @property
     def requires_api_key(self) -> bool:
@@ -164,16 +161,7 @@ class OpenAIProvider(HTTPProvider):
         cache: PromptCacheHint | None = None,
     ) -> ProviderResponse:
         payload = self._payload(model, messages, system, tools, max_tokens, temperature)
-        keyed = self._keyed(payload, cache)
-        try:
-            data = await self._post_json("/chat/completions", keyed)
-        except ProviderError as exc:
-            if keyed is payload or not _refused_cache_key(exc):
-                raise
-            # Caching is an optimisation, never a reason for a call to fail.
-            data = await self._post_json("/chat/completions", payload)
-            self._cache_key_refused = True
-        return _parse_completion(data)
+        return _parse_completion(await self._post_cached("/chat/completions", payload, cache, len(messages)))
 
     async def stream(
         self,
@@ -190,33 +178,30 @@ class OpenAIProvider(HTTPProvider):
         payload["stream"] = True
         # Without this the stream carries no token counts at all.
         payload["stream_options"] = {"include_usage": True}
-        keyed = self._keyed(payload, cache)
-        delivered = False
-        try:
-            async for chunk in self._stream_chunks("/chat/completions", keyed, _parse_stream):
-                delivered = True
-                yield chunk
-            return
-        except ProviderError as exc:
-            if delivered or keyed is payload or not _refused_cache_key(exc):
-                raise
-        async for chunk in self._stream_chunks("/chat/completions", payload, _parse_stream):
-            self._cache_key_refused = True
+        chunks = self._stream_cached("/chat/completions", payload, _parse_stream, cache, len(messages))
+        async for chunk in chunks:
             yield chunk
 
-    def _keyed(self, payload: dict[str, Any], cache: PromptCacheHint | None) -> dict[str, Any]:
+    def _with_cache_fields(
+        self, payload: dict[str, Any], cache: PromptCacheHint | None, message_count: int
+    ) -> dict[str, Any]:
         """``payload`` with ``prompt_cache_key`` from an enabled hint (one ``extra_body``
-        already sets wins); ``payload`` itself when there is none to add."""
+        already sets wins)."""
         if (
             cache is None
             or not cache.enabled
             or not cache.prefix_key
             or not self.supports_prompt_cache_key
-            or self._cache_key_refused
             or "prompt_cache_key" in payload
         ):
             return payload
         return {**payload, "prompt_cache_key": cache.prefix_key}
+
+    def _refused_cache_fields(self, exc: ProviderError) -> bool:
+        """Whether a server refused the request for its ``prompt_cache_key`` (servers that
+        check for unknown fields name the one they refuse: "Unrecognized request argument
+        supplied: prompt_cache_key", "extra inputs are not permitted ... prompt_cache_key")."""
+        return exc.status_code in (400, 422) and "prompt_cache_key" in str(exc)
 
     async def count_tokens(
         self,
@@ -262,13 +247,6 @@ class OpenAIProvider(HTTPProvider):
                 temperature,
             )
         return False
-
-
-def _refused_cache_key(exc: ProviderError) -> bool:
-    """Whether a server refused the request for its ``prompt_cache_key`` (servers that check
-    for unknown fields name the one they refuse: "Unrecognized request argument supplied:
-    prompt_cache_key", "extra inputs are not permitted ... prompt_cache_key")."""
-    return exc.status_code in (400, 422) and "prompt_cache_key" in str(exc)
 
 
 def is_reasoning_model(model: str) -> bool:
