@@ -31,7 +31,7 @@ from harnessx._rate_gate import HOLD_SECONDS
 from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import RunStatus
 from harnessx._state import RunState
-from harnessx.store._protocol import Lease, RunRecord, Store, WorkerInfo
+from harnessx.store._protocol import Lease, RunRecord, SessionRecord, Store, WorkerInfo
 
 __all__ = ["Worker", "WorkerConfig"]
 
@@ -234,10 +234,16 @@ class Worker:
             ready = await self._prepare(lease, run_id)
             if ready is None:
                 return  # settled without starting (see _starting); nothing left to drive
-            agent, state, record, recording = ready
+            agent, state, record, session = ready
             logger.info("claimed run %s", run_id)
             execution = self.executor.launch(
-                agent, lease, state, last_seq=record.event_count, resumed=True, recording=recording
+                agent,
+                lease,
+                state,
+                last_seq=record.event_count,
+                resumed=True,
+                recording=session.recording,
+                pending=session.control,
             )
             launched = True
             self.active[run_id] = execution
@@ -278,9 +284,11 @@ class Worker:
                 await agent.aclose()
             self._wake.set()
 
-    async def _prepare(self, lease: Lease, run_id: str) -> tuple[Agent, RunState, RunRecord, bool] | None:
-        """The run's agent, state, row and whether its session is flight-recorded, ready to
-        drive; ``None`` once a run that cannot be
+    async def _prepare(
+        self, lease: Lease, run_id: str
+    ) -> tuple[Agent, RunState, RunRecord, SessionRecord] | None:
+        """The run's agent, state, row and session (is it flight-recorded, is a pause or
+        cancel request waiting on it), ready to drive; ``None`` once a run that cannot be
         started is settled (failed, or queued again for a later attempt). Store failures
         propagate (see ``harness_workers._starting``)."""
         loaded = await self.store.load_run(run_id)  # row, session and state in one read
@@ -301,7 +309,7 @@ class Worker:
             return None
         if record.start_attempts:
             await self.store.clear_start_attempts(lease, run_id)
-        return agent, state, record, session.recording
+        return agent, state, record, session
 
     async def _end_unreadable(self, lease: Lease, record: RunRecord, exc: CorruptStateError) -> None:
         self.metrics.start_failures.labels(cause="corrupt_state", outcome="failed").inc()

@@ -76,14 +76,16 @@ class RunExecutor:
         resumed: bool,
         recording: bool = False,
         stream: bool = True,
+        pending: ControlRequest | None = None,
     ) -> Execution:
         """Drive ``state`` under ``lease``; ``recording``: the session is flight-recorded;
         ``stream``: the model's text is recorded as it is written (text deltas), for
-        followers of the run's events."""
+        followers of the run's events; ``pending``: the pause/cancel request the claimed
+        session already carries (the run acts on it at once)."""
         control = RunControl()
         feed = RunFeed(first_seq=last_seq + 1)
         task = asyncio.create_task(
-            self._execute(agent, lease, state, control, feed, last_seq, resumed, recording, stream),
+            self._execute(agent, lease, state, control, feed, last_seq, resumed, recording, stream, pending),
             name=f"harnessx-run-{state.run_id}",
         )
         return Execution(state.session_id, state.run_id, lease, control, feed, last_seq, task)
@@ -192,6 +194,7 @@ class RunExecutor:
         resumed: bool,
         recording: bool,
         stream: bool,
+        pending: ControlRequest | None,
     ) -> RunResult:
         me = asyncio.current_task()
         lost = False
@@ -205,7 +208,7 @@ class RunExecutor:
         def on_control(_: Lease, request: ControlRequest) -> None:
             control.request(request)
 
-        self.keeper.hold(lease, on_lost, on_control)
+        self.keeper.hold(lease, on_lost, on_control, pending)
         requeued = False
         committer: StoreCommitter | None = None
         try:

@@ -51,8 +51,21 @@ class LeaseKeeper:
         self._on_renewal = on_renewal
         self._on_failure = on_failure
 
-    def hold(self, lease: Lease, on_lost: OnLost, on_control: OnControl | None = None) -> None:
+    def hold(
+        self,
+        lease: Lease,
+        on_lost: OnLost,
+        on_control: OnControl | None = None,
+        pending: ControlRequest | None = None,
+    ) -> None:
+        """Renew ``lease`` from now on. ``pending``: the request already on the session when
+        it was claimed (left for whoever drives the run next by a holder that died before
+        acting on it), handed to ``on_control`` at once instead of at the first renewal,
+        which a short run may never reach."""
         self._held[lease.session_id] = (lease, on_lost, on_control)
+        if pending is not None and on_control is not None:
+            self._delivered[lease] = pending
+            on_control(lease, pending)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._beat(), name="harnessx-lease-heartbeat")
 

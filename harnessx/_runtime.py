@@ -531,7 +531,7 @@ class AgentRuntime:
         except SessionBusyError as busy:
             return self._submission.busy(self, record, busy)
         try:
-            handle = await self._submission.resumed(self, lease, record)
+            handle = await self._submission.resumed(self, lease, record, session.control)
         except BaseException:
             with contextlib.suppress(StorageError):
                 await store.release(lease)
@@ -555,7 +555,14 @@ class AgentRuntime:
             await asyncio.sleep(0.02)
 
     def _launch(
-        self, lease: Lease, state: RunState, *, last_seq: int, resumed: bool = False, stream: bool = True
+        self,
+        lease: Lease,
+        state: RunState,
+        *,
+        last_seq: int,
+        resumed: bool = False,
+        stream: bool = True,
+        pending: ControlRequest | None = None,
     ) -> RunHandle:
         assert self._executor is not None
         execution = self._executor.launch(
@@ -566,6 +573,7 @@ class AgentRuntime:
             resumed=resumed,
             recording=self.recording,
             stream=stream,
+            pending=pending,
         )
         self._active = execution
         execution.task.add_done_callback(self._remember_result)

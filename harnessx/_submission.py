@@ -21,6 +21,7 @@ from harnessx._handle import RunHandle
 from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._state import RunState
 from harnessx.store._protocol import Lease, RunRecord, Store
+from harnessx.store._records import ControlRequest
 from harnessx.store._scheduling import Schedule
 
 if TYPE_CHECKING:
@@ -62,8 +63,11 @@ class Submission(ABC):
         when the creation wrote all of it (``None``: load it)."""
 
     @abstractmethod
-    async def resumed(self, runtime: AgentRuntime, lease: Lease, record: RunRecord) -> RunHandle:
-        """Continue the claimed session's latest run ``record``."""
+    async def resumed(
+        self, runtime: AgentRuntime, lease: Lease, record: RunRecord, pending: ControlRequest | None
+    ) -> RunHandle:
+        """Continue the claimed session's latest run ``record``; ``pending``: the pause or
+        cancel request left on the session (a holder that died before acting on it)."""
 
     @abstractmethod
     def busy(self, runtime: AgentRuntime, record: RunRecord, error: SessionBusyError) -> RunHandle:
@@ -102,9 +106,11 @@ class LocalSubmission(Submission):
         await announce_checkpoint(runtime.agent.hooks, runtime.agent, state)
         return runtime._launch(lease, state, last_seq=0, stream=stream)
 
-    async def resumed(self, runtime: AgentRuntime, lease: Lease, record: RunRecord) -> RunHandle:
+    async def resumed(
+        self, runtime: AgentRuntime, lease: Lease, record: RunRecord, pending: ControlRequest | None
+    ) -> RunHandle:
         state = await runtime.backend.load_state(record.id)
-        return runtime._launch(lease, state, last_seq=record.event_count, resumed=True)
+        return runtime._launch(lease, state, last_seq=record.event_count, resumed=True, pending=pending)
 
     def busy(self, runtime: AgentRuntime, record: RunRecord, error: SessionBusyError) -> RunHandle:
         raise error
@@ -139,7 +145,9 @@ class PoolSubmission(Submission):
         # The queued run holds no lease: its creation gave it up.
         return RunHandle(runtime, lease.session_id, run_id, start_seq=0)
 
-    async def resumed(self, runtime: AgentRuntime, lease: Lease, record: RunRecord) -> RunHandle:
+    async def resumed(
+        self, runtime: AgentRuntime, lease: Lease, record: RunRecord, pending: ControlRequest | None
+    ) -> RunHandle:
         # Any worker continues it; recovery and reopening happen where it is driven.
         store = runtime.backend
         await store.requeue(lease, record.id)

@@ -6,6 +6,7 @@ file, so the counts below are what really ran.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,35 @@ async def test_decline_across_processes_tells_the_model(target: BackendTarget, t
         await runtime.stop()
     assert result.output == "Done: Permission denied"
     assert ledger_lines(ledger) == []
+
+
+@pytest.mark.parametrize("control", ["cancel", "pause"])
+async def test_a_request_the_dead_holder_never_acted_on_is_acted_on_when_resumed(
+    target: BackendTarget, tmp_path: Path, control: str
+) -> None:
+    """The request reached the session while its holder was frozen mid-tool (SIGSTOP: alive,
+    so the verb writes the request for it, but unable to act), then the holder died. The
+    request is not lost with it: the run resumed here acts on it at once."""
+    ledger = str(tmp_path / "ledger")
+    marker = tmp_path / "tool-started"
+    child = spawn_child(
+        target, tmp_path, agent={"policy": "safe", "ledger": ledger, "block_marker": str(marker)}
+    )
+    child.wait_for(marker)
+    child.process.send_signal(signal.SIGSTOP)
+    try:
+        async with target.open() as backend:
+            assert await backend.set_control(child.session_id, control)
+    finally:
+        child.kill()
+    async with target.open() as backend:
+        await holder_gone(backend, child.session_id)
+        runtime = AgentRuntime(make_agent(policy="safe", ledger=ledger), backend=backend)
+        handle = await runtime.resume(child.session_id)
+        assert handle is not None
+        result = await handle.result()
+        expected = RunStatus.CANCELLED if control == "cancel" else RunStatus.PAUSED
+        assert result.status is expected, result
+        session = await backend.get_session(child.session_id)
+        assert session is not None and session.control is None  # acted on: cleared
+        await runtime.stop()

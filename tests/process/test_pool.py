@@ -315,3 +315,31 @@ async def test_the_dsn_and_its_password_stay_off_the_process_list(pg_database: s
             assert password not in process.text()
     finally:
         pool.stop_all()
+
+
+@pytest.mark.parametrize("control", ["cancel", "pause"])
+async def test_a_request_the_dead_worker_never_acted_on_is_acted_on_by_the_next(
+    pool: Pool, control: str
+) -> None:
+    """The worker driving the run is frozen mid-tool when the request arrives (alive, so the
+    request is written for it) and then dies: the worker that takes the run over acts on the
+    request as it starts, not at its first lease renewal, which a short run never reaches."""
+    pool.hold_tools()
+    first = pool.worker("w1", concurrency=1)
+    await pool.wait_for_workers(1)
+    async with pool.target.open(auto_migrate=False) as store:
+        ((runtime, handle, _),) = await submit_many(store, ["safe"])
+        await pool.wait_for_ledger(lambda lines: len(lines) == 1)
+        first.signal(signal.SIGSTOP)
+        await (runtime.cancel() if control == "cancel" else runtime.pause())
+        first.signal(signal.SIGKILL)
+        first.wait()
+        pool.release_tools()
+        pool.worker("w2", concurrency=1)
+        pool.supervisor("s1")
+        result = await asyncio.wait_for(handle.result(), 60)
+        session = await store.get_session(result.session_id)
+        await runtime.stop()
+    assert result.status is (RunStatus.CANCELLED if control == "cancel" else RunStatus.PAUSED), result
+    assert session is not None and session.control is None
+    assert len(ledger(pool.ledger_path)) == 1  # the safe tool was not run again first
