@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -106,11 +107,13 @@ def prune(
             if not dry_run:
                 # PostgreSQL: the days of events none of whose runs is left go whole, as the
                 # supervisor's housekeeping does (docs/operations.md, *Partitioned events*).
+                began = time.perf_counter()
                 days = await store.maintain_partitions(PARTITIONS_AHEAD)
                 if days is not None and (days.dropped or days.purged):
                     text += (
-                        f"; dropped {len(days.dropped)} day(s) of events, deleted {days.purged} "
-                        "event(s) of runs pruned before"
+                        f"; dropped {len(days.dropped)} day(s) of events ({days.dropped_rows} event(s)) "
+                        f"and deleted {days.purged} event(s) of runs pruned before, in "
+                        f"{time.perf_counter() - began:.2f} s"
                     )
             if dry_run and report.sample:
                 more = report.sessions - len(report.sample)

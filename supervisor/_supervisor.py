@@ -256,8 +256,9 @@ class Supervisor:
             logger.error("%s (their events are deleted row by row after the grace)", state.problem)
         self.metrics.partitions_made.inc(state.made)
         self.metrics.partitions_dropped.inc(len(state.dropped))
-        if state.purged:
-            self.metrics.rows_pruned.labels(table="events").inc(state.purged)
+        if state.purged or state.dropped_rows:
+            # Rows deleted one by one and rows of the days dropped whole alike.
+            self.metrics.rows_pruned.labels(table="events").inc(state.purged + state.dropped_rows)
         self.metrics.partitions.set(state.count)
         covered = (state.covered_until or time.time()) - time.time()
         self.metrics.partitions_ahead.set(covered)

@@ -334,7 +334,8 @@ class Partitions:
     (rows of runs made after it cannot be stored; ``None`` without any); ``made``: partitions
     this call made; ``dropped``: those it dropped (every run of their day gone); ``purged``:
     rows of pruned runs it deleted one by one (their day kept); ``problem``: why dropping
-    failed, if it did (the rest was done)."""
+    failed, if it did (the rest was done); ``dropped_rows``: the rows the dropped days held,
+    as the prunes of their runs counted them."""
 
     table: str
     count: int
@@ -343,6 +344,7 @@ class Partitions:
     dropped: list[str] = field(default_factory=list)
     purged: int = 0
     problem: str | None = None
+    dropped_rows: int = 0
 
 
 # Called with the archive records of the sessions a prune is about to remove, inside its

@@ -394,6 +394,7 @@ async def test_retention_drops_a_day_once_none_of_its_runs_is_left(pg_database: 
         state = await backend.maintain_partitions(7 * DAY)
         assert state is not None and state.dropped == [partition] and state.problem is None
         assert state.purged == 0  # nothing row by row
+        assert state.dropped_rows == 12  # as the prune counted them
         assert await fetch(pg_database, "SELECT to_regclass($1)", partition) == [(None,)]
         assert await fetch(pg_database, "SELECT 1 FROM pruned_runs") == []
         # The run of today, in another partition, is untouched.
@@ -452,3 +453,18 @@ async def test_an_archived_run_is_restored_whether_its_day_was_dropped_or_not(pg
         assert state is not None and state.dropped == [day_partition(first)]
         assert await backend.import_session(next(r for r in records if r.session_id == sessions[1]))
         assert await backend.read_events(second, 0) == before[second]
+
+
+async def test_the_events_of_a_dropped_day_are_counted_as_rows_pruned(pg_database: str) -> None:
+    day = await with_past_day(pg_database)
+    metrics = SupervisorMetrics()
+    async with PostgresBackend(pg_database) as backend:
+        old = [id_at(day + 1000 * n) for n in range(1, 4)]
+        sessions = [await finished_run(backend, run_id, events=3 + n) for n, run_id in enumerate(old)]
+        await age(pg_database, sessions)
+        assert (await prune_pass(backend, POLICY)).rows["events"] == 0
+        supervisor = Supervisor(backend, SupervisorConfig(partitions_ahead=7 * DAY), metrics=metrics)
+        await supervisor._partitions()
+    assert metrics.partitions_dropped._value.get() == 1
+    # 3 + 4 + 5 events, none deleted one by one: all of them went with their day.
+    assert metrics.rows_pruned.labels(table="events")._value.get() == 12

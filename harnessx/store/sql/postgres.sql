@@ -924,7 +924,12 @@ WITH gone AS (
 ), events_gone AS (
     DELETE FROM events_legacy WHERE run_id IN (SELECT id FROM gone) RETURNING 1
 ), events_later AS (
-    INSERT INTO pruned_runs (run_id) SELECT id FROM gone ON CONFLICT (run_id) DO NOTHING
+    -- Counted now, through the primary key of the run's day (0026): dropping the day sums these.
+    INSERT INTO pruned_runs (run_id, events)
+    SELECT g.id, (SELECT count(*) FROM events e
+                  WHERE e.run_id = g.id AND harnessx_id_ms(e.run_id) = harnessx_id_ms(g.id))
+    FROM gone g
+    ON CONFLICT (run_id) DO NOTHING
 ), journal_gone AS (
     DELETE FROM journal WHERE run_id IN (SELECT id FROM gone) RETURNING 1
 ), messages_gone AS (
@@ -1048,9 +1053,14 @@ SELECT EXISTS (
 );
 
 -- name: forget_pruned_day
--- Pruned runs of a day just dropped ($1-$4 as day_has_runs): nothing of theirs is left.
-DELETE FROM pruned_runs
-WHERE run_id >= $1 AND run_id < $2 AND harnessx_id_ms(run_id) >= $3 AND harnessx_id_ms(run_id) < $4;
+-- Pruned runs of a day just dropped ($1-$4 as day_has_runs): nothing of theirs is left. Returns
+-- the events the day held, as their prunes counted them (0026).
+WITH forgotten AS (
+    DELETE FROM pruned_runs
+    WHERE run_id >= $1 AND run_id < $2 AND harnessx_id_ms(run_id) >= $3 AND harnessx_id_ms(run_id) < $4
+    RETURNING events
+)
+SELECT coalesce(sum(events), 0)::bigint FROM forgotten;
 
 -- name: purge_pruned_events
 -- The events of up to $2 runs pruned more than $1 seconds ago whose day could not be dropped
