@@ -13,8 +13,10 @@ the transaction; ``-- harnessx: last`` what runs in it after every pending migra
 (so that a lock it takes is held only until the commit right after); ``-- harnessx: after``
 what runs once it committed, each part on its own (it must be safe to run again, and what it
 does must be done by something else too should the process stop before it); a part after
-``-- harnessx: on failure`` runs when the transaction failed, to take back what the parts
-before it left behind.
+``-- harnessx: on failure`` runs when a part before the commit failed (one of the parts before
+the transaction, or the transaction), to take back what the parts before it left behind; it
+waits at most 5 s for a lock (a longer wait would hold up every statement on the table behind
+it), and what it could not take back stays for the next migration to resume from.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ to run or the privilege to grant when the role may not do what is needed.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shlex
 
@@ -14,6 +13,7 @@ from harnessx._errors import (
     SchemaError,
 )
 from harnessx.store._migrations import (
+    Migration,
     MigrationReport,
     check_applied,
     check_objects,
@@ -29,6 +29,7 @@ from harnessx.store._original import (
 )
 from harnessx.store._pg_driver import (
     DRIVER_ERRORS,
+    asyncpg,
     close_quietly,
 )
 from harnessx.store._pg_execution import DEFAULT_SCHEMA, PostgresExecution, quote_ident, runtime_grants
@@ -42,6 +43,9 @@ logger = logging.getLogger("harnessx.store.postgres")
 Q = load_queries("postgres")
 
 _MAX_IDENTIFIER_BYTES = 63  # PostgreSQL silently truncates longer names
+# The longest a migration's clean-up waits for a lock (as long as the migrations themselves
+# wait for theirs: 0018 sets the same in its parts).
+_LOCK_WAIT = "5s"
 
 
 def check_schema_name(schema: str) -> None:
@@ -166,16 +170,17 @@ class PostgresSchema(PostgresExecution):
         waiting = pending("postgres", applied or {})
         if any(migration.before for migration in waiting):
             await self._check_may_migrate(conn)
-        for migration in waiting:
-            for part in migration.before:
-                await conn.execute(part)
+        running: Migration | None = None
         try:
+            for running in waiting:
+                for part in running.before:
+                    await conn.execute(part)
+            running = None
             done = await self._apply(conn)
-        except Exception:
-            for migration in waiting:
-                if migration.on_failure is not None:
-                    with contextlib.suppress(*DRIVER_ERRORS):
-                        await conn.execute(migration.on_failure)
+        except Exception as exc:
+            undone = await self._take_back(conn, waiting)
+            if isinstance(exc, asyncpg.exceptions.LockNotAvailableError):
+                raise await self._lock_advice(conn, exc, running, waiting, undone) from exc
             raise
         for migration in done.applied:
             for part in migration.after:
@@ -189,6 +194,73 @@ class PostgresSchema(PostgresExecution):
                         self._describe(exc),
                     )
         return done
+
+    async def _take_back(self, conn: Connection, waiting: list[Migration]) -> list[Migration]:
+        """Run the on-failure parts of the migrations that were pending (each takes back what
+        its parts before the transaction left, if they left anything); the migrations whose
+        part could not run. Each waits at most _LOCK_WAIT for its locks: one waiting longer
+        (for the transaction that made the migration fail, say) would hold up every statement
+        on the table behind it."""
+        failed = []
+        for migration in waiting:
+            if migration.on_failure is None:
+                continue
+            try:
+                async with conn.transaction():
+                    await conn.execute(f"SET LOCAL lock_timeout = '{_LOCK_WAIT}'")
+                    await conn.execute(migration.on_failure)
+            except DRIVER_ERRORS as exc:
+                logger.warning(
+                    "migration %04d_%s: taking back its first parts after the failure failed (%s)",
+                    migration.version,
+                    migration.name,
+                    self._describe(exc),
+                )
+                failed.append(migration)
+        return failed
+
+    async def _lock_advice(
+        self,
+        conn: Connection,
+        exc: BaseException,
+        running: Migration | None,
+        waiting: list[Migration],
+        undone: list[Migration],
+    ) -> SchemaError:
+        """A migration waited its longest for a lock on a table others were using: name the
+        migration, the sessions that hold locks on the schema's tables (longest transaction
+        first), and what to do."""
+        if running is not None:
+            which = f"migration {running.version:04d}_{running.name}"
+        else:
+            names = ", ".join(f"{m.version:04d}_{m.name}" for m in waiting)
+            which = f"the migrations' transaction (applying {names})"
+        try:
+            holders = [tuple(row) for row in await conn.fetch(Q["lock_holders"], self.schema)]
+        except DRIVER_ERRORS:  # the advice goes out without the list
+            holders = []
+        described = "; ".join(
+            f"pid {pid} ({app or 'no application name'}, {state or 'state hidden'}"
+            + (f", its transaction open {age:.0f} s" if age is not None else "")
+            + f", a lock on {table})"
+            for pid, app, state, age, table in holders
+        )
+        held = f" Sessions holding locks on its tables now: {described}." if described else ""
+        if undone:
+            names = ", ".join(f"{m.version:04d}_{m.name}" for m in undone)
+            left = (
+                f" What {names} did before its transaction stays (its clean-up needs the same lock): "
+                "run the migration again soon, it resumes from there (docs/operations.md, "
+                "'Partitioned events')."
+            )
+        else:
+            left = " Nothing was changed."
+        return SchemaError(
+            f"{which} on {self._where} could not take a lock within {_LOCK_WAIT}: another transaction "
+            f"is using a table it changes ({self._describe(exc)}).{left}{held} Let that transaction end "
+            "(a long report, or a session left idle in transaction; SELECT pg_terminate_backend(pid) "
+            f"ends one), then run {self._migrate_command} again."
+        )
 
     async def _apply(self, conn: Connection) -> MigrationReport:
         async with conn.transaction():

@@ -23,7 +23,7 @@ import asyncpg
 import pytest
 from durable_support import make_agent
 
-from harnessx import AgentRuntime, StorageError
+from harnessx import AgentRuntime, SchemaError, StorageError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._ids import uuid7_time
 from harnessx._results import RunStatus
@@ -196,7 +196,9 @@ class RunningWorker(PostgresBackend):
 # what the release before them left, with every later migration of others applied (the
 # statements of this release need those).
 PARTITIONING = {
-    m.version for m in load_migrations("postgres") if m.name in ("partitioned_events", "dropped_event_days")
+    m.version
+    for m in load_migrations("postgres")
+    if m.name in ("partitioned_events", "dropped_event_days", "pruned_run_events")
 }
 
 
@@ -219,13 +221,17 @@ async def unpartitioned(dsn: str) -> None:
         await conn.close()
 
 
-async def test_migrating_a_live_database_loses_no_event_and_fails_no_run(pg_database: str) -> None:
-    await unpartitioned(pg_database)
-    # The statements of this release name harnessx_id_ms; the worker of the release before
-    # did not. What the migration's first part creates anyway, created first for it.
+async def with_id_ms(dsn: str) -> None:
+    """The statements of this release name harnessx_id_ms; the worker of the release before
+    did not. What the migration's first part creates anyway, created first for it."""
     (migration,) = [m for m in load_migrations("postgres") if m.version == 18]
     function = migration.body.split("CREATE OR REPLACE FUNCTION harnessx_id_ms", 1)[1].split("$fn$;", 1)[0]
-    await fetch(pg_database, "CREATE OR REPLACE FUNCTION harnessx_id_ms" + function + "$fn$;")
+    await fetch(dsn, "CREATE OR REPLACE FUNCTION harnessx_id_ms" + function + "$fn$;")
+
+
+async def test_migrating_a_live_database_loses_no_event_and_fails_no_run(pg_database: str) -> None:
+    await unpartitioned(pg_database)
+    await with_id_ms(pg_database)
     worker = RunningWorker(pg_database, auto_migrate=False)
     await worker.initialize()
     finished: list[str] = []
@@ -280,6 +286,97 @@ async def test_migrating_a_live_database_loses_no_event_and_fails_no_run(pg_data
     # A new backend of this release opens the migrated database and runs on it.
     async with PostgresBackend(pg_database, auto_migrate=False) as backend:
         await one_run(backend)
+
+
+async def catalog(dsn: str) -> list[Any]:
+    """What a migration may change: the schema's relations, constraints (validated or not),
+    functions and recorded migrations."""
+    return await fetch(
+        dsn,
+        """
+        SELECT 'relation', c.relname::text, c.relkind::text FROM pg_class c
+        WHERE c.relnamespace = $1::regnamespace
+        UNION ALL
+        SELECT 'constraint', k.conname::text, k.convalidated::text FROM pg_constraint k
+        WHERE k.connamespace = $1::regnamespace
+        UNION ALL
+        SELECT 'function', p.proname::text, md5(p.prosrc) FROM pg_proc p
+        WHERE p.pronamespace = $1::regnamespace
+        UNION ALL
+        SELECT 'migration', version::text, checksum FROM harnessx_migrations
+        ORDER BY 1, 2, 3
+        """,
+        SCHEMA,
+    )
+
+
+@contextlib.asynccontextmanager
+async def reading_events(dsn: str) -> Any:
+    """A transaction that read events and stays open (a long report, a session left idle in
+    transaction): it holds a lock every change of the table's layout waits for."""
+    conn = await connect(dsn)
+    try:
+        transaction = conn.transaction()
+        await transaction.start()
+        await conn.fetch("SELECT count(*) FROM events")
+        yield await conn.fetchval("SELECT pg_backend_pid()")
+        await transaction.rollback()
+    finally:
+        await conn.close()
+
+
+async def test_a_migration_that_cannot_take_its_lock_changes_nothing_and_says_what_to_do(
+    pg_database: str,
+) -> None:
+    await unpartitioned(pg_database)
+    await with_id_ms(pg_database)
+    async with RunningWorker(pg_database, auto_migrate=False) as worker:
+        await one_run(worker)
+    before = await catalog(pg_database)
+    async with reading_events(pg_database) as holder:
+        with pytest.raises(SchemaError) as caught:
+            await PostgresBackend(pg_database).migrate()
+    message = str(caught.value)
+    # Which migration, which table, who holds it, and what to do.
+    assert "0018_partitioned_events" in message and "events" in message, message
+    assert f"pid {holder}" in message, message
+    assert "pg_terminate_backend" in message and "harnessx migrate" in message, message
+    assert "Nothing was changed" in message, message
+    assert await catalog(pg_database) == before
+    report = await PostgresBackend(pg_database).migrate()
+    assert {m.version for m in report.applied} >= PARTITIONING
+    async with PostgresBackend(pg_database, auto_migrate=False) as backend:
+        await one_run(backend)
+
+
+async def test_a_swap_that_cannot_take_its_lock_leaves_a_migration_that_resumes(pg_database: str) -> None:
+    """The long read (validating the constraint) is done; the swap, last in the migrations'
+    transaction, waits at most 5 s for the table and fails; taking back the constraint needs
+    the same lock and is given up too, without making every checkpoint wait behind it. The
+    next migration skips the read and completes."""
+    await unpartitioned(pg_database)
+    (migration,) = [m for m in load_migrations("postgres") if m.name == "partitioned_events"]
+    conn = await connect(pg_database)
+    try:
+        for part in migration.before:
+            await conn.execute(part)
+    finally:
+        await conn.close()
+    before = await catalog(pg_database)
+    assert ("constraint", "events_before_partitions", "true") in before
+    async with reading_events(pg_database) as holder:
+        with pytest.raises(SchemaError) as caught:
+            # Before the clean-up had a lock timeout of its own it waited here for as long as
+            # the reader lived, with every statement on events queued behind it.
+            await asyncio.wait_for(PostgresBackend(pg_database).migrate(), 60)
+    message = str(caught.value)
+    assert "0018_partitioned_events" in message and f"pid {holder}" in message, message
+    assert "run the migration again soon, it resumes" in message, message
+    assert await catalog(pg_database) == before  # the validated constraint is what remains
+    report = await PostgresBackend(pg_database).migrate()
+    assert {m.version for m in report.applied} >= PARTITIONING
+    kind = await fetch(pg_database, "SELECT relkind::text FROM pg_class WHERE oid = 'events'::regclass")
+    assert kind[0][0] == "p"
 
 
 def test_a_migration_s_parts_run_before_and_after_failure_of_its_transaction() -> None:

@@ -1094,3 +1094,17 @@ WHERE run_id IN (SELECT run_id FROM forgotten) AND harnessx_id_ms(run_id) = harn
 -- Whether the partition $1 (a quoted name) of events is being detached; NULL: not attached.
 SELECT i.inhdetachpending FROM pg_inherits i
 WHERE i.inhrelid = to_regclass($1) AND i.inhparent = 'events'::regclass;
+
+-- name: lock_holders
+-- Other sessions holding a lock on a table of schema $1 (what a migration's lock waited for),
+-- the longest transaction first: pid, application name, state, transaction age (s), table.
+-- Another role's state and transaction start are hidden from a role without pg_read_all_stats.
+SELECT a.pid, a.application_name::text, a.state::text,
+       extract(epoch FROM clock_timestamp() - a.xact_start)::float8, min(c.relname)::text
+FROM pg_locks l
+JOIN pg_class c ON c.oid = l.relation
+JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = $1) AND l.granted AND l.pid <> pg_backend_pid()
+GROUP BY a.pid, a.application_name, a.state, a.xact_start
+ORDER BY a.xact_start NULLS LAST
+LIMIT 5;
