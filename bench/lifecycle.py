@@ -47,7 +47,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -67,13 +66,15 @@ from harnessx import (
     SQLiteBackend,
     ToolCall,
 )
+from harnessx._ids import uuid7
 from harnessx._state import Delta, Phase
-from harnessx.testing._history import replicate
+from harnessx.testing._history import day_partitions, replicate
 from supervisor import Supervisor, SupervisorConfig
 from supervisor._supervisor import ROLE
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY = 86400.0
+HISTORY_DAYS = 60.0  # the history spreads over these; the prune removes what is older than 30
 
 
 def streaming_agent() -> Agent:
@@ -173,7 +174,9 @@ async def bytes_per_run(store: Any, runs: int) -> tuple[dict[str, dict[str, floa
         before = await sizes(store)
         for n in range(runs):
             async with AgentRuntime(make(), backend=store) as runtime:
-                session_id = (await runtime.run("Write the EMEA report.")).session_id
+                # submit(), not run(): run() records no text deltas (nobody follows its stream).
+                handle = await runtime.submit("Write the EMEA report.")
+                session_id = (await handle.result()).session_id
             if n == 0:
                 templates.append(session_id)
         after = await sizes(store)
@@ -210,7 +213,7 @@ class Probe:
         await runtime.stop()
         self.lease = await store.claim(session_id, "bench")
         request = {"role": "user", "content": "Write the EMEA report."}
-        run_id = uuid.uuid4().hex
+        run_id = uuid7()  # as harnessx makes them: on PostgreSQL, its events go to today's partition
         await store.create_run(
             self.lease, run_id, None, request["content"], Delta(Phase.PREPARE_MODEL_CALL, messages=[request])
         )
@@ -335,12 +338,15 @@ async def fill_queue(store: Any, count: int) -> float:
 # ------------------------------------------------------------------------- prune
 
 
-async def checkpoints_while(store: Any, busy: Callable[[], bool], at_least: int, rate: float) -> list[float]:
+async def checkpoints_while(
+    store: Any, busy: Callable[[], bool], at_least: int, rate: float
+) -> list[tuple[float, float]]:
     """Checkpoints at ``rate`` a second (a steady stream, as runs make them: back to back,
-    SQLite's one writer would starve any other process of the lock) while ``busy()``."""
+    SQLite's one writer would starve any other process of the lock) while ``busy()``: each
+    one's start (``time.monotonic()``) and milliseconds."""
     probe = Probe(store)
     await probe.setup()
-    samples: list[float] = []
+    samples: list[tuple[float, float]] = []
     renewed = time.monotonic()
     due = time.monotonic()
     while busy() or len(samples) < at_least:
@@ -348,9 +354,10 @@ async def checkpoints_while(store: Any, busy: Callable[[], bool], at_least: int,
             await store.renew([probe.lease])
             renewed = time.monotonic()
         commit = probe.next_commit(False)
+        began = time.monotonic()
         start = time.perf_counter()
         await commit()
-        samples.append((time.perf_counter() - start) * 1000)
+        samples.append((began, (time.perf_counter() - start) * 1000))
         if not busy() and len(samples) >= at_least:
             break
         due += 1 / rate
@@ -363,7 +370,7 @@ async def checkpoints_while(store: Any, busy: Callable[[], bool], at_least: int,
 async def prune_under_load(
     store: Any, store_args: list[str], env: dict[str, str], idle_samples: int, rate: float
 ) -> dict[str, Any]:
-    idle = await checkpoints_while(store, lambda: False, idle_samples, rate)
+    idle = [ms for _, ms in await checkpoints_while(store, lambda: False, idle_samples, rate)]
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -377,20 +384,35 @@ async def prune_under_load(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    during = await checkpoints_while(store, lambda: process.returncode is None, 1, rate)
+    timed = await checkpoints_while(store, lambda: process.returncode is None, 1, rate)
+    ended = time.monotonic()
     raw_out, raw_err = await process.communicate()
     out, err = raw_out.decode(), raw_err.decode()
     match = re.match(r"pruned (\d+) finished session\(s\).*?, ([\d.]+) s\)", out)
     if process.returncode != 0 or match is None:
         raise RuntimeError(f"harnessx prune failed: {out}{err}")
     sessions, seconds = int(match.group(1)), float(match.group(2))
+    # PostgreSQL: after its pass, harnessx prune drops the days of events none of whose runs
+    # is left, and says how many, the events they held and how long that took: the
+    # checkpoints of those last seconds ran beside the drop.
+    days = re.search(r"dropped (\d+) day\(s\) of events \((\d+) event\(s\)\).*? in ([\d.]+) s", out)
+    dropping = float(days.group(3)) if days else 0.0
+    during = [ms for at, ms in timed if at < ended - dropping]
+    beside_drop = [ms for at, ms in timed if at >= ended - dropping]
     return {
         "sessions": sessions,
         "seconds": seconds,
         "rate": sessions / seconds if seconds else float("inf"),
-        "idle": (statistics.median(idle), percentile(idle, 0.99), len(idle)),
-        "during": (statistics.median(during), percentile(during, 0.99), len(during)),
+        "idle": summary(idle),
+        "during": summary(during),
+        "days": (int(days.group(1)), int(days.group(2)), dropping) if days else None,
+        "beside_drop": summary(beside_drop) if beside_drop else None,
     }
+
+
+def summary(samples: list[float]) -> tuple[float, float, int]:
+    """Median, p99 and count of checkpoint times (ms)."""
+    return statistics.median(samples), percentile(samples, 0.99), len(samples)
 
 
 # -------------------------------------------------------------------------- main
@@ -418,8 +440,13 @@ async def bench(
         if args.sizes_only:
             return
         start = time.perf_counter()
-        # Time-ordered ids, as harnessx makes them; --random-ids: the random ids of earlier versions.
-        await replicate(loaded, templates, args.history, days=60.0, ordered=not args.random_ids)
+        # Time-ordered ids, as harnessx makes them; --random-ids: the random ids of earlier
+        # versions. On PostgreSQL the time-ordered history lands in a partition of events per
+        # day, as in a database partitioned for longer than the history (the random ids, in
+        # events_legacy, as in one migrated from a release before partitioned events).
+        if not args.random_ids:
+            await day_partitions(loaded, HISTORY_DAYS)
+        await replicate(loaded, templates, args.history, days=HISTORY_DAYS, ordered=not args.random_ids)
         took = time.perf_counter() - start
         await settle(loaded)
         total = sum((await sizes(loaded)).values())
@@ -455,6 +482,17 @@ async def bench(
         f"({idle[2]} samples), during the prune {during[0]:.2f}/{during[1]:.2f} ms ({during[2]} samples)",
         flush=True,
     )
+    if result["days"] is not None:
+        count, rows, seconds = result["days"]
+        beside = result["beside_drop"]
+        beside_text = (
+            f"{beside[0]:.2f}/{beside[1]:.2f} ms ({beside[2]} samples)" if beside is not None else "no sample"
+        )
+        print(
+            f"then dropped {count} day(s) of events ({rows} events) in {seconds:.2f} s "
+            f"({rows / seconds if seconds else 0:.0f} events/s); checkpoint p50/p99 meanwhile {beside_text}",
+            flush=True,
+        )
     file = f"; the file {on_disk / 2**30:.2f} GiB" if on_disk is not None else ""
     print(f"store size after the prune: {after / 2**30:.2f} GiB{file}", flush=True)
 
