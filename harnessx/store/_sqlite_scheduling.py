@@ -101,6 +101,8 @@ class SQLiteScheduling:
 
         def _fence(self, conn: sqlite3.Connection, lease: Lease, new_messages: int) -> int: ...
 
+        def _unsynced(self, conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T]) -> T: ...
+
     async def claim_queued(self, holder: str, agent_refs: list[str] | None, limit: int) -> Claims:
         owner = self.owner_for(holder)
         refs = dumps(agent_refs) if agent_refs is not None else None
@@ -300,7 +302,12 @@ class SQLiteScheduling:
             conn.execute(Q["reserve_rate"], (bucket, taken.requests_at, taken.tokens_at, taken.wait, waited))
             return taken
 
-        return await self._call(self._write, body)
+        # Committed without waiting for the disk (docs/scheduling.md, *The algorithm*): the
+        # fsync held SQLite's one write lock, every writer of the file waiting behind it, and
+        # the model call waited for it. A crash of the process loses nothing (the WAL is
+        # written); a power failure may lose the last reservations, unless a later commit
+        # (any run's next checkpoint) synced them first.
+        return await self._call(self._unsynced, lambda conn: self._write(conn, body))
 
     async def settle_rate(self, bucket: str, tokens: int) -> None:
         def body(conn: sqlite3.Connection) -> None:

@@ -201,6 +201,41 @@ async def test_a_paused_bucket_starts_no_call_before_the_pause_ends(target: Back
         assert other_model is not None and other_model.wait == 0
 
 
+async def test_a_reservation_commits_without_waiting_for_the_disk_and_nothing_else_does(
+    target: BackendTarget,
+) -> None:
+    # Every reservation of a bucket writes the bucket's one row: a commit that waited for
+    # the disk held that row (PostgreSQL) or the file's write lock (SQLite) meanwhile, and
+    # the model call waited for it too (docs/scheduling.md, *The algorithm*).
+    async with target.open() as store:
+        await store.set_rate_limit("openai/*", 6000, None)
+        if target.kind == "sqlite":
+            seen: list[str] = []
+            await store._call(lambda conn: conn.set_trace_callback(seen.append))
+            try:
+                assert await store.reserve_rate("openai/gpt-4o", 0) is not None
+                await store.set_rate_limit("openai/*", 3000, None)  # any other write
+            finally:
+                await store._call(lambda conn: conn.set_trace_callback(None))
+            kinds = [s.split()[0] if not s.startswith("PRAGMA") else s for s in seen]
+            begins = [i for i, kind in enumerate(kinds) if kind == "BEGIN"]
+            assert len(begins) == 2, seen
+            assert kinds[begins[0] - 1] == "PRAGMA synchronous=NORMAL", seen  # the reservation
+            assert kinds[begins[1] - 1] == "PRAGMA synchronous=FULL", seen  # back before the next
+            return
+    conn = await asyncpg.connect(target.location, server_settings={"search_path": "harness_x"})
+    try:
+        async with conn.transaction():
+            await conn.fetch("SELECT * FROM harnessx_reserve_rate('openai/gpt-4o', 0, 0, NULL)")
+            assert await conn.fetchval("SHOW synchronous_commit") == "off"
+        assert await conn.fetchval("SHOW synchronous_commit") == "on"  # for its transaction alone
+        async with conn.transaction():
+            await conn.fetch("SELECT * FROM harnessx_claim_runs('w/1', NULL, 1, 30, 'c1')")
+            assert await conn.fetchval("SHOW synchronous_commit") == "on"  # a claim waits for it
+    finally:
+        await conn.close()
+
+
 async def test_the_gate_settles_a_calls_tokens_off_its_path_within_a_bound(target: BackendTarget) -> None:
     from harnessx._middleware import ModelRequest
     from harnessx._rate_gate import RateGate
