@@ -80,17 +80,19 @@ class Supervisor:
         self.term: Leadership | None = None  # while this supervisor leads
         self._stopping = asyncio.Event()
         self._pending: dict[str, _Pending] = {}
-        self._last_stuck = 0.0
-        self._last_shape = 0.0
+        # "Never": the first scan does each job. (0.0 would mean "at boot" on the monotonic
+        # clock, so a machine up for less than a job's interval skipped it until then.)
+        self._last_stuck = float("-inf")
+        self._last_shape = float("-inf")
         self._last_scan_ok = time.monotonic()
         self._store_problem: str | None = None  # why the last leadership attempt or scan failed
         self._standing_by = False  # said so in the log
         # This term's scans and requeued orphans, recorded for operators every record_interval.
         self._scans = 0
         self._recovered = 0
-        self._last_record = 0.0
-        self._last_queue = 0.0
-        self._last_housekeeping = 0.0
+        self._last_record = float("-inf")
+        self._last_queue = float("-inf")
+        self._last_housekeeping = float("-inf")
         self._last_retention = float("-inf")
         self._retaining: asyncio.Task[None] | None = None
 
@@ -189,7 +191,7 @@ class Supervisor:
     def _set_term(self, term: Leadership | None) -> None:
         if term != self.term:
             self._scans = self._recovered = 0
-            self._last_record = 0.0
+            self._last_record = float("-inf")
         self.term = term
         self.metrics.leader.set(0 if term is None else 1)
         self.metrics.leader_epoch.set(0 if term is None else term.epoch)
