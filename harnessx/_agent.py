@@ -48,29 +48,40 @@ _UNSUPPORTED_ARGUMENTS = {
 }
 
 
+def _provider_name(config: AgentConfig) -> str | None:
+    """The provider ``config`` names; with ``provider=None``, the one the environment's API
+    key implies (``None``: nothing is configured)."""
+    if config.provider is not None:
+        return config.provider
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return "anthropic"
+    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
+        return "openai"
+    return None
+
+
 def build_provider(config: AgentConfig) -> LLMProvider:
     """The provider ``config`` names (a failover chain with ``fallbacks``); with
     ``provider=None``, the one the environment's API key implies."""
-    from harnessx.providers._registry import make_provider
+    # Looked up on harnessx.core at each call, as 0.9.1's Agent does: a program (or a test)
+    # that replaces harnessx.core.make_provider decides what an Agent builds.
+    import harnessx.core
 
-    name = config.provider
+    name = _provider_name(config)
     if name is None:
-        if os.environ.get("ANTHROPIC_API_KEY"):
-            name = "anthropic"
-        elif os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
-            name = "openai"
-        else:
-            raise ConfigurationError(
-                "no model provider is configured: pass Agent(provider=...), set "
-                "AgentConfig(provider='anthropic' or 'openai'), or set ANTHROPIC_API_KEY or "
-                "OPENAI_API_KEY (OPENAI_BASE_URL for a local OpenAI-compatible server)"
-            )
+        raise ConfigurationError(
+            "no model provider is configured: pass Agent(provider=...), set "
+            "AgentConfig(provider='anthropic' or 'openai'), or set ANTHROPIC_API_KEY or "
+            "OPENAI_API_KEY (OPENAI_BASE_URL for a local OpenAI-compatible server)"
+        )
     if config.fallbacks:
         from harnessx.providers._fallback import FallbackProvider
 
         return FallbackProvider.from_config(config)
-    # One attempt per call: the run retries failed model calls under config.retry.
-    return make_provider(name, model=config.model)
+    # By name alone, as 0.9.1 (a factory given to register_provider takes no arguments):
+    # each request names its model. One attempt per call: the run retries failed model
+    # calls under config.retry.
+    return harnessx.core.make_provider(name)
 
 
 class Agent:
@@ -113,6 +124,11 @@ class Agent:
         self.config = config or AgentConfig()
         self._provider = provider
         self._owns_provider = False
+        if provider is None and _provider_name(self.config) is not None:
+            # Built now, as 0.9.1 builds it (so that a program sees a provider it cannot
+            # build at once); with none configured, a run fails saying what to set.
+            self._provider = build_provider(self.config)
+            self._owns_provider = True
         self.tools = normalize_tool_registry(tools, policy=self.config.tools)
         self._owns_memory = memory is None
         self.memory = memory or ConversationMemory(max_result_chars=self.config.limits.max_result_chars)
@@ -182,7 +198,8 @@ class Agent:
 
     @property
     def provider(self) -> LLMProvider:
-        """The model provider; built from the configuration on first use if none was given."""
+        """The model provider: the one given, else built from the configuration with the agent
+        (on first use when none was configured then)."""
         if self._closed:
             raise RuntimeStateError("this agent is closed; create a fresh Agent")
         if self._provider is None:

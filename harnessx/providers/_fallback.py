@@ -46,7 +46,8 @@ class _Member:
             self.model, self.max_tokens = spec.model, spec.max_tokens
             spec = spec.provider
         if isinstance(spec, str):
-            self.provider: LLMProvider = make_provider(spec, **({"model": self.model} if self.model else {}))
+            # By name alone (a registered factory takes no arguments): request() names the model.
+            self.provider: LLMProvider = make_provider(spec)
             self.label = spec.lower()
             self.owned = True
         elif hasattr(spec, "create"):

@@ -7,6 +7,7 @@ from dataclasses import FrozenInstanceError, asdict
 import pytest
 
 from harnessx import (
+    Agent,
     AgentConfig,
     ConfigurationError,
     Fallback,
@@ -144,6 +145,41 @@ def test_the_provider_registry() -> None:
         assert unregister_provider("custom-model")
     with pytest.raises(ConfigurationError, match="unknown provider"):
         make_provider("custom-model")
+
+
+async def test_an_agent_builds_its_provider_by_name_alone_through_harnessx_core(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As 0.9.1: a registered factory takes no arguments (each request names its model),
+    for the agent's provider and a fallback chain's members; the agent builds it when it is
+    built, through ``harnessx.core.make_provider``, and closes it once."""
+
+    class Custom(ScriptedProvider):
+        closed = 0
+
+        async def aclose(self) -> None:
+            Custom.closed += 1
+
+    register_provider("no-arguments", lambda: Custom(["hi", "again"]))
+    try:
+        agent = Agent(AgentConfig(provider="no-arguments", model="my-model"))
+        assert isinstance(agent.provider, Custom)
+        assert (await agent.run("go")).output == "hi"
+        assert agent.provider.requests[0].model == "my-model"  # type: ignore[attr-defined]
+        await agent.aclose()
+        chain = Agent(AgentConfig(provider="no-arguments", fallbacks=(Fallback("no-arguments", model="b"),)))
+        assert isinstance(chain.provider, FallbackProvider)
+        await chain.aclose()
+    finally:
+        assert unregister_provider("no-arguments")
+    built = Custom(["hi"])
+    monkeypatch.setattr("harnessx.core.make_provider", lambda name: built)
+    replaced = Agent()
+    assert replaced.provider is built
+    await replaced.aclose()
+    await replaced.aclose()
+    await Agent(provider=Custom(["hi"])).aclose()  # an injected provider stays the caller's
+    assert Custom.closed == 4  # the agent, the chain's two members, the replacement: once each
 
 
 class Flaky(LLMProvider):

@@ -13,9 +13,11 @@ from _probe import caught, emit, mro
 import harnessx
 from harnessx import (
     Agent,
+    AgentConfig,
     AgentRuntime,
     HookEvent,
     PendingTool,
+    ProviderResponse,
     RunFailed,
     RunResult,
     RunStatus,
@@ -23,7 +25,9 @@ from harnessx import (
     TokenUsage,
     ToolCall,
     UnknownExecutionKey,
+    register_provider,
 )
+from harnessx.providers import LLMProvider
 
 ERRORS = [
     "HarnessError",
@@ -60,6 +64,26 @@ async def resume_missing(folder: str) -> dict[str, Any]:
         finally:
             await runtime.stop()
     return {}
+
+
+class Echo(LLMProvider):
+    async def create(self, **kwargs: Any) -> ProviderResponse:
+        return ProviderResponse(text=f"asked for {kwargs.get('model')}")
+
+    async def count_tokens(self, **kwargs: Any) -> int:
+        return 0
+
+
+async def registered_provider() -> dict[str, Any]:
+    """A factory given to register_provider takes no arguments; the agent builds it when it
+    is built, and each request names the configured model."""
+    built: list[str] = []
+    register_provider("probe-echo", lambda: built.append("Echo") or Echo())
+    agent = Agent(AgentConfig(provider="probe-echo", model="probe-model"))
+    before_run = list(built)
+    result = await agent.run("hi")
+    await agent.aclose()
+    return {"built_before_run": before_run, "status": result.status.value, "output": result.output}
 
 
 def main() -> None:
@@ -103,6 +127,7 @@ def main() -> None:
             "registration": type(registration).__name__,
             "middleware_pipeline": type(agent.middleware).__name__,
             "hook_manager": type(agent.hooks).__name__,
+            "registered_provider": asyncio.run(registered_provider()),
         }
     )
 
