@@ -220,7 +220,7 @@ def approve(
 
 
 async def _only_pending(store: Store, session_id: str) -> str:
-    record = await store.latest_run(session_id)
+    record = await store.latest_run(session_id, messages=False)
     if record is None:
         raise ConfigurationError(f"session {session_id!r} has no run (check the id and the store)")
     waiting = [e.execution_key for e in await store.tool_calls(record.id) if e.status.value == "approval"]
@@ -288,7 +288,7 @@ def resolve(
 
 async def _check_session(store: Store, session_id: str, key: str) -> None:
     _same_session(key, session_id)
-    record = await store.get_run(ExecutionKey.run_of(key))
+    record = await store.get_run(ExecutionKey.run_of(key), messages=False)
     if record is not None and record.session_id != session_id:
         raise ConfigurationError(f"tool call {key} belongs to session {record.session_id}, not {session_id}")
 
@@ -303,7 +303,7 @@ def _control(verb: str) -> click.Command:
             async with opened_store(sqlite_path, dsn, schema, auto_migrate=False) as store:
                 if await store.get_session(session_id) is None:
                     raise click.ClickException(f"no session {session_id!r}")
-                record = await store.latest_run(session_id)
+                record = await store.latest_run(session_id, messages=False)
                 if record is None or record.status not in UNFINISHED_STATUSES:
                     return f"nothing to {verb}: the session has no unfinished run"
                 if verb == "pause" and record.status is not RunStatus.RUNNING:

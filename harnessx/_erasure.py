@@ -33,7 +33,7 @@ async def erase_session(
     being asked to cancel."""
     if await store.get_session(session_id) is None:
         raise ConfigurationError(f"no session {session_id!r} in this store: check the id")
-    record = await store.latest_run(session_id)
+    record = await store.latest_run(session_id, messages=False)
     if record is not None and record.status in UNFINISHED_STATUSES:
         if not force:
             raise SessionBusyError(
@@ -61,7 +61,7 @@ async def _settled(store: Store, session_id: str, wait: float) -> None:
     """Wait until the session's latest run is finished and its holder has let go."""
     deadline = time.monotonic() + wait
     while True:
-        record = await store.latest_run(session_id)
+        record = await store.latest_run(session_id, messages=False)
         session = await store.get_session(session_id)
         finished = record is None or record.status not in UNFINISHED_STATUSES
         if session is None or (finished and session.lease_owner is None):

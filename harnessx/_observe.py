@@ -80,7 +80,7 @@ async def follow_events(
         # and otherwise (nothing new) at most once a second, as a woken follower finds
         # nothing new whenever one read took the events of several notifications.
         if not driven_here and (result_at == position or (not events and watch.due())):
-            record = await store.get_run(run_id)
+            record = await store.get_run(run_id, messages=False)
             if record is None:
                 if result_at == position:
                     return  # ended with its run_result, and deleted since
@@ -140,7 +140,7 @@ class _Watch:
     async def look(self) -> None:
         if not self.due():
             return
-        record = await self.store.get_run(self.run_id)
+        record = await self.store.get_run(self.run_id, messages=False)
         if record is None:
             raise _gone(self.run_id)
         await self.seen(record)
@@ -213,7 +213,7 @@ async def stored_events(store: Store, run_id: str, after: str) -> AsyncIterator[
 
 
 async def _session_of(store: Store, run_id: str) -> str:
-    record = await store.get_run(run_id)
+    record = await store.get_run(run_id, messages=False)
     return record.session_id if record is not None else ""
 
 

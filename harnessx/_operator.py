@@ -135,7 +135,7 @@ class Operator:
 
     async def _continue(self, session: SessionRecord, run_id: str) -> bool:
         """Requeue a pool run that waits for nothing any more (as ``approve(..., resume=True)``)."""
-        after = await self.store.get_run(run_id)
+        after = await self.store.get_run(run_id, messages=False)
         if session.agent_ref is None or after is None or after.status is not RunStatus.AWAITING_INPUT:
             return False
         if any(entry.pending() for entry in await self.store.tool_calls(run_id)):
@@ -161,7 +161,7 @@ class Operator:
         action = self._action("cancel", record)
         async with self._recorded(action):
             await self._control(session, "cancel")
-            after = await self.store.latest_run(session_id)
+            after = await self.store.latest_run(session_id, messages=False)
         if after is not None and after.status is RunStatus.CANCELLED:
             return Done(action, f"cancelled run {record.id}")
         return Done(action, f"asked the process driving run {record.id} to cancel it at its next boundary")
@@ -176,7 +176,7 @@ class Operator:
         action = self._action("pause", record)
         async with self._recorded(action):
             await self._control(session, "pause")
-            after = await self.store.latest_run(session_id)
+            after = await self.store.latest_run(session_id, messages=False)
         if after is not None and after.status is RunStatus.PAUSED:
             return Done(action, f"paused run {record.id}")
         return Done(action, f"asked the process driving run {record.id} to pause it at its next boundary")
@@ -214,7 +214,7 @@ class Operator:
 
     async def _pending(self, key: str, status: ToolStatus, wanted: str) -> tuple[RunRecord, SessionRecord]:
         run_id = ExecutionKey.run_of(key)
-        record = await self.store.get_run(run_id)
+        record = await self.store.get_run(run_id, messages=False)
         if record is None:
             raise UnknownExecutionKey(f"no run has a tool call with execution key {key!r}")
         entry = next((e for e in await self.store.tool_calls(run_id) if e.execution_key == key), None)
@@ -231,7 +231,7 @@ class Operator:
         session = await self.store.get_session(session_id)
         if session is None:
             raise ConfigurationError(f"no session {session_id!r} in this store: check the id")
-        record = await self.store.latest_run(session_id)
+        record = await self.store.latest_run(session_id, messages=False)
         if record is None or record.status not in (*UNFINISHED_STATUSES, *also):
             shown = "no run" if record is None else f"its latest run is {record.status.value}"
             raise ConfigurationError(f"nothing to {verb}: session {session_id} has {shown}")

@@ -82,7 +82,7 @@ def action_dict(action: Action) -> dict[str, Any]:
 
 async def read_run(store: Store, run_id: str) -> RunDetail | None:
     """``None`` when there is no such run; a run whose state cannot be read is still shown."""
-    record = await store.get_run(run_id)
+    record = await store.get_run(run_id, messages=False)
     page = await store.list_runs(RunFilter(run_id=run_id), limit=1)
     if record is None or not page.runs:
         return None

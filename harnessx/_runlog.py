@@ -9,7 +9,7 @@ from typing import Protocol
 from harnessx._events import RunEvent
 from harnessx._state import Delta, RunState
 
-__all__ = ["Committer", "MemoryRunLog", "parse_cursor"]
+__all__ = ["Committer", "MemoryRunLog", "event_position", "parse_cursor"]
 
 
 class Committer(Protocol):
@@ -47,6 +47,12 @@ def parse_cursor(after: str | None) -> int:
     if value < 0:
         raise ValueError(f"invalid event cursor {after!r}: cursors are not negative")
     return value
+
+
+def event_position(after: int | str | None) -> int:
+    """A position to read events after: a number as it is, a cursor string parsed
+    (``parse_cursor``)."""
+    return after if isinstance(after, int) else parse_cursor(after)
 
 
 class MemoryRunLog:

@@ -447,7 +447,7 @@ class AgentRuntime:
         in which conversation (``history``: read from the store unless given), by which agent."""
         store = self._backend
         if history is None:
-            latest = await store.latest_run(probe.session_id)
+            latest = await store.latest_run(probe.session_id, messages=False)
             history = (await store.load_state(latest.id)).messages if latest is not None else []
         ref = self._ref
         journal = RunJournal(probe)
@@ -523,7 +523,7 @@ class AgentRuntime:
         active = self._active
         if active is not None and not active.task.done():
             return RunHandle(self, session_id, active.run_id, start_seq=active.start_seq, task=active.task)
-        record = await store.latest_run(session_id)
+        record = await store.latest_run(session_id, messages=False)
         if record is None or record.status in CLOSED_STATUSES:
             return None
         try:
@@ -549,7 +549,7 @@ class AgentRuntime:
             try:
                 return await store.claim(session_id, self._holder)
             except SessionBusyError:
-                record = await store.latest_run(session_id)
+                record = await store.latest_run(session_id, messages=False)
                 if record is None or record.status is RunStatus.RUNNING or time.monotonic() > deadline:
                     raise
             await asyncio.sleep(0.02)
@@ -679,7 +679,7 @@ class AgentRuntime:
         store = await self._ready()
         key = target.execution_key if isinstance(target, PendingTool) else str(target)
         run_id = ExecutionKey.run_of(key)
-        record = await store.get_run(run_id)
+        record = await store.get_run(run_id, messages=False)
         if record is None:
             raise UnknownExecutionKey(key, f"no run has a tool call with execution key {key!r}")
         await self._write_session()  # it binds the run's session
@@ -732,7 +732,7 @@ class AgentRuntime:
                 await asyncio.shield(active.task)
             return
         for attempt in itertools.count(1):
-            record = await store.latest_run(sid)
+            record = await store.latest_run(sid, messages=False)
             if record is None or record.status not in UNFINISHED_STATUSES:
                 return
             if request == "pause" and record.status is not RunStatus.RUNNING:
@@ -817,7 +817,7 @@ class AgentRuntime:
         ``claimed_at``)."""
         store = await self._ready()
         sid = self._require_session()
-        record = await store.latest_run(sid)
+        record = await store.latest_run(sid, messages=False)
         run = (await store.load_state(record.id)).result() if record is not None else None
         status: dict[str, Any] = {"session_id": sid, "state": self._state.value, "run": run}
         if record is not None:

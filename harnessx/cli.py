@@ -242,7 +242,7 @@ def status(session_id: str | None, limit: int, sqlite_path: str, dsn: str | None
             summary = await store.session_summary(session_id)
             if session is None or summary is None:
                 raise click.ClickException(f"no session {session_id!r}")
-            record = await store.latest_run(session_id)
+            record = await store.latest_run(session_id, messages=False)
             schedule = await store.schedule_of(record.id) if record is not None else None
             agent = session.agent_ref or "-"
             header = (
@@ -307,7 +307,7 @@ def events(run_id: str, after: str, follow: bool, sqlite_path: str, dsn: str | N
 
     async def dump() -> None:
         async with opened_store(sqlite_path, dsn, schema, read_only=True) as store:
-            if await store.get_run(run_id) is None:
+            if await store.get_run(run_id, messages=False) is None:
                 raise click.ClickException(f"no run {run_id!r}")
             found = follow_events(store, run_id, after, poll_interval=0.2) if follow else None
             async for event in found or stored_events(store, run_id, after):
@@ -340,7 +340,7 @@ def resume(
             if session is None:
                 raise click.ClickException(f"no session {session_id!r}")
             # Decided before looking for the agent: a finished run needs none.
-            latest = await store.latest_run(session_id)
+            latest = await store.latest_run(session_id, messages=False)
             if latest is None or latest.status in CLOSED_STATUSES:
                 return None
             if agent_path is None and _for_the_pool(session.agent_ref):

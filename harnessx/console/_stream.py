@@ -41,7 +41,7 @@ async def events(request: Request, who: Identity) -> Response:
         position = parse_cursor(after)
     except ValueError as exc:
         raise WebError(400, str(exc)) from None
-    record = await console.store.get_run(run_id)
+    record = await console.store.get_run(run_id, messages=False)
     if record is None:
         raise WebError(404, f"no run {run_id!r}")
     if position >= record.event_count and record.status in CLOSED_STATUSES:

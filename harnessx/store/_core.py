@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Self
 
+from harnessx._condense import view
 from harnessx._errors import (
     ConfigurationError,
     CorruptStateError,
@@ -23,6 +24,7 @@ from harnessx._errors import (
     SessionBusyError,
     StorageError,
 )
+from harnessx._messages import to_blocks
 from harnessx._state import ToolEntry
 from harnessx.store._codec import action_from_row, final_result, loads, run_record
 from harnessx.store._deadlines import LeaseDeadlines
@@ -374,17 +376,35 @@ class StoreCore:
             return record
         return with_step_tools(record, entries)
 
-    async def get_run(self, run_id: str) -> RunRecord | None:
+    async def _with_conversation(self, record: RunRecord) -> RunRecord:
+        """``record`` with the run's conversation as it stood at its last message (content
+        blocks, as shown to the model). One that does not decode is left out, and the
+        record says why (``problem``): a record is still read."""
+        rows = await self._all("reading a run's conversation", "run_messages", record.session_id, record.id)
+        try:
+            messages = [loads(body, f"message of session {record.session_id}") for (body,) in rows]
+            record.conversation = to_blocks(view(messages))
+        except (CorruptStateError, AttributeError, TypeError, ValueError) as exc:
+            record.problem = record.problem or str(exc)
+        return record
+
+    async def get_run(self, run_id: str, *, messages: bool = True) -> RunRecord | None:
         row = await self._one("reading a run", "get_run", run_id)
-        return await self._with_step_tools(run_record(row)) if row else None
+        if row is None:
+            return None
+        record = await self._with_step_tools(run_record(row))
+        return await self._with_conversation(record) if messages else record
 
     async def find_run(self, session_id: str, request_id: str) -> RunRecord | None:
         row = await self._one("finding a run", "find_run", session_id, request_id)
         return run_record(row) if row else None
 
-    async def latest_run(self, session_id: str) -> RunRecord | None:
+    async def latest_run(self, session_id: str, *, messages: bool = True) -> RunRecord | None:
         row = await self._one("reading the latest run", "latest_run", session_id)
-        return await self._with_step_tools(run_record(row)) if row else None
+        if row is None:
+            return None
+        record = await self._with_step_tools(run_record(row))
+        return await self._with_conversation(record) if messages else record
 
     async def count_journal(self, run_id: str, kind: str, step_id: str) -> int:
         row = await self._one("counting journal records", "count_journal", run_id, kind, step_id)

@@ -54,6 +54,7 @@ from harnessx._errors import (
 from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
 from harnessx._results import RunStatus
+from harnessx._runlog import event_position
 from harnessx._state import Delta, RunState, ToolEntry
 from harnessx.store._codec import (
     decode_state,
@@ -606,7 +607,9 @@ class PostgresBackend(
 
         return await self._run("reading a recorded run", read)
 
-    async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
+    async def read_events(self, run_id: str, after: int | str = 0, limit: int = 500) -> list[RunEvent]:
+        after = event_position(after)
+
         async def read(conn: Connection) -> list[RunEvent]:
             # One statement, so one snapshot: the results events refer to are joined in.
             rows = [tuple(r) for r in await conn.fetch(Q["read_events"], run_id, after, limit)]
@@ -806,5 +809,8 @@ class PostgresBackend(
         """See the protocol: the checkpoint that stops the run notifies (``await_run``), the
         others do not; the waiter is in place before the row is read."""
         return await self._notifications.until_stopped(
-            run_id, max_wait, lambda: self.get_run(run_id), lambda record: record is None or record.stopped
+            run_id,
+            max_wait,
+            lambda: self.get_run(run_id, messages=False),
+            lambda record: record is None or record.stopped,
         )

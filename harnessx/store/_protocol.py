@@ -239,9 +239,13 @@ class RunStore(Protocol):
 
     async def find_run(self, session_id: str, request_id: str) -> RunRecord | None: ...
 
-    async def latest_run(self, session_id: str) -> RunRecord | None: ...
+    async def latest_run(self, session_id: str, *, messages: bool = True) -> RunRecord | None:
+        """The session's newest run (``None``: it has none); ``messages=False`` reads its
+        row alone, without the conversation (``RunRecord.conversation``)."""
 
-    async def get_run(self, run_id: str) -> RunRecord | None: ...
+    async def get_run(self, run_id: str, *, messages: bool = True) -> RunRecord | None:
+        """The run (``None``: not in the store); ``messages=False`` reads its row alone,
+        without the conversation (``RunRecord.conversation``)."""
 
     async def load_state(self, run_id: str) -> RunState: ...
 
@@ -286,7 +290,9 @@ class EventStore(Protocol):
         self, lease: Lease, run_id: str, events: list[RunEvent], journal: Sequence[JournalRecord] = ()
     ) -> None: ...
 
-    async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]: ...
+    async def read_events(self, run_id: str, after: int | str = 0, limit: int = 500) -> list[RunEvent]:
+        """Up to ``limit`` of the run's events after position ``after`` (an event's
+        ``cursor``, as text or a number; ``0``: from the first), in order."""
 
     async def wait_for_events(self, run_id: str, max_wait: float) -> None:
         """Return soon after new events of ``run_id`` commit, or after ``max_wait`` seconds."""

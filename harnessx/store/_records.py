@@ -195,14 +195,15 @@ class RunRecord(Mapping[str, Any]):
     row does not decode (``load_state`` refuses such a run; the fields that did not decode
     hold defaults here).
 
-    It is also a read-only mapping with the keys of the original harnessx's run state that a
-    row holds (``record["status"]``, ``["run_id"]``, ``["phase"]`` by the original's phase
-    names, ``["iterations"]``, ``["output"]``, ...): ``backend.latest_run()`` and
-    ``get_run()`` return one, as the original returns its state dict. ``["tools"]`` is the
-    current step's tool calls in the original's entry form while the run is between a
-    model's tool calls and its next model call (``tools``; empty otherwise, as in the
-    original), read only then. The conversation is not in it (every poll would read all of
-    it): use ``await backend.load_state(run_id)``.
+    It is also a read-only mapping with the keys of the original harnessx's run state
+    (``record["status"]``, ``["run_id"]``, ``["phase"]`` by the original's phase names,
+    ``["iterations"]``, ``["output"]``, ...): ``backend.latest_run()`` and ``get_run()``
+    return one, as the original returns its state dict. ``["tools"]`` is the current step's
+    tool calls in the original's entry form while the run is between a model's tool calls
+    and its next model call (``tools``; empty otherwise, as in the original), read only
+    then. ``["messages"]`` is the run's conversation as it stood at its last message
+    (``conversation``, content blocks, as shown to the model), in a record read whole;
+    this harnessx's own reads, which poll, ask for the row alone (``messages=False``).
     """
 
     id: str
@@ -217,6 +218,7 @@ class RunRecord(Mapping[str, Any]):
     start_attempts: int = 0
     problem: str | None = None
     tools: tuple[dict[str, Any], ...] = ()
+    conversation: list[dict[str, Any]] | None = None
 
     @property
     def in_tools_step(self) -> bool:
@@ -248,6 +250,8 @@ class RunRecord(Mapping[str, Any]):
             "usage_incomplete": bool(self.result.get("usage_incomplete", False)),
             "tools": [dict(entry) for entry in self.tools],
         }
+        if self.conversation is not None:
+            state["messages"] = self.conversation
         if self.status in (RunStatus.RUNNING, RunStatus.AWAITING_INPUT):
             # The original's state has no outcome yet: state.get("output") is None.
             for key in ("output", "stop_reason", "error"):
@@ -255,9 +259,15 @@ class RunRecord(Mapping[str, Any]):
         return state
 
     def __getitem__(self, key: str) -> Any:
-        if key == "messages":
+        if key == "messages" and self.conversation is None:
+            why = (
+                f"its conversation does not decode ({self.problem})"
+                if self.problem
+                else "it was read without its conversation (messages=False)"
+            )
             raise KeyError(
-                f"a run record has no {key!r}: read the run's conversation with "
+                f"this record of run {self.id} has no 'messages': {why}; read the run whole with "
+                f"'await backend.get_run({self.id!r})', or its state with "
                 f"'await backend.load_state({self.id!r})'"
             )
         return self._state()[key]

@@ -32,6 +32,7 @@ from harnessx._errors import (
 )
 from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
+from harnessx._runlog import event_position
 from harnessx._state import Delta, RunState
 from harnessx.store._codec import (
     Answers,
@@ -470,7 +471,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
     async def wait_until_stopped(self, run_id: str, max_wait: float) -> RunRecord | None:
         """See the protocol and ``StopPoller``: one statement per ``max_wait`` looks at every
         run this process waits on; this process's own commits wake a waiter at once."""
-        return await self._stops.until_stopped(run_id, max_wait, lambda: self.get_run(run_id))
+        return await self._stops.until_stopped(run_id, max_wait, lambda: self.get_run(run_id, messages=False))
 
     async def aclose(self) -> None:
         await self._stops.aclose()
@@ -784,7 +785,9 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
             StuckRun(run_id, session_id, listed_status(status), at) for run_id, session_id, status, at in rows
         ]
 
-    async def read_events(self, run_id: str, after: int, limit: int = 500) -> list[RunEvent]:
+    async def read_events(self, run_id: str, after: int | str = 0, limit: int = 500) -> list[RunEvent]:
+        after = event_position(after)
+
         def body(conn: sqlite3.Connection) -> list[RunEvent]:
             # One statement, so one snapshot: the results events refer to are joined in.
             rows = conn.execute(Q["read_events"], (run_id, after, limit)).fetchall()

@@ -232,16 +232,21 @@ class TemporalBackend:
     async def run_record(self, session_id: str, run_id: str) -> dict[str, Any]:
         return dict(await self._query(session_id, "run", run_id))
 
-    async def latest_run(self, session_id: str) -> RunRecord | None:
+    async def latest_run(self, session_id: str, *, messages: bool = True) -> RunRecord | None:
         """The session's latest run as the stores return it (``None`` before its first run):
         a ``RunRecord``, read as the original harnessx's state mapping (``["status"]``,
-        ``["phase"]`` by the original's phase names, ``["output"]``, ...). Read from the
-        session's workflow, as 0.9.1's ``TemporalBackend.latest_run()`` does."""
+        ``["phase"]`` by the original's phase names, ``["output"]``, ``["messages"]``, ...).
+        Read from the session's workflow, as 0.9.1's ``TemporalBackend.latest_run()`` does;
+        ``messages=False`` leaves the conversation out (one query instead of two)."""
         record = await self._query(session_id, "latest")
         if not record or "phase" not in record:
             return None  # no run yet, or a workflow of a build before this query said more
         result = dict(record.get("result") or {})
         result["iteration"] = int(record.get("iteration", 0))
+        conversation = None
+        if messages:
+            # A query of its own: the status polls read "latest" and need no conversation.
+            conversation = await self._query(session_id, "conversation", str(result.get("run_id", "")))
         return RunRecord(
             id=str(result.get("run_id", "")),
             session_id=session_id,
@@ -251,6 +256,7 @@ class TemporalBackend:
             phase=str(record["phase"]),
             event_count=int(record.get("cursor", 0)),
             result=result,
+            conversation=conversation,
         )
 
     async def latest_result(self, session_id: str) -> RunResult | None:

@@ -27,6 +27,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from harnessx._agent import Agent
+from harnessx._condense import view
 from harnessx._driver import _fresh, checkpoint_phase
 from harnessx._engine import (
     AskApproval,
@@ -41,6 +42,7 @@ from harnessx._engine import (
 from harnessx._errors import ResolutionError, UnknownExecutionKey
 from harnessx._events import RunEventType
 from harnessx._hooks import HookEvent
+from harnessx._messages import to_blocks
 from harnessx._policies import ToolRetry
 from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import UNFINISHED_STATUSES, RunStatus, ToolResult
@@ -529,6 +531,15 @@ class SessionWorkflow:
         record["busy"] = self.busy and state is not None and state.run_id == run_id
         return record
 
+    def conversation(self, run_id: str) -> list[dict[str, Any]] | None:
+        """The latest run's conversation as shown to the model (content blocks), as
+        ``backend.latest_run()`` gives it; ``None`` for another run (the workflow keeps the
+        latest run's state only)."""
+        state = self.state
+        if state is None or state.run_id != run_id:
+            return None
+        return to_blocks(view(state.messages))
+
     def check_submit(self, request: dict[str, Any]) -> None:
         self.engine()  # refuses an agent this worker cannot build
         prior = self.data["requests"].get(request.get("request_id") or "")
@@ -733,3 +744,7 @@ class SessionWorkflowV1(SessionWorkflow):
     @workflow.query(name="latest")
     def latest_query(self) -> dict[str, Any] | None:
         return self.run_record(self.state.run_id) if self.state is not None else None
+
+    @workflow.query(name="conversation")
+    def conversation_query(self, run_id: str) -> list[dict[str, Any]] | None:
+        return self.conversation(run_id)

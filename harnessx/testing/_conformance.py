@@ -151,7 +151,7 @@ async def _queue(store: Store, session_id: str, run_id: str, agent_ref: str | No
 
 async def _written(store: Store, run_id: str) -> tuple[Any, ...]:
     """What a run's rows hold, to compare before and after a refused write."""
-    record = await store.get_run(run_id)
+    record = await store.get_run(run_id, messages=False)
     _expect(record is not None, f"run {run_id} is missing")
     assert record is not None
     state = await store.load_state(run_id)
@@ -371,7 +371,7 @@ async def checkpoint_atomicity(factory: StoreFactory) -> None:
             store.create_run(lease, "second-request", "req-1", "two", _first_boundary("second-request", 1)),
             "a run whose request id the session has used",
         )
-        _expect(await store.get_run("second-request") is None, "a refused run was created")
+        _expect(await store.get_run("second-request", messages=False) is None, "a refused run was created")
         _expect(await _written(store, "first-request") == before, "a refused run wrote to the session")
 
         session = NewSession("atomic", None, {"other": True})
@@ -380,7 +380,7 @@ async def checkpoint_atomicity(factory: StoreFactory) -> None:
             store.create_session_run(session, "h", "third", None, "three", _first_boundary("third", 1)),
             "a session run whose session exists",
         )
-        _expect(await store.get_run("third") is None, "a refused session run created its run")
+        _expect(await store.get_run("third", messages=False) is None, "a refused session run created its run")
         record = await store.get_session("atomic")
         _expect(record is not None and record.fingerprint == {}, "a refused session run changed the session")
 
@@ -407,7 +407,7 @@ async def event_cursors(factory: StoreFactory) -> None:
         page = [int(e.cursor) for e in await store.read_events("cursor-run", 1, limit=2)]
         _expect(page == [2, 3], f"after=1, limit=2 read {page}, expected [2, 3]")
         _expect(await store.read_events("cursor-run", 6) == [], "reading after the last event gave some")
-        record = await store.get_run("cursor-run")
+        record = await store.get_run("cursor-run", messages=False)
         _expect(
             record is not None and record.event_count == 6, "the run's event count is not its last cursor"
         )

@@ -29,14 +29,40 @@ from harnessx.store import PostgresBackend
 
 async def test_latest_run_and_get_run_read_like_the_originals_state(target: BackendTarget) -> None:
     agent = Agent(
-        provider=ScriptedProvider([ProviderResponse(tool_calls=[ToolCall("c", "note", {})]), "Noted."])
+        provider=ScriptedProvider(
+            [ProviderResponse(tool_calls=[ToolCall("c", "note", {})]), "Noted.", "Again."]
+        )
     )
     agent.tools.register(name="note", replay_policy="safe")(lambda: "ok")
     async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
         result = await runtime.run("Note it.", request_id="r-1")
         latest = await backend.latest_run(runtime.session_id or "")
         by_id = await backend.get_run(result.run_id)
-    assert latest is not None and by_id is not None
+        row = await backend.get_run(result.run_id, messages=False)
+        second = await runtime.run("Once more.")
+        first_after = await backend.get_run(result.run_id)
+        latest_after = await backend.latest_run(runtime.session_id or "")
+    assert latest is not None and by_id is not None and row is not None
+    conversation = [
+        {"role": "user", "content": "Note it."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "c", "name": "note", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c", "content": "ok"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Noted."}]},
+    ]
+    # The run's conversation as it stood at its end, in the content-block form the original
+    # keeps in its state (a later run's messages are not an earlier run's).
+    assert latest["messages"] == by_id["messages"] == conversation
+    assert first_after is not None and first_after["messages"] == conversation
+    assert latest_after is not None and latest_after["run_id"] == second.run_id
+    assert latest_after["messages"] == [
+        *conversation,
+        {"role": "user", "content": "Once more."},
+        {"role": "assistant", "content": [{"type": "text", "text": "Again."}]},
+    ]
+    # This harnessx's own reads (they poll) take the row alone.
+    assert "messages" not in dict(row)
+    with pytest.raises(KeyError, match="messages=False"):
+        row["messages"]
     for state in (latest, by_id):
         assert state["status"] == "completed" and state["run_id"] == result.run_id
         assert state["session_id"] == result.session_id and state["output"] == "Noted."
@@ -48,9 +74,24 @@ async def test_latest_run_and_get_run_read_like_the_originals_state(target: Back
         assert state.status is RunStatus.COMPLETED
         assert type(state["status"]) is str and f"{state['status']}" == "completed"
         assert state["tools"] == []  # the original's too, once the run is over
-        with pytest.raises(KeyError, match="load_state"):
-            state["messages"]
     assert result_from_state(latest) == result.__class__.from_dict({**result.to_dict(), "pending": []})
+
+
+async def test_read_events_takes_the_originals_cursor_text_and_starts_at_the_first(
+    target: BackendTarget,
+) -> None:
+    async with (
+        target.open() as backend,
+        AgentRuntime(Agent(provider=ScriptedProvider(["done"])), backend=backend) as runtime,
+    ):
+        result = await runtime.run("hello")
+        events = await backend.read_events(result.run_id)
+        later = await backend.read_events(result.run_id, events[1].cursor)
+        with pytest.raises(ValueError, match="invalid event cursor"):
+            await backend.read_events(result.run_id, "nope")
+    assert [e.cursor for e in events] == [str(n) for n in range(1, len(events) + 1)]
+    assert events[-1].data.output == "done"  # the run_result, a RunResult
+    assert later == events[2:]
 
 
 async def test_a_run_stopped_in_a_tool_step_shows_its_tool_calls_and_no_outcome(

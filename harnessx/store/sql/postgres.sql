@@ -283,6 +283,13 @@ FROM runs_now r JOIN sessions s ON s.id = r.session_id WHERE r.id = $1;
 -- A session's whole conversation, in order (read only when a run is loaded).
 SELECT body::text FROM messages WHERE session_id = $1 ORDER BY seq;
 
+-- name: run_messages
+-- A run's conversation as it stood at its last message: the session's messages up to it,
+-- without those of later runs (get_run and latest_run of a whole run).
+SELECT body::text FROM messages
+WHERE session_id = $1 AND seq <= (SELECT max(seq) FROM messages WHERE session_id = $1 AND run_id = $2)
+ORDER BY seq;
+
 -- name: run_tool_calls
 -- Every tool call of a run.
 SELECT execution_key, iteration, idx, call::text, policy, status, attempt, approved, raw_result::text,

@@ -154,6 +154,13 @@ WHERE s.id = ?;
 -- A session's whole conversation, in order (read only when a run is loaded).
 SELECT body FROM messages WHERE session_id = ? ORDER BY seq;
 
+-- name: run_messages
+-- A run's conversation as it stood at its last message: the session's messages up to it,
+-- without those of later runs (get_run and latest_run of a whole run).
+SELECT body FROM messages
+WHERE session_id = ?1 AND seq <= (SELECT max(seq) FROM messages WHERE session_id = ?1 AND run_id = ?2)
+ORDER BY seq;
+
 -- name: run_tool_calls
 -- Every tool call of a run.
 SELECT execution_key, iteration, idx, call, policy, status, attempt, approved, raw_result, result,

@@ -51,13 +51,14 @@ def agent() -> Agent:
     return a
 
 
-async def record(backend: Any, session_id: str) -> list[str] | str:
-    """``[status, phase]`` of the session's latest run as the backend stores it."""
+async def record(backend: Any, session_id: str) -> list[Any] | str:
+    """``[status, phase, messages]`` of the session's latest run as the backend stores it
+    (the messages in the content-block form, as the model is shown them)."""
     latest = getattr(backend, "latest_run", None)
     if latest is None:
         return "no latest_run"
     stored = await latest(session_id)
-    return [stored["status"], stored["phase"]]
+    return [stored["status"], stored["phase"], stored["messages"]]
 
 
 async def main(folder: str) -> None:
