@@ -31,6 +31,7 @@ from harnessx._rate_gate import RateGate
 from harnessx._results import RunResult
 from harnessx._runlog import MemoryRunLog
 from harnessx._sessions import PersistentMemory, SessionState
+from harnessx._snapshot import extension_name, restore, snapshot
 from harnessx._state import RunState
 from harnessx._stream import OnReset, RunStream
 from harnessx._tools import ToolDefinition, ToolRegistry, normalize_tool_registry
@@ -369,15 +370,17 @@ class Agent:
         halfway; use ``AgentRuntime`` for that."""
         if self._busy or self._closed:
             raise RuntimeStateError("cannot snapshot an agent that is running or closed")
+        data = await snapshot(self)
         state = SessionState(
             session_id=self.session_id,
-            messages=self.memory.get_messages(),
+            messages=data["messages"],
             total_usage=self.total_usage,
-            metadata=dict(self.session_metadata),
+            metadata=data["metadata"],
             config=self.config.to_dict(),
-            extensions=await _extension_state(self),
-            lifetime_iterations=self.lifetime_iterations,
-            results=self.memory.stored_results(),
+            extensions=data["extensions"],
+            lifetime_iterations=data["lifetime_iterations"],
+            provider_state=data["provider_state"],
+            results=data["results"],
         )
         await asyncio.to_thread(PersistentMemory(storage_dir).save_session, state)
         return self.session_id
@@ -408,21 +411,26 @@ class Agent:
             kwargs["config"] = saved
         agent = cls(**kwargs)
         try:
-            missing = sorted(set(state.extensions) - {_extension_name(e) for e in agent.extensions})
+            missing = sorted(set(state.extensions) - {extension_name(e) for e in agent.extensions})
             if missing:
                 raise ConfigurationError(
                     f"session {session_id!r} was saved with extension state for {missing}: pass those "
                     "extensions to load_session(..., extensions=[...])"
                 )
-            agent._session_id = state.session_id
-            agent.memory.set_messages(state.messages)
             artifacts = await asyncio.to_thread(_artifacts, storage_dir, state)
-            for result_id, content in {**artifacts, **state.results}.items():
-                agent.memory.keep_result(result_id, content)
-            agent.session_metadata = dict(state.metadata)
-            agent.total_usage = state.total_usage
-            agent.lifetime_iterations = state.lifetime_iterations
-            await _restore_extensions(agent, state.extensions)
+            await restore(
+                agent,
+                {
+                    "session_id": state.session_id,
+                    "messages": state.messages,
+                    "metadata": state.metadata,
+                    "extensions": state.extensions,
+                    "total_usage": state.total_usage.to_dict(),
+                    "lifetime_iterations": state.lifetime_iterations,
+                    "provider_state": state.provider_state,
+                    "results": {**artifacts, **state.results},
+                },
+            )
         except BaseException:
             await agent.aclose()
             raise
@@ -458,44 +466,3 @@ def _settled(state: RunState) -> list[dict[str, Any]]:
     messages = list(state.messages)
     recorded = {e.call.id: e.result for e in state.entries() if e.result is not None}
     return messages + close_open_calls(messages, recorded, f"Not run: the run ended {state.status.value}")
-
-
-def _extension_name(extension: Any) -> str:
-    return str(getattr(extension, "name", None) or type(extension).__name__)
-
-
-async def _extension_state(agent: Agent) -> dict[str, Any]:
-    """State of extensions that save any: ``on_save_session(context)`` (the original's
-    protocol, sync or async) or ``export_state()``."""
-    saved: dict[str, Any] = {}
-    for extension in agent.extensions:
-        name = _extension_name(extension)
-        hook = getattr(extension, "on_save_session", None)
-        if callable(hook):
-            value = hook(_ExtensionContext(agent, name))
-            saved[name] = await value if asyncio.iscoroutine(value) else value
-        elif callable(getattr(extension, "export_state", None)):
-            saved[name] = extension.export_state()
-    return saved
-
-
-async def _restore_extensions(agent: Agent, saved: dict[str, Any]) -> None:
-    for extension in agent.extensions:
-        name = _extension_name(extension)
-        if name not in saved:
-            continue
-        hook = getattr(extension, "on_load_session", None)
-        if callable(hook):
-            value = hook(_ExtensionContext(agent, name), saved[name])
-            if asyncio.iscoroutine(value):
-                await value
-        elif callable(getattr(extension, "import_state", None)):
-            extension.import_state(saved[name])
-
-
-class _ExtensionContext:
-    """What an extension's session hooks receive: the agent and the extension's name."""
-
-    def __init__(self, agent: Agent, name: str) -> None:
-        self.agent = agent
-        self.name = name

@@ -68,6 +68,7 @@ from harnessx._retry import is_rate_limited, is_transient, retry_after
 from harnessx._runlog import Committer
 from harnessx._state import Delta, Phase, RunState, ToolStatus
 from harnessx._tools import PermissionManager, RetryWanted, ToolContext, ToolRegistry, tool_context_scope
+from harnessx._waiting import await_with_notices
 from harnessx.providers._base import (
     LLMProvider,
     ProviderResponse,
@@ -752,24 +753,11 @@ class Driver:
     async def _noticed(self, state: RunState, work: Awaitable[T]) -> T:
         """Await a model call, adding a ``waiting`` event to the run stream while it is
         silent (``ProgressPolicy``). Notices only: nothing is cancelled."""
-        policy = self.settings.progress
-        if policy is None or not policy.enabled or policy.first_after_seconds is None:
-            return await work
-        task = asyncio.ensure_future(work)
-        try:
-            waited = 0.0
-            delay = policy.first_after_seconds
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=delay)
-                if done:
-                    return task.result()
-                waited += delay
-                await self._waiting_notice(state, waited)
-                delay = policy.repeat_every_seconds
-        finally:
-            if not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+
+        async def notice(kind: RunEventType, data: dict[str, Any]) -> None:
+            await self._provisional(state, kind, data)
+
+        return await await_with_notices(work, self.settings.progress, notice, on="model")
 
     async def _waiting_notice(self, state: RunState, seconds: float) -> None:
         await self._provisional(state, RunEventType.WAITING, {"on": "model", "seconds": round(seconds, 1)})

@@ -25,6 +25,7 @@ from typing import Any
 __all__ = [
     "CONTEXT_SAFETY_TOKENS",
     "DEFAULT_OUTPUT_CAP",
+    "PROVIDER_CACHE",
     "UNKNOWN_MODEL",
     "ModelLimits",
     "context_window_from_error",
@@ -105,7 +106,7 @@ _learned: dict[str, dict[str, int]] = {}
 
 # The attribute a provider object keeps its own learned limits in (by exact model id);
 # 0.9.1 uses the same name, so a provider written for it keeps working.
-_PROVIDER_CACHE = "_harness_model_limits"
+PROVIDER_CACHE = "_harness_model_limits"
 
 _ROUTER_PREFIX = re.compile(r"^(?:[a-z]{2,4}\.)?anthropic\.")  # Bedrock: "us.anthropic.claude-..."
 _VERSION_SUFFIX = re.compile(r"-v\d+(?::\d+)?$")  # Bedrock: "...-v1:0"
@@ -154,11 +155,11 @@ def learn_model_limits(
     if provider is None:
         entry = _learned.setdefault(normalize_model_id(model), {})
     else:
-        cache = getattr(provider, _PROVIDER_CACHE, None)
+        cache = getattr(provider, PROVIDER_CACHE, None)
         if not isinstance(cache, dict):
             cache = {}
             try:
-                setattr(provider, _PROVIDER_CACHE, cache)
+                setattr(provider, PROVIDER_CACHE, cache)
             except (AttributeError, TypeError):
                 return  # a provider that takes no attributes learns nothing
         entry = cache.setdefault(model, {})
@@ -169,7 +170,7 @@ def learn_model_limits(
 
 
 def _with_learned(model: str, limits: ModelLimits, provider: Any) -> ModelLimits:
-    cache = getattr(provider, _PROVIDER_CACHE, None)
+    cache = getattr(provider, PROVIDER_CACHE, None)
     mine = cache.get(model) if isinstance(cache, dict) else None
     learned = mine or _learned.get(normalize_model_id(model))
     if not learned:

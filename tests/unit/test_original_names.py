@@ -196,7 +196,7 @@ def test_the_same_objects_under_every_name() -> None:
         ("from harnessx.providers.gemini import GeminiProvider", "Gemini"),
         ("from harnessx.backends.temporal_workflow import AgentSessionWorkflow", "Temporal"),
         ("from harnessx.evals import evaluate_agent", "evals"),
-        ("from harnessx.engine import snapshot", "internal module"),
+        ("from harnessx.engine import execute_tool", "internal module"),
     ],
 )
 @pytest.mark.slow  # a fresh Python process per statement

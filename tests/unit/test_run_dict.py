@@ -129,13 +129,89 @@ def test_the_engine_module_has_what_has_a_counterpart() -> None:
     assert '[assistant tool call] grep({"q": "x"})' in rendered and "[tool error] " + "y" * 100 in rendered
     assert "y" * 101 not in rendered and MAX_CONDENSATIONS == 3
     with pytest.raises(ImportError, match="internal module with no counterpart"):
-        from harnessx.engine import snapshot  # noqa: F401
+        from harnessx.engine import execute_tool  # noqa: F401
     briefed = Agent(config=AgentConfig(system_prompt="You are terse."), provider=ScriptedProvider(["x"]))
     assert briefed._build_system_prompt() == f"You are terse.\n\n{PLANNING_GUIDANCE}"
     plain = Agent(
         config=AgentConfig(system_prompt="You are terse.", planning=False), provider=ScriptedProvider(["x"])
     )
     assert plain._build_system_prompt() == "You are terse."
+
+
+async def test_a_snapshot_carries_a_session_and_what_its_provider_learned_to_another_agent() -> None:
+    """0.9.1's engine.snapshot / restore (what save_session and load_session write and
+    read): the conversation, metadata, usage, task list, whole results and the model limits
+    the provider learned reach an agent with another provider object."""
+    from harnessx import Agent, AgentConfig, Limits, ProviderResponse, ScriptedProvider
+    from harnessx.engine import new_state, restore, snapshot
+    from harnessx.models import learn_model_limits, resolve_model_limits
+
+    todos = [{"content": "a", "status": "pending"}]
+    first_provider = ScriptedProvider(
+        [
+            ProviderResponse(tool_calls=[ToolCall("c1", "dump", {})]),
+            ProviderResponse(tool_calls=[ToolCall("c2", "write_todos", {"todos": todos})]),
+            "done",
+        ]
+    )
+    second_provider = ScriptedProvider(["x"])
+    learn_model_limits("model-a", provider=first_provider, max_output=2048)
+    big = "line\n" * 5000
+    first = Agent(config=AgentConfig(limits=Limits(max_result_chars=1000)), provider=first_provider)
+    first.tools.register(name="dump")(lambda: big)
+    assert (await first.run("go")).output == "done"
+    first.session_metadata["who"] = "me"
+    saved = {**new_state(first, "go"), **await snapshot(first)}
+    assert saved["provider_state"] == {"limits": {"model-a": {"max_output": 2048}}}
+    assert saved["results"] == {"c1": big} and saved["todos"] == todos
+    second = Agent(provider=second_provider)
+    assert (await resolve_model_limits(second_provider, "model-a")).max_output != 2048
+    await restore(second, saved)
+    assert (await resolve_model_limits(second_provider, "model-a")).max_output == 2048
+    assert second.session_id == first.session_id and second.session_metadata == {"who": "me"}
+    assert second.memory.get_messages() == first.memory.get_messages()
+    assert second.memory.stored_result("c1") == big and second.todos == first.todos
+    assert second.total_usage == first.total_usage and second.lifetime_iterations == first.lifetime_iterations
+
+
+async def test_await_with_notices_says_it_waits_and_a_cancel_ends_the_work() -> None:
+    import asyncio
+
+    from harnessx import ProgressPolicy, RunEventType
+    from harnessx.engine import await_with_notices
+
+    notices: list[tuple[RunEventType, dict[str, object]]] = []
+
+    async def emit(kind: RunEventType, data: dict[str, object]) -> None:
+        notices.append((kind, data))
+
+    async def slow(value: str) -> str:
+        await asyncio.sleep(0.25)
+        return value
+
+    policy = ProgressPolicy(first_after_seconds=0.1, repeat_every_seconds=0.1)
+    assert await await_with_notices(slow("ok"), policy, emit, on="tool", name="grep") == "ok"
+    assert [kind for kind, _ in notices] == [RunEventType.WAITING, RunEventType.WAITING]
+    assert notices[0][1] == {"on": "tool", "seconds": 0.1, "name": "grep"}
+    assert (
+        await await_with_notices(slow("off"), ProgressPolicy(first_after_seconds=None), emit, on="x") == "off"
+    )
+    assert len(notices) == 2
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def forever() -> None:
+        started.set()
+        try:
+            await asyncio.Future()
+        finally:
+            stopped.set()
+
+    task = asyncio.create_task(await_with_notices(forever(), policy, emit, on="tool"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert stopped.is_set()  # the work ended before the wait returned
 
 
 def test_a_first_state_in_the_original_form() -> None:

@@ -137,6 +137,23 @@ async def test_save_session_defaults_and_load_session_round_trip(
     assert PersistentMemory().list_sessions() == []
 
 
+async def test_what_a_provider_learned_of_its_models_is_saved_with_the_session(tmp_path: Path) -> None:
+    """As 0.9.1's ``provider_state``: a model limit the provider learned (a refusal naming
+    it) is saved with the session and given to the provider of the loaded agent."""
+    from harnessx.models import learn_model_limits, resolve_model_limits
+
+    agent = weather_agent(TOOL_SCRIPT)
+    learn_model_limits("small-model", provider=agent.provider, max_output=1024, context_window=8192)
+    session_id = await agent.save_session(tmp_path)
+    saved = json.loads((tmp_path / f"{session_id}.json").read_text())
+    learned = {"small-model": {"max_output": 1024, "context_window": 8192}}
+    assert saved["provider_state"] == {"limits": learned}
+    fresh = ScriptedProvider(TOOL_SCRIPT)
+    await Agent.load_session(session_id, tmp_path, provider=fresh)
+    limits = await resolve_model_limits(fresh, "small-model")
+    assert (limits.max_output, limits.context_window) == (1024, 8192)
+
+
 async def test_a_snapshot_is_refused_while_running_or_closed(tmp_path: Path) -> None:
     agent = weather_agent(TOOL_SCRIPT)
     await agent.aclose()
