@@ -47,6 +47,7 @@ __all__ = [
     "CONTINUE_NOTICE",
     "CUT_OFF_CALL",
     "EMPTY_NOTICE",
+    "MAX_PAUSE_RESUMES",
     "AskApproval",
     "CallModel",
     "CompleteResult",
@@ -147,8 +148,14 @@ CONTINUE_NOTICE = (
 )
 
 
+# A turn the provider paused (``pause_turn``: a long turn of server tools) is continued by
+# asking again, at most this many times a run (0.9.1's limit); then the run fails.
+MAX_PAUSE_RESUMES = 5
+
+
 class RecoveryExhaustedError(RuntimeError):
-    """The model kept replying with nothing; the run fails with this (0.9.1's type name)."""
+    """The model kept replying with nothing, or kept pausing its turn; the run fails with
+    this (0.9.1's type name)."""
 
 
 class Engine:
@@ -165,6 +172,7 @@ class Engine:
         cost_baseline: TokenUsage | None = None,
         recover_truncation: bool = True,
         recover_empty: bool = True,
+        recover_pauses: bool = True,
     ) -> None:
         """``interactive_approval`` is a plain run (ASK asks the approval callback there
         and then); otherwise ASK records an approval to wait for. ``cost_baseline`` is
@@ -179,6 +187,10 @@ class Engine:
         # be replayed as they were (a Temporal history).
         self.recover_truncation = recover_truncation
         self.recover_empty = recover_empty
+        # 0.9.1's rules for a paused turn: its text is part of the output, and a run
+        # continues at most MAX_PAUSE_RESUMES of them (False: a Temporal history recorded
+        # before these rules, replayed as it was decided).
+        self.recover_pauses = recover_pauses
 
     # ----------------------------------------------------------------- deciding
 
@@ -222,10 +234,10 @@ class Engine:
             # The reply was empty and not stored (model_responded).
             if empty_nudges(state) < MAX_EMPTY_NUDGES:
                 return self._next_model_call(state, [{"role": "user", "content": EMPTY_NOTICE}])
-            return self.fail(state, RecoveryExhaustedError("Recovery exhausted: empty_reply"))
+            return self._exhausted(state, "empty_reply", self._continued(state))
         message = state.last_assistant() or {}
         calls = [ToolCall.from_dict(c) for c in message.get("tool_calls") or []]
-        output = continued_output(state) + str(message.get("content") or "")
+        output = self._continued(state) + str(message.get("content") or "")
         if self.final_call(state):
             # The last reply of a run at its limit ends it, whatever it holds; a call it made
             # anyway is answered, so the conversation stays valid for the next run.
@@ -243,7 +255,10 @@ class Engine:
         if calls:
             return PrepareTools(tuple(calls))
         if state.stop_reason == StopReason.PAUSE_TURN:
-            # The provider paused a long turn; asking again continues it.
+            if self.recover_pauses and paused_turns(state) >= MAX_PAUSE_RESUMES:
+                return self._exhausted(state, "pause_turn", output)
+            # The provider paused a long turn; asking again continues it (the turn is sent
+            # back as it stands: no message is added).
             return self._next_model_call(state, [])
         stop = state.stop_reason if state.stop_reason not in ("", StopReason.TOOL_USE) else "end_turn"
         return self._finish(state, RunStatus.COMPLETED, stop, output)
@@ -264,8 +279,15 @@ class Engine:
             reason = "truncated_tool_call" if response.tool_calls else "truncated_text"
             found.append(Recovery(reason, truncation_recoveries(state) + 1, raised_budget=True))
         if response.stop_reason == StopReason.PAUSE_TURN and not response.tool_calls:
-            found.append(Recovery("paused_turn", 1))
+            if not self.recover_pauses:
+                found.append(Recovery("paused_turn", 1))
+            elif paused_turns(state) < MAX_PAUSE_RESUMES:
+                found.append(Recovery("paused_turn", paused_turns(state) + 1))
         return found
+
+    def _continued(self, state: RunState) -> str:
+        """The output so far of this run's replies that others continued."""
+        return continued_output(state, paused=self.recover_pauses)
 
     def _is_empty(self, state: RunState, response: ProviderResponse, calls: list[ToolCall]) -> bool:
         return (
@@ -276,7 +298,7 @@ class Engine:
             and StopReason.coerce(response.stop_reason)
             not in (StopReason.SAFETY, StopReason.REFUSAL, StopReason.PAUSE_TURN)
             and not self.final_call(state)
-            and not continued_output(state).strip()
+            and not self._continued(state).strip()
         )
 
     def recovers_truncation(self, state: RunState) -> bool:
@@ -399,10 +421,15 @@ class Engine:
         event = self._event(state, RunEventType.ATTEMPT_RESET, {"attempt": attempt})
         return Delta(state.phase, run=RunPatch(usage_incomplete=True), events=[event])
 
-    def fail(self, state: RunState, error: BaseException) -> Delta:
-        """Failed: the error is recorded, and every call the run leaves open is answered."""
+    def fail(
+        self, state: RunState, error: BaseException, *, output: str | None = None, stop_reason: str = ""
+    ) -> Delta:
+        """Failed: the error is recorded, and every call the run leaves open is answered.
+        ``output`` and ``stop_reason``: what a run that gives up on a reply keeps of it."""
         details = {"type": type(error).__name__, "message": str(error)}
-        run = RunPatch(status=RunStatus.FAILED, stop_reason="", error=details)
+        run = RunPatch(status=RunStatus.FAILED, stop_reason=stop_reason, error=details)
+        if output is not None:
+            run.output = output
         if state.phase is Phase.PREPARE_MODEL_CALL:
             run.usage_incomplete = True  # the failed model call may have been billed
         closing = self._close_calls(state, f"Not run: the run failed first ({type(error).__name__})")
@@ -712,6 +739,12 @@ class Engine:
             )
         return Delta(Phase.PREPARE_MODEL_CALL, messages=results, run=RunPatch(iteration=iteration))
 
+    def _exhausted(self, state: RunState, reason: str, output: str) -> Delta:
+        """A recovery made as often as a run may: the run fails, keeping the output so far,
+        its stop reason the recovery's (as 0.9.1)."""
+        error = RecoveryExhaustedError(f"Recovery exhausted: {reason}")
+        return self.fail(state, error, output=output, stop_reason=reason)
+
     def _finish(self, state: RunState, status: RunStatus, stop_reason: str, output: str) -> Delta:
         delta = Delta(Phase.FINISH, run=RunPatch(status=status, stop_reason=stop_reason, output=output))
         if status is RunStatus.COMPLETED:
@@ -786,16 +819,30 @@ def truncation_recoveries(state: RunState) -> int:
     )
 
 
-def continued_output(state: RunState) -> str:
-    """The text of this run's replies that were cut off and continued, in order: the start
-    of the output the reply that finishes them completes."""
+def continued_output(state: RunState, *, paused: bool = True) -> str:
+    """The text of this run's replies that were cut off and continued (and with ``paused``,
+    of those that paused their turn), in order: the start of the output the reply that
+    finishes them completes."""
     own = state.messages[state.history_length :]
     return "".join(
         str(before.get("content") or "")
         for before, after in itertools.pairwise(own)
         if before.get("role") == "assistant"
-        and after.get("role") == "user"
-        and after.get("content") == CONTINUE_NOTICE
+        and (
+            (after.get("role") == "user" and after.get("content") == CONTINUE_NOTICE)
+            or (paused and after.get("role") == "assistant")
+        )
+    )
+
+
+def paused_turns(state: RunState) -> int:
+    """How many of this run's paused turns were continued: a paused reply is the one reply
+    the next reply directly follows (continuing it adds no message)."""
+    own = state.messages[state.history_length :]
+    return sum(
+        1
+        for before, after in itertools.pairwise(own)
+        if before.get("role") == "assistant" and after.get("role") == "assistant"
     )
 
 

@@ -77,6 +77,10 @@ _EMPTY_REPLY_PATCH = "harnessx-empty-reply-1"
 # The patch marker of firing the RECOVERY hooks of an empty, cut-off or paused reply (from
 # the publish activity, after the reply's boundary); earlier histories replay without them.
 _RECOVERY_HOOKS_PATCH = "harnessx-recovery-hooks-1"
+# The patch marker of 0.9.1's rules for a paused turn (its text joins the output; at most
+# MAX_PAUSE_RESUMES are continued, then the run fails); earlier histories continued every
+# paused turn and kept only the last reply's text.
+_PAUSE_PATCH = "harnessx-paused-turns-1"
 # Everything the engine reads fits in memory; a finished run keeps only its summary.
 _SUMMARY_FIELDS = ("request_id", "message")
 
@@ -397,6 +401,9 @@ class SessionWorkflow:
         if not response.tool_calls and not response.text.strip():
             # Likewise for an empty reply, which ended the run before it was asked to go on.
             engine.recover_empty = workflow.patched(_EMPTY_REPLY_PATCH)
+        if response.stop_reason == StopReason.PAUSE_TURN:
+            # And for a paused turn, which was continued without a bound.
+            engine.recover_pauses = workflow.patched(_PAUSE_PATCH)
         await self.commit(engine.model_responded(state, response))
         await self._recovering(engine, state, response, dict(outcome.get("budgets") or {}))
 

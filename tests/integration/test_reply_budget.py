@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 from durable_support import BackendTarget
 
-from harnessx import Agent, AgentConfig, AgentRuntime, HookEvent, Limits, ProviderResponse, ToolCall
+from harnessx import (
+    Agent,
+    AgentConfig,
+    AgentRuntime,
+    HookEvent,
+    Limits,
+    ProviderResponse,
+    TokenUsage,
+    ToolCall,
+)
 from harnessx import models as model_limits
 from harnessx.errors import MalformedToolInputError
 from harnessx.providers import LLMProvider
@@ -213,6 +222,49 @@ async def test_empty_replies_are_answered_twice_then_the_run_fails() -> None:
     result = await built.run("go")
     assert len(provider.calls) == 3 and result.failed and result.output == ""
     assert result.error == {"type": "RecoveryExhaustedError", "message": "Recovery exhausted: empty_reply"}
+    assert result.stop_reason == "empty_reply"  # as 0.9.1: the recovery that ran out
+
+
+@pytest.mark.parametrize("durable", [False, True])
+async def test_a_paused_turn_is_continued_and_its_text_is_part_of_the_output(
+    durable: bool, target: BackendTarget
+) -> None:
+    provider = Scripted(
+        ProviderResponse(text="Searching... ", stop_reason="pause_turn"), ProviderResponse(text="found.")
+    )
+    recoveries: list[dict[str, Any]] = []
+    built, _ = writer(provider, recoveries)
+    if durable:
+        async with target.open() as backend, AgentRuntime(built, backend=backend) as runtime:
+            result = await runtime.run("go")
+    else:
+        result = await built.run("go")
+    assert result.ok and result.output == "Searching... found."
+    assert provider.calls[1]["messages"][-1]["role"] == "assistant"  # the turn sent back as it stands
+    assert [(r["reason"], r["attempt"]) for r in recoveries] == [("paused_turn", 1)]
+
+
+@pytest.mark.parametrize("durable", [False, True])
+async def test_a_turn_paused_again_and_again_fails_the_run_after_five_continuations(
+    durable: bool, target: BackendTarget
+) -> None:
+    provider = Scripted(
+        *(
+            ProviderResponse(text="part", stop_reason="pause_turn", usage=TokenUsage(input_tokens=3))
+            for _ in range(8)
+        )
+    )
+    recoveries: list[dict[str, Any]] = []
+    built, _ = writer(provider, recoveries)
+    if durable:
+        async with target.open() as backend, AgentRuntime(built, backend=backend) as runtime:
+            result = await runtime.run("go")
+    else:
+        result = await built.run("go")
+    assert len(provider.calls) == 6 and result.failed
+    assert result.error == {"type": "RecoveryExhaustedError", "message": "Recovery exhausted: pause_turn"}
+    assert (result.output, result.stop_reason, result.usage.input_tokens) == ("part" * 6, "pause_turn", 18)
+    assert [r["attempt"] for r in recoveries] == [1, 2, 3, 4, 5]
 
 
 class Unreadable(Scripted):
