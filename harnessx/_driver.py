@@ -594,8 +594,15 @@ class Driver:
         return waited
 
     async def processed_response(self, response: ProviderResponse) -> ProviderResponse:
-        """The model's reply after response middleware (``after_llm_call``)."""
-        return _canonical(await self.settings.middleware.process_llm_response(response))
+        """The model's reply after response middleware (``after_llm_call``). Signed thinking
+        and redacted thinking must reach the next request as the provider sent them, so a
+        middleware that changes them fails the run (as 0.9.1), rather than its next request
+        being refused."""
+        protected = _protected(response.content)
+        processed = _canonical(await self.settings.middleware.process_llm_response(response))
+        if _protected(processed.content) != protected:
+            raise ValueError("Response middleware cannot change signed or opaque provider content")
+        return processed
 
     async def model_reply(
         self,
@@ -1039,6 +1046,17 @@ def _fresh(state: RunState) -> bool:
         and state.iteration == 0
         and len(state.messages) == state.history_length + 1
     )
+
+
+def _protected(content: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Copies of the blocks of a reply that only the provider may write: signed thinking
+    and redacted thinking."""
+    kept = []
+    for block in content or []:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "redacted_thinking" or (kind == "thinking" and "signature" in block):
+            kept.append(copy.deepcopy(block))
+    return kept
 
 
 def _canonical(response: Any) -> ProviderResponse:

@@ -204,6 +204,28 @@ class ProviderResponse:
             self.tool_calls = []  # type: ignore[unreachable]
         if self.usage is None:
             self.usage = TokenUsage()  # type: ignore[unreachable]
+        if self.content:
+            self._read_content(self.content)
+
+    def _read_content(self, blocks: list[dict[str, Any]]) -> None:
+        """Fill ``text``, ``tool_calls`` and ``thinking`` that were left unset from the
+        content blocks, as 0.9.1 reads a reply given as ``ProviderResponse(content=[...])``:
+        the text blocks joined by newlines, the ``tool_use`` blocks as calls, the thinking
+        blocks' text joined."""
+        texts = [str(b.get("text", "")) for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
+        thoughts = [
+            str(b.get("thinking", "")) for b in blocks if isinstance(b, dict) and b.get("type") == "thinking"
+        ]
+        if not self.text and "".join(texts).strip():
+            self.text = "\n".join(texts)
+        if not self.tool_calls:
+            self.tool_calls = [
+                ToolCall(str(b["id"]), str(b["name"]), dict(b.get("input") or {}))
+                for b in blocks
+                if isinstance(b, dict) and b.get("type") == "tool_use" and "id" in b and "name" in b
+            ]
+        if self.thinking is None and "".join(thoughts).strip():
+            self.thinking = "\n".join(thoughts)
 
 
 @dataclass

@@ -37,3 +37,48 @@ def test_the_block_form_reads_back_with_its_thinking() -> None:
     assert from_blocks(BLOCK_FORM) == ENGINE_FORM
     assert from_blocks(ENGINE_FORM) == ENGINE_FORM  # already the engine's form
     assert to_blocks(from_blocks(BLOCK_FORM)) == BLOCK_FORM
+
+
+def test_a_reply_given_as_content_blocks_is_read_from_them() -> None:
+    """As 0.9.1: ``ProviderResponse(content=[...])`` gives the reply its text, calls and
+    thinking; fields given explicitly stay as given."""
+    from harnessx import ProviderResponse, ToolCall
+
+    reply = ProviderResponse(
+        content=[SIGNED, {"type": "text", "text": "Checking."}, {"type": "tool_use", **CALL}]
+    )
+    assert reply.text == "Checking." and reply.thinking == "Call the tool."
+    assert reply.tool_calls == [ToolCall("toolu_1", "get_weather", {"city": "Oslo"})]
+    given = ProviderResponse(text="Mine.", content=[{"type": "text", "text": "Checking."}])
+    assert given.text == "Mine." and given.tool_calls == []
+    assert ProviderResponse(content=[REDACTED]).text == ""
+
+
+async def test_response_middleware_may_edit_the_text_but_not_signed_or_redacted_thinking() -> None:
+    from harnessx import Agent, AgentConfig, Middleware, ProviderResponse, ScriptedProvider
+
+    class Edit(Middleware):
+        async def after_llm_call(self, response: Any) -> Any:
+            response.text = "Edited."
+            return response
+
+    class Replace(Middleware):
+        async def after_llm_call(self, response: Any) -> Any:
+            response.content = [{"type": "text", "text": "Replaced."}]
+            return response
+
+    outcomes = []
+    for middleware in (Edit(), Replace()):
+        provider = ScriptedProvider(
+            [ProviderResponse(content=[SIGNED, REDACTED, {"type": "text", "text": "Answer."}])]
+        )
+        agent = Agent(config=AgentConfig(planning=False), provider=provider)
+        agent.middleware.add(middleware)
+        result = await agent.run("go")
+        outcomes.append((result.status.value, result.output, (result.error or {}).get("message")))
+        if result.ok:
+            assert agent.memory.get_messages()[-1]["content"][:2] == [SIGNED, REDACTED]
+    assert outcomes == [
+        ("completed", "Edited.", None),
+        ("failed", "", "Response middleware cannot change signed or opaque provider content"),
+    ]
