@@ -15,8 +15,9 @@ refused all the same is asked once more (``spurious_overflow``); otherwise the r
 with ``ContextOverflowError``. The window a refusal names is remembered for the model.
 
 A condensation is a committed message (see ``_condense``), so a resumed run shows the
-conversation as it was condensed. Not on Temporal: its workflow replays the steps it
-recorded, and these are not among them.
+conversation as it was condensed. On Temporal the model activity runs these with a
+committer that records what they commit; the workflow commits it from the activity's
+result (``harnessx.temporal._activities``), so its history holds every condensation.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ ledger line first; ``$HX_LEDGER`` must be set); ``hooked``, the ``safe`` agent n
 hook it fires in ``$HX_HOOKS``; ``truncated``, whose model's first reply is cut off at its
 token budget (the second says what budget it was given); ``recovering``, noting its hooks as
 ``hooked`` does, whose model replies empty, then cut off, then pausing its turn, then
-answers; ``vendor-rpm``, ``chaos.agents``'
-agent calling the model vendor at ``$HX_VENDOR_URL``.
+answers; ``condensing`` and ``overflowing``, noting their hooks too, whose conversations
+outgrow their model's window (counted before a call, or refused as too long);
+``vendor-rpm``, ``chaos.agents``' agent calling the model vendor at ``$HX_VENDOR_URL``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from harnessx import (
     AgentRegistry,
     HookContext,
     HookEvent,
+    Limits,
     PermissionLevel,
     ProviderResponse,
     ScriptedProvider,
@@ -34,6 +36,7 @@ from harnessx import (
     TransientToolError,
     current_tool_context,
 )
+from harnessx.engine import SUMMARY_SYSTEM
 
 __all__ = ["registry"]
 
@@ -122,6 +125,45 @@ def _recovering() -> Agent:
     )
 
 
+OVERFLOW = "prompt is too long: 250000 tokens > 200000 maximum"
+
+
+class _Crowded(ScriptedProvider):
+    """A model whose window is always nearly full: it counts every request at 50,000 tokens."""
+
+    async def count_tokens(self, **kwargs: object) -> int:
+        return 50_000
+
+
+def _reply_or_summary(request: ScriptedRequest) -> str:
+    if request.system == SUMMARY_SYSTEM:
+        return "SUMMARY: the questions so far, answered."
+    return f"reply {request.turn} to {json.dumps(request.last_message.get('content'))[:40]}"
+
+
+def _condensing() -> Agent:
+    """Condenses before a call (``Limits.max_context_tokens``: its model counts every request
+    as too big), noting its hooks as ``hooked`` does."""
+    config = AgentConfig(
+        model="m-window", max_tokens=1_000, planning=False, limits=Limits(max_context_tokens=10_000)
+    )
+    return _noting(Agent(config=config, provider=_Crowded(_reply_or_summary)))
+
+
+def _overflowing() -> Agent:
+    """Its model refuses a request of five messages or more as too long until it is
+    condensed (then answers), noting its hooks as ``hooked`` does."""
+
+    def reply(request: ScriptedRequest) -> str:
+        condensed = "[Earlier conversation, condensed]" in json.dumps(request.messages)
+        if request.system != SUMMARY_SYSTEM and len(request.messages) >= 5 and not condensed:
+            raise ValueError(OVERFLOW)
+        return _reply_or_summary(request)
+
+    config = AgentConfig(model="m-window", max_tokens=1_000, planning=False)
+    return _noting(Agent(config=config, provider=ScriptedProvider(reply)))
+
+
 registry = AgentRegistry()
 for _policy in LEDGER_POLICIES:
     registry.register(_policy, lambda policy=_policy: ledger_agent(policy), version="v1")
@@ -131,5 +173,7 @@ registry.register("flaky_manual", lambda: _flaky("manual"), version="v1")
 registry.register("hooked", _hooked, version="v1")
 registry.register("truncated", _truncated, version="v1")
 registry.register("recovering", _recovering, version="v1")
+registry.register("condensing", _condensing, version="v1")
+registry.register("overflowing", _overflowing, version="v1")
 # Calls the model vendor at $HX_VENDOR_URL as gpt-rpm (tests/fake_vendor.py; the rate limits).
 registry.register("vendor-rpm", functools.partial(vendor_agent, "gpt-rpm"), version="v1")

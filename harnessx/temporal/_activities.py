@@ -26,17 +26,18 @@ from temporalio.exceptions import ApplicationError
 from harnessx._agent import Agent
 from harnessx._driver import Driver, served_by
 from harnessx._engine import step_id
-from harnessx._errors import ConfigurationError
+from harnessx._errors import ConfigurationError, ContextOverflowError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._hooks import HookEvent
 from harnessx._logging import log_context
+from harnessx._overflow import condense_if_due, is_context_overflow, recover_overflow
 from harnessx._rate_gate import RateGate
 from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import RunResult, ToolResult
 from harnessx._state import Delta, RunState
 from harnessx._tools import RetryWanted
-from harnessx.providers._base import StopReason
-from harnessx.temporal._codec import response_to_dict, state_from_dict
+from harnessx.providers._base import StopReason, TokenUsage
+from harnessx.temporal._codec import jsonable, response_to_dict, state_from_dict
 from harnessx.temporal._events import EventSink
 from harnessx.temporal._workflow import ACTIVITY_MODEL, ACTIVITY_PUBLISH, ACTIVITY_RESULT, ACTIVITY_TOOL
 
@@ -78,6 +79,42 @@ class _DeltaPublisher:
             # text_complete carries the whole text), and this attempt stops streaming.
             self.broken = True
             logger.warning("streaming text of run %s stopped: %s", state.run_id, exc)
+
+
+class _ModelCommitter(_DeltaPublisher):
+    """A model activity's committer: streams text deltas as ``_DeltaPublisher`` does, and
+    records what condensing commits (a view message, with the summary's usage) for the
+    workflow, which commits it from the activity's result before the reply: the history
+    holds the condensation, so every replay shows the conversation as the model saw it."""
+
+    def __init__(self, events: EventSink) -> None:
+        super().__init__(events)
+        self.condensed: list[dict[str, Any]] = []
+
+    async def commit(self, state: RunState, delta: Delta) -> None:
+        if delta.tools or delta.events or delta.phase is not state.phase:
+            raise AssertionError("a model activity commits only condensations; the workflow does the rest")
+        usage = delta.run.usage
+        self.condensed.append(
+            {
+                "messages": jsonable(delta.messages),
+                "usage": usage.to_dict() if isinstance(usage, TokenUsage) else None,
+            }
+        )
+
+
+class _ModelDriver(Driver):
+    """The driver of a model activity: a condensation's ``CONTEXT_CONDENSED`` hook goes with
+    the condensation to the workflow, which fires it once it has committed it, as the driver
+    fires it after its commit."""
+
+    committer: _ModelCommitter
+
+    async def hook(self, event: HookEvent, **data: Any) -> None:
+        if event is HookEvent.CONTEXT_CONDENSED and self.committer.condensed:
+            self.committer.condensed[-1]["hook"] = data
+            return
+        await super().hook(event, **data)
 
 
 class SessionActivities:
@@ -176,14 +213,22 @@ class SessionActivities:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def _driver(self, agent: Agent, committer: Any = None, fencing_token: int | None = None) -> Driver:
-        return Driver(
+    def _driver(
+        self,
+        agent: Agent,
+        committer: Any = None,
+        fencing_token: int | None = None,
+        kind: type[Driver] = Driver,
+    ) -> Driver:
+        return kind(
             engine=agent.engine(durable=True),
             settings=agent.run_settings(),
             provider=lambda: agent.provider,
             committer=committer or _DeltaPublisher(self.events),
             fencing_token=fencing_token,
             rates=self.rates,
+            # The workflow records every boundary and announces its CHECKPOINT.
+            checkpoints=False,
         )
 
     # ---------------------------------------------------------------- model
@@ -218,12 +263,22 @@ class SessionActivities:
 
         if info.attempt > 1:  # the worker running the last attempt was lost
             await reset(info.attempt - 1, str(info.attempt))
-        driver = self._driver(agent)
+        # Condensing (Limits.max_context_tokens, a request refused as too long) happens here,
+        # as the driver does it, when the workflow asks for it (its patch marker). A
+        # condensation goes back to the workflow at once, without the call: it commits it
+        # (and fires its hook), then asks for the call, not counted again, as the driver
+        # calls the model right after condensing.
+        condensing = bool(args.get("condense"))
+        committer = _ModelCommitter(self.events)
+        driver = self._driver(agent, committer, kind=_ModelDriver)
+        driver.last_measured = args.get("last_measured")
+        driver.overflow_retried = bool(args.get("overflow_retried"))
 
         async def attempting(attempt: int) -> None:
             return None
 
         admission = None
+        request = None
 
         async def retrying(attempt: int, exc: BaseException) -> None:
             await driver.vendor_refused(admission, exc)  # a 429's Retry-After pauses the bucket
@@ -231,6 +286,10 @@ class SessionActivities:
 
         async with self._heartbeating(args):
             try:
+                if condensing and args.get("count", True):
+                    await condense_if_due(driver, state)
+                    if committer.condensed:
+                        return {"again": "condensed", "condensed": committer.condensed}
                 request = await driver.model_request(state)
                 # Under the fleet's rate limits (when the worker has them), the call waits
                 # for its start here, heartbeating, with no request open to the vendor. The
@@ -244,10 +303,23 @@ class SessionActivities:
                 # Tool middleware is agent code, so it runs here too: the workflow prepares
                 # the calls as they come back.
                 response.tool_calls = await driver.prepared_calls(list(response.tool_calls))
-            except Exception as exc:
+            except Exception as failure:
                 # The run fails with this error, as in the other bindings. Reported as a
                 # value, so Temporal does not call the model again.
+                exc: BaseException = failure
                 await driver.vendor_refused(admission, exc)
+                if condensing and request is not None and is_context_overflow(exc):
+                    try:
+                        if await recover_overflow(driver, state, exc, request):
+                            # Room made (or a refusal taken as spurious): the workflow commits
+                            # what was condensed and asks again, as the driver's loop does.
+                            return {
+                                "again": "overflow",
+                                "condensed": committer.condensed,
+                                "overflow_retried": driver.overflow_retried,
+                            }
+                    except ContextOverflowError as overflow:
+                        exc = overflow
                 logger.warning("model call for run %s failed: %s", state.run_id, exc)
                 await agent.hooks.fire(HookEvent.ERROR, agent, error=str(exc))
                 return {"error": {"type": type(exc).__name__, "message": str(exc)}}

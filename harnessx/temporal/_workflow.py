@@ -46,9 +46,9 @@ from harnessx._messages import to_blocks
 from harnessx._policies import ToolRetry
 from harnessx._registry import AgentRef, AgentRegistry
 from harnessx._results import UNFINISHED_STATUSES, RunStatus, ToolResult
-from harnessx._state import Delta, Phase, RunState, ToolStatus
+from harnessx._state import Delta, Phase, RunPatch, RunState, ToolStatus
 from harnessx._tools import ReplayPolicy
-from harnessx.providers._base import StopReason
+from harnessx.providers._base import StopReason, TokenUsage
 from harnessx.store._records import ControlRequest, control_request
 from harnessx.temporal._codec import response_from_dict, state_from_dict, state_to_dict
 
@@ -81,6 +81,11 @@ _RECOVERY_HOOKS_PATCH = "harnessx-recovery-hooks-1"
 # MAX_PAUSE_RESUMES are continued, then the run fails); earlier histories continued every
 # paused turn and kept only the last reply's text.
 _PAUSE_PATCH = "harnessx-paused-turns-1"
+# The patch marker of condensing on Temporal: the model activity condenses a conversation
+# that no longer fits (Limits.max_context_tokens, a request refused as too long) and the
+# workflow commits the condensation before the reply, or asks again; earlier histories had
+# their model activities do neither.
+_CONDENSING_PATCH = "harnessx-condensing-1"
 # Everything the engine reads fits in memory; a finished run keeps only its summary.
 _SUMMARY_FIELDS = ("request_id", "message")
 
@@ -140,6 +145,15 @@ class SessionWorkflow:
         self._definition: Agent | None = None
         self._lock = asyncio.Lock()
         self._tasks: list[Any] = []
+        # What the driver keeps for one execution of a run, for the model activity's
+        # condensing: the size the provider reported for the last request and its reply, and
+        # whether a short request refused as too long was asked once more. Derived from
+        # recorded activity results, so every replay has the same.
+        self._last_measured: int | None = None
+        self._overflow_retried = False
+        # False for the call right after a condensation: the driver calls the model then
+        # without counting the request again.
+        self._count_next = True
 
     # ------------------------------------------------------------------ helpers
 
@@ -297,6 +311,7 @@ class SessionWorkflow:
     async def drive(self) -> None:
         state = self.state
         assert state is not None
+        self._last_measured, self._overflow_retried, self._count_next = None, False, True
         try:
             engine = self.engine()
         except ApplicationError as exc:
@@ -367,9 +382,19 @@ class SessionWorkflow:
             raise TypeError(f"unknown engine step {step!r}")
 
     async def call_model(self, engine: Engine, state: RunState) -> None:
+        condensing: dict[str, Any] = {}
+        # Histories recorded before condensing ran on Temporal replay without it.
+        if workflow.patched(_CONDENSING_PATCH):
+            condensing = {
+                "condense": True,
+                "count": self._count_next,
+                "last_measured": self._last_measured,
+                "overflow_retried": self._overflow_retried,
+            }
+            self._count_next = True
         task = workflow.start_activity(
             ACTIVITY_MODEL,
-            self._agent_args(state),
+            self._agent_args(state, **condensing),
             start_to_close_timeout=self._seconds("model_timeout", 600),
             heartbeat_timeout=self._seconds("heartbeat_timeout", 10),
             # What fails here is a lost (or starved) worker: a provider's errors are values,
@@ -388,11 +413,28 @@ class SessionWorkflow:
         except ActivityError as exc:
             kind, message = _cause(exc)
             outcome = {"error": {"type": kind, "message": message}}
+        for condensed in outcome.get("condensed") or []:
+            # What the activity condensed (before its call, or after the call was refused as
+            # too long), committed and announced as the driver commits and announces it.
+            usage = condensed.get("usage")
+            patch = RunPatch(usage=TokenUsage.from_dict(usage)) if usage is not None else RunPatch()
+            await self.commit(Delta(state.phase, messages=list(condensed["messages"]), run=patch))
+            if condensed.get("hook") is not None:
+                await self.fire(self._hook(HookEvent.CONTEXT_CONDENSED, **condensed["hook"]))
+        again = outcome.get("again")
+        if again:
+            # Condensed before the call (which comes next, not counted again), or room made
+            # for a request refused as too long (asked again, as the driver's loop does).
+            self._count_next = again != "condensed"
+            self._overflow_retried = bool(outcome.get("overflow_retried", self._overflow_retried))
+            return
         if "error" in outcome:
             error = outcome["error"]
             await self.commit(engine.fail(state, _remote_error(error["type"], error["message"])))
             return
         response = response_from_dict(outcome["response"])
+        if response.usage is not None and response.usage.input_tokens:
+            self._last_measured = response.usage.input_tokens + response.usage.output_tokens
         state.attempt = int(outcome.get("attempt", state.attempt))  # (older activities: no label)
         if response.stop_reason == StopReason.MAX_TOKENS:
             # Histories recorded before a reply cut off at its budget was asked again ended
