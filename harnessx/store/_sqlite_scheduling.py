@@ -139,13 +139,18 @@ class SQLiteScheduling:
         if floor is None:  # only untenanted runs wait
             self._take_from(conn, "", limit, refs, now, limits, picked)
             return picked
-        waiting = [(str(t), float(p), float(w)) for t, p, w in conn.execute(Q["waiting_tenants"], (floor,))]
+        # The first round shares the claim among the limit + 1 groups next in line, so those
+        # are all it reads (of as many as a thousand tenants); a later round reads them all.
+        waiting = _waiting(conn, floor, limit + 1)
+        everyone = len(waiting) <= limit
         taken: dict[str, int] = {}
         done: set[str] = set()
         # Share out what is left among the groups that may still supply, by their passes as
         # this claim has advanced them, until the claim is full or no group can give more.
         while len(picked.runs) < limit:
             left = limit - len(picked.runs)
+            if not everyone and (taken or done):
+                waiting, everyone = _waiting(conn, floor, -1), True
             groups = sorted(
                 (
                     (name, passed + taken.get(name, 0) / weight, weight)
@@ -332,6 +337,11 @@ class SQLiteScheduling:
             return None if row is None else float(row[0])
 
         return await self._call(self._write, body)
+
+
+def _waiting(conn: sqlite3.Connection, floor: float, count: int) -> list[tuple[str, float, float]]:
+    """The ``count`` fair-share groups next in line (-1: all), as (tenant, pass, weight)."""
+    return [(str(t), float(p), float(w)) for t, p, w in conn.execute(Q["waiting_tenants"], (floor, count))]
 
 
 def _governing(conn: sqlite3.Connection, bucket: str) -> RateLimit | None:

@@ -262,6 +262,59 @@ async def test_a_limit_is_checked_when_set(target: BackendTarget) -> None:
             await store.set_tenant_weight("t", 0)
 
 
+async def claim_traced(store: Any, target: BackendTarget, limit: int) -> tuple[list[str], list[str]]:
+    """What one claim took, and the statements it ran: SQLite's trace of the store's
+    connection; on PostgreSQL auto_explain's report of each statement inside
+    ``harnessx_claim_runs``, called on a connection of the test's."""
+    if target.kind == "sqlite":
+        seen: list[str] = []
+        await store._call(lambda conn: conn.set_trace_callback(seen.append))
+        try:
+            return await claim_all(store, limit), seen
+        finally:
+            await store._call(lambda conn: conn.set_trace_callback(None))
+    import asyncpg
+
+    conn = await asyncpg.connect(target.location, server_settings={"search_path": "harness_x"})
+    try:
+        reports: list[str] = []
+        conn.add_log_listener(lambda _, message: reports.append(message.message))
+        for setting in (
+            "LOAD 'auto_explain'",
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_nested_statements = on",
+            "SET auto_explain.log_level = notice",
+            "SET client_min_messages = notice",
+        ):
+            await conn.execute(setting)
+        rows = await conn.fetch(
+            "SELECT run_id FROM harnessx_claim_runs('w/1', NULL, $1, 30, 'c') WHERE run_id IS NOT NULL", limit
+        )
+        return [row[0] for row in rows], reports
+    finally:
+        await conn.close()
+
+
+async def test_an_agents_limit_costs_other_claims_nothing_while_none_of_its_runs_waits(
+    target: BackendTarget,
+) -> None:
+    # One agent of a fleet with max_concurrent made every claim, of any agent, look up and
+    # count limits; now only a claim with a limited run waiting does.
+    async with target.open() as store:
+        await store.publish_agent_defaults({"few@v1": (None, 1)})
+        await queue(store, "plain1")
+        await queue(store, "plain2")
+        taken, statements = await claim_traced(store, target, 8)
+        assert taken == ["plain1", "plain2"]
+        assert not any("max_running" in statement for statement in statements), statements
+        await queue(store, "few1", agent="few@v1")
+        await queue(store, "few2", agent="few@v1")
+        await queue(store, "plain3")
+        taken, statements = await claim_traced(store, target, 8)
+        assert sorted(taken) == ["few1", "plain3"]  # the agent's limit holds
+        assert any("max_running" in statement for statement in statements), statements
+
+
 # ------------------------------------------------------------------- fair shares
 
 
@@ -281,6 +334,18 @@ async def test_a_small_tenant_progresses_behind_a_large_one(target: BackendTarge
         await queue(store, "small-late-2", tenant="small")
         batch = await claim_all(store, limit=4)
         assert sum(run_id.startswith("small") for run_id in batch) == 2, batch
+
+
+async def test_a_claim_looks_past_tenants_first_in_line_with_nothing_claimable(target: BackendTarget) -> None:
+    # Every pass is equal, so a and b come first (ties go by name), but their runs are not
+    # claimable yet: the claim goes on down the line, to c.
+    async with target.open() as store:
+        await queue(store, "a-later", tenant="a", delay=3600)
+        await queue(store, "b-later", tenant="b", delay=3600)
+        await queue(store, "c1", tenant="c")
+        await queue(store, "d1", tenant="d")
+        assert await claim_all(store, limit=1) == ["c1"]
+        assert await claim_all(store, limit=3) == ["d1"]
 
 
 async def test_weights_share_claims_in_proportion(target: BackendTarget) -> None:

@@ -235,19 +235,28 @@ SELECT id, control FROM sessions
 WHERE lease_owner >= ? AND lease_owner < ? AND control IS NOT NULL AND NOT control_sent;
 
 -- name: claim_setup
--- What a claim must consider: whether any concurrency limit is set, and the lowest pass of
--- the tenants with queued runs (NULL: only untenanted runs wait).
-SELECT EXISTS (SELECT 1 FROM concurrency_limits) OR EXISTS (SELECT 1 FROM agent_defaults
-                                                             WHERE max_concurrent IS NOT NULL),
+-- What a claim must consider: whether a queued run may be limited (a concurrency limit is
+-- set, or an agent the registry limits has queued runs: one limited agent of a fleet does
+-- not make every claim count), and the lowest pass of the tenants with queued runs (NULL:
+-- only untenanted runs wait).
+SELECT EXISTS (SELECT 1 FROM concurrency_limits)
+       OR EXISTS (SELECT 1 FROM agent_defaults d
+                  WHERE d.max_concurrent IS NOT NULL
+                    AND EXISTS (SELECT 1 FROM runs r WHERE r.agent_ref = d.agent_ref AND r.queued_at IS NOT NULL)),
        (SELECT min(pass) FROM fair_shares WHERE queued > 0 AND tenant <> '');
 
 -- name: waiting_tenants
--- The fair-share groups with queued runs, as (tenant, pass, weight); the untenanted group's
--- (when some of its runs wait) with a pass no lower than ?1, the lowest of the tenants'.
-SELECT tenant, pass, weight FROM fair_shares WHERE queued > 0
-UNION ALL
-SELECT tenant, max(pass, ?1), weight FROM fair_shares
-WHERE tenant = '' AND EXISTS (SELECT 1 FROM runs WHERE queued_at IS NOT NULL AND tenant = '');
+-- The ?2 fair-share groups with queued runs (-1: all) whose next tag, pass + 1 / weight, is
+-- lowest, as (tenant, pass, weight); the untenanted group's (when some of its runs wait) with
+-- a pass no lower than ?1, the lowest of the tenants'.
+SELECT tenant, pass, weight FROM (
+    SELECT tenant, pass, weight FROM fair_shares WHERE queued > 0
+    UNION ALL
+    SELECT tenant, max(pass, ?1), weight FROM fair_shares
+    WHERE tenant = '' AND EXISTS (SELECT 1 FROM runs WHERE queued_at IS NOT NULL AND tenant = '')
+)
+ORDER BY pass + 1.0 / weight, tenant
+LIMIT ?2;
 
 -- name: tenant_queue
 -- A tenant's queued runs whose session no unexpired lease holds, whose not_before has passed
