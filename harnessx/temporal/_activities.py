@@ -44,7 +44,7 @@ from harnessx.temporal._workflow import ACTIVITY_MODEL, ACTIVITY_PUBLISH, ACTIVI
 if TYPE_CHECKING:
     from harnessx.temporal._worker import TemporalWorkerMetrics
 
-__all__ = ["SessionActivities"]
+__all__ = ["SessionActivities", "dispatch_id"]
 
 logger = logging.getLogger("harnessx.temporal.activities")
 
@@ -352,7 +352,12 @@ class SessionActivities:
         The call's attempt counts every dispatch and every Temporal retry (a lost worker's
         and a transient failure's); it is also the
         fencing token ``current_tool_context()`` carries (it only grows for one execution
-        key, so a late effect of a lost attempt can be refused by a ledger)."""
+        key, so a late effect of a lost attempt can be refused by a ledger).
+
+        The outcome is recorded in the event sink before it is returned: if the Temporal
+        server loses this attempt's completion (an overloaded server drops the write), it
+        times the attempt out and starts another of the same dispatch, on any worker, and
+        that one returns the recorded outcome instead of running the tool again."""
         key = str(args["key"])
         info = activity.info()
         try:
@@ -361,41 +366,83 @@ class SessionActivities:
             return {"not_started": {"type": exc.type or "ConfigurationError", "message": exc.message}}
         entry = state.tools[key]
         attempt = entry.attempt + info.attempt - 1
-        state.tools[key] = entry.moved(attempt=attempt)
-        driver = self._driver(agent, fencing_token=attempt)
+        dispatch = dispatch_id(info)
         async with self._heartbeating(args):
+            # Only a later attempt can find one: the first of a dispatch has nothing before it.
+            recorded = await self._recorded_outcome(dispatch) if info.attempt > 1 else None
+            if recorded is not None:
+                logger.warning(
+                    "tool call %s (%s) attempt %d: returning the outcome attempt %s recorded "
+                    "(Temporal did not receive that attempt's completion); the tool does not run again",
+                    key,
+                    entry.policy,
+                    attempt,
+                    recorded.get("attempt"),
+                )
+                if self.metrics is not None:
+                    self.metrics.outcomes_reused.inc()
+                return recorded
+            state.tools[key] = entry.moved(attempt=attempt)
+            driver = self._driver(agent, fencing_token=attempt)
             # One try per activity attempt: a transient failure (TransientToolError, a
             # connection error, a retried timeout or error result) is Temporal's to retry,
             # under the retry policy the workflow built from the tool's ToolRetry; the try
             # number is this dispatch's activity attempt, so a lost attempt counts too.
+            # Nothing is recorded for it, so the next attempt runs the tool again.
             result = await driver.invoke_tool(state, key, try_number=info.attempt)
-        if isinstance(result, RetryWanted):
-            logger.warning(
-                "tool call %s (%s) attempt %d failed transiently; Temporal retries it: %s: %s",
-                key,
-                entry.policy,
-                attempt,
-                result.kind,
-                result.message,
-            )
-            raise ApplicationError(
-                f"tool call {key} failed transiently: {result.kind}: {result.message}",
-                type=result.kind,
-                non_retryable=False,
-            )
-        if isinstance(result, TimeoutError):
-            # The engine decides what a call with an unknown outcome means (timed_out).
-            return {"timeout": str(result) or f"tool call {key} timed out", "attempt": attempt}
-        logger.info(
-            "tool call %s (%s) attempt %d: %s",
-            key,
-            entry.policy,
-            attempt,
-            "error result" if result.is_error else "ok",
-        )
-        if self.metrics is not None:
-            self.metrics.tool_ended(entry.policy, result.is_error)
-        return {"result": result.to_dict(), "attempt": attempt}
+            if isinstance(result, RetryWanted):
+                logger.warning(
+                    "tool call %s (%s) attempt %d failed transiently; Temporal retries it: %s: %s",
+                    key,
+                    entry.policy,
+                    attempt,
+                    result.kind,
+                    result.message,
+                )
+                raise ApplicationError(
+                    f"tool call {key} failed transiently: {result.kind}: {result.message}",
+                    type=result.kind,
+                    non_retryable=False,
+                )
+            if isinstance(result, TimeoutError):
+                # The engine decides what a call with an unknown outcome means (timed_out).
+                outcome: dict[str, Any] = {
+                    "timeout": str(result) or f"tool call {key} timed out",
+                    "attempt": attempt,
+                }
+            else:
+                logger.info(
+                    "tool call %s (%s) attempt %d: %s",
+                    key,
+                    entry.policy,
+                    attempt,
+                    "error result" if result.is_error else "ok",
+                )
+                if self.metrics is not None:
+                    self.metrics.tool_ended(entry.policy, result.is_error)
+                outcome = {"result": result.to_dict(), "attempt": attempt}
+            await self._record_outcome(dispatch, outcome)
+        return outcome
+
+    async def _recorded_outcome(self, dispatch: str) -> dict[str, Any] | None:
+        """What an earlier attempt of ``dispatch`` recorded. With the sink unreachable the
+        tool runs again: a ``safe``/``idempotent`` tool may (only this second fault makes
+        it), and a ``manual`` one is never attempted twice."""
+        try:
+            return await self.events.recorded_outcome(dispatch)
+        except Exception as exc:
+            logger.warning("reading the outcome of %s failed; the tool runs again: %s", dispatch, exc)
+            return None
+
+    async def _record_outcome(self, dispatch: str, outcome: dict[str, Any]) -> None:
+        """Record the tool's outcome for a later attempt of the same dispatch. Shielded: the
+        tool has run, so a cancellation now (a drain's deadline) must not lose what it did
+        for the attempt Temporal starts next. A failure is logged and the outcome returned
+        all the same (only a completion lost as well would run the tool again)."""
+        try:
+            await asyncio.shield(self.events.record_outcome(dispatch, outcome))
+        except Exception as exc:
+            logger.warning("recording the outcome of %s failed: %s", dispatch, exc)
 
     @activity.defn(name=ACTIVITY_RESULT)
     async def result(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -438,6 +485,13 @@ class SessionActivities:
                     data["result"] = RunResult.from_dict(data["result"])
                 await agent.hooks.fire(event, agent, **data)
         return last
+
+
+def dispatch_id(info: activity.Info) -> str:
+    """Which dispatch of a tool call an activity attempt belongs to: the same for every
+    attempt Temporal makes of it, and new for each dispatch (the activity id carries the
+    call's execution key and dispatch attempt; a workflow run id is never reused)."""
+    return f"{info.workflow_id}:{info.workflow_run_id}:{info.activity_id}"
 
 
 def _definition(build: Callable[[str], Agent], ref: str) -> Agent:

@@ -6,6 +6,11 @@ sink. ``RedisEvents`` keeps each run's events in a Redis stream whose entry ids 
 sequence number as a string, exactly as with SQLite and PostgreSQL, and ``XREAD BLOCK``
 wakes followers. Publishing is idempotent by ``event_id`` (one Lua script checks and
 appends), so an activity retried after a lost reply cannot publish an event twice.
+
+The sink is also what every worker shares, so it keeps the outcome of each tool dispatch
+(``record_outcome``): an activity attempt whose completion the Temporal server lost is
+attempted again, maybe on another worker, and that attempt returns the recorded outcome
+instead of running the tool a second time.
 """
 
 from __future__ import annotations
@@ -60,6 +65,16 @@ class EventSink(Protocol):
         """Wait up to ``seconds`` for an event behind ``after``; whether one came."""
         ...
 
+    async def record_outcome(self, dispatch: str, outcome: dict[str, Any]) -> None:
+        """Keep the outcome of the tool dispatch ``dispatch`` for a while (the sink's
+        retention), where every worker reads it; the first outcome recorded for a dispatch
+        stays, a later one is ignored."""
+        ...
+
+    async def recorded_outcome(self, dispatch: str) -> dict[str, Any] | None:
+        """The outcome recorded for ``dispatch``, or ``None`` (none yet, or expired)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -67,7 +82,8 @@ class RedisEvents:
     """Run events in Redis streams. ``RedisEvents("redis://127.0.0.1:6379/0")``.
 
     ``retention_seconds`` is how long a run's events stay after its last one (a follower
-    that comes back later reads nothing; the run's result stays in Temporal).
+    that comes back later reads nothing; the run's result stays in Temporal), and how long
+    a tool dispatch's recorded outcome stays.
     """
 
     def __init__(
@@ -109,6 +125,10 @@ class RedisEvents:
 
     def _key(self, run_id: str) -> str:
         return self.prefix + run_id
+
+    def _outcome_key(self, dispatch: str) -> str:
+        # Run ids are hex, so no run's stream is named like this.
+        return f"{self.prefix}outcome:{dispatch}"
 
     async def publish(self, run_id: str, events: list[RunEvent]) -> int:
         await self.initialize()
@@ -153,6 +173,34 @@ class RedisEvents:
             except Exception as exc:
                 raise StorageError(f"waiting for events of run {run_id} failed: {redact(str(exc))}") from exc
         return bool(found)
+
+    async def record_outcome(self, dispatch: str, outcome: dict[str, Any]) -> None:
+        await self.initialize()
+        assert self.client is not None
+        text = json.dumps(outcome, separators=(",", ":"), default=str)
+        try:
+            # NX: the first outcome stays (a later attempt of the same dispatch that ran the
+            # tool too, its first worker only starved, does not replace it).
+            await self.client.set(self._outcome_key(dispatch), text, nx=True, ex=self.retention_seconds)
+        except Exception as exc:
+            raise StorageError(f"recording the outcome of {dispatch} failed: {redact(str(exc))}") from exc
+
+    async def recorded_outcome(self, dispatch: str) -> dict[str, Any] | None:
+        await self.initialize()
+        assert self.client is not None
+        try:
+            text = await self.client.get(self._outcome_key(dispatch))
+        except Exception as exc:
+            raise StorageError(f"reading the outcome of {dispatch} failed: {redact(str(exc))}") from exc
+        if text is None:
+            return None
+        try:
+            found = json.loads(text)
+        except ValueError:
+            found = None
+        if not isinstance(found, dict):
+            raise StorageError(f"the outcome recorded for {dispatch} is not one this binding wrote")
+        return found
 
     async def aclose(self) -> None:
         if self.client is not None and self._owns_client:

@@ -82,6 +82,12 @@ class TemporalWorkerMetrics:
             ["kind"],
             registry=r,
         )
+        self.outcomes_reused = Counter(
+            "harnessx_temporal_tool_outcomes_reused",
+            "Tool activity attempts that returned the outcome an earlier attempt of the same "
+            "dispatch recorded (Temporal lost that attempt's completion) instead of running the tool.",
+            registry=r,
+        )
         self.duration = Histogram(
             "harnessx_temporal_activity_seconds",
             "Time one activity attempt took, by kind.",

@@ -12,6 +12,10 @@ yet initialized sink on one and the same storage each time it is called (two cal
 processes sharing it). The checks initialize and close the sinks they make. They need
 storage of their own (for Redis, a key prefix no one else uses).
 
+The sink also keeps each tool dispatch's outcome for the workers: an activity attempt whose
+completion the Temporal server lost is attempted again, maybe on another worker, and
+returns the recorded outcome instead of running the tool again.
+
 - ``sink_cursors``: the sink numbers each run's events densely from ``"1"`` in publishing
   order, whatever ids they carry; ``publish`` returns the last cursor; ``read(after=)`` is
   exclusive, ``limit`` pages, content round-trips, runs do not mix, and another process
@@ -21,6 +25,10 @@ storage of their own (for Redis, a key prefix no one else uses).
 - ``sink_wait``: ``wait(run, after, seconds)`` is ``True`` at once when an event is already
   behind ``after``, wakes when another process publishes one, and is ``False`` when none
   came within ``seconds``.
+- ``sink_outcomes``: ``record_outcome(dispatch, outcome)`` is read back by
+  ``recorded_outcome(dispatch)`` from another process and from a sink opened later, whole;
+  the first outcome recorded for a dispatch stays (another recorded later, from any
+  process, does not replace it); dispatches do not mix; one never recorded is ``None``.
 
 With pytest and pytest-asyncio in ``asyncio_mode = auto``::
 
@@ -203,8 +211,38 @@ async def sink_wait(factory: EventSinkFactory) -> None:
         _expect(woke == ["2"], f"after the publish that woke wait(), read {woke}, expected ['2']")
 
 
+async def sink_outcomes(factory: EventSinkFactory) -> None:
+    """``record_outcome(dispatch, outcome)`` is read back whole by ``recorded_outcome`` from
+    another process and from a sink opened later; the first outcome recorded for a dispatch
+    stays; dispatches do not mix; one never recorded is ``None``. (The binding records a
+    tool's outcome so that an attempt of the same dispatch on any worker, after Temporal
+    lost the completion, returns it instead of running the tool again.)"""
+    first = {
+        "result": {"content": 'done ✓ "quoted"\nline', "is_error": False, "metadata": {"n": [1, 2.5, None]}},
+        "attempt": 1,
+    }
+    later = {"result": {"content": "ran again", "is_error": False}, "attempt": 2}
+    dispatch = "harnessx-session:s:run-1:tool:run-1:1:c0#1"
+    async with _opened(factory, 2) as (worker, other):
+        _expect(await worker.recorded_outcome(dispatch) is None, "a dispatch never recorded has an outcome")
+        await worker.record_outcome(dispatch, first)
+        found = await other.recorded_outcome(dispatch)
+        _expect(found == first, f"another process read the outcome back as {found!r}, expected {first!r}")
+        await other.record_outcome(dispatch, later)
+        kept = await worker.recorded_outcome(dispatch)
+        _expect(kept == first, f"a second outcome of the same dispatch replaced the first: read {kept!r}")
+        _expect(
+            await other.recorded_outcome(dispatch.replace("#1", "#2")) is None,
+            "another dispatch of the same call read this dispatch's outcome",
+        )
+    async with _opened(factory, 1) as (restarted,):
+        found = await restarted.recorded_outcome(dispatch)
+        _expect(found == first, f"a sink opened after the others closed read {found!r}")
+
+
 EVENT_SINK_CHECKS: tuple[EventSinkCheck, ...] = tuple(
-    EventSinkCheck(check.__name__, check) for check in (sink_cursors, sink_idempotent_publish, sink_wait)
+    EventSinkCheck(check.__name__, check)
+    for check in (sink_cursors, sink_idempotent_publish, sink_wait, sink_outcomes)
 )
 """Every check of the kit, in the order ``check_event_sink`` runs them."""
 

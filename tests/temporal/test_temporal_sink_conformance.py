@@ -1,13 +1,16 @@
 """The event sink conformance kit (``harnessx.testing.EVENT_SINK_CHECKS``) on ``RedisEvents``
 against a real Redis: the part of the store conformance kit that applies to the Temporal
 binding (its ``event_cursors``; leases, fencing and the store's controls belong to Temporal
-there). And the kit fails sinks that break what it checks."""
+there), and the tool outcomes the workers share. And the kit fails sinks that break what
+it checks."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -21,7 +24,12 @@ from harnessx.testing import (
     RedisServer,
     check_event_sink,
 )
-from harnessx.testing._sink_conformance import sink_cursors, sink_idempotent_publish, sink_wait
+from harnessx.testing._sink_conformance import (
+    sink_cursors,
+    sink_idempotent_publish,
+    sink_outcomes,
+    sink_wait,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -73,14 +81,39 @@ class _Eager(RedisEvents):
         return True
 
 
+class _Overwriting(RedisEvents):
+    """Keeps the last outcome recorded for a dispatch instead of the first."""
+
+    async def record_outcome(self, dispatch: str, outcome: dict[str, Any]) -> None:
+        await self.initialize()
+        assert self.client is not None
+        await self.client.set(self._outcome_key(dispatch), json.dumps(outcome))
+
+
+class _ProcessLocal(RedisEvents):
+    """Keeps outcomes in its own process's memory: a worker that takes over sees none."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.outcomes: dict[str, dict[str, Any]] = {}
+
+    async def record_outcome(self, dispatch: str, outcome: dict[str, Any]) -> None:
+        self.outcomes.setdefault(dispatch, outcome)
+
+    async def recorded_outcome(self, dispatch: str) -> dict[str, Any] | None:
+        return self.outcomes.get(dispatch)
+
+
 @pytest.mark.parametrize(
     ("sink", "check", "complaint"),
     [
         (_Duplicating, sink_idempotent_publish, "returned 4, expected 2"),
         (_Inclusive, sink_cursors, "after=2 read ['2', '3', '4', '5']"),
         (_Eager, sink_wait, "nothing new said an event came"),
+        (_Overwriting, sink_outcomes, "a second outcome of the same dispatch replaced the first"),
+        (_ProcessLocal, sink_outcomes, "another process read the outcome back as None"),
     ],
-    ids=["duplicating", "inclusive", "eager"],
+    ids=["duplicating", "inclusive", "eager", "overwriting", "process-local"],
 )
 async def test_the_kit_fails_a_sink_that_breaks_its_promise(
     sink: type[RedisEvents],
@@ -90,3 +123,16 @@ async def test_the_kit_fails_a_sink_that_breaks_its_promise(
 ) -> None:
     with pytest.raises(EventSinkConformanceError, match=re.escape(complaint)):
         await check(_storage(redis_server, sink))  # type: ignore[misc]
+
+
+async def test_redis_events_keep_an_outcome_for_their_retention(redis_server: RedisServer) -> None:
+    """A recorded outcome expires with the sink's retention, as a run's events do: the
+    record is needed only until Temporal takes the dispatch's completion."""
+    sink = RedisEvents(redis_server.url, prefix=f"retention:{uuid.uuid4().hex}:", retention_seconds=120)
+    try:
+        await sink.record_outcome("wf:run:tool:k#1", {"attempt": 1})
+        assert sink.client is not None
+        ttl = await sink.client.ttl(sink._outcome_key("wf:run:tool:k#1"))
+        assert 0 < ttl <= 120
+    finally:
+        await sink.aclose()
