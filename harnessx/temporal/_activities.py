@@ -39,12 +39,19 @@ from harnessx._tools import RetryWanted
 from harnessx.providers._base import StopReason, TokenUsage
 from harnessx.temporal._codec import jsonable, response_to_dict, state_from_dict
 from harnessx.temporal._events import EventSink
-from harnessx.temporal._workflow import ACTIVITY_MODEL, ACTIVITY_PUBLISH, ACTIVITY_RESULT, ACTIVITY_TOOL
+from harnessx.temporal._workflow import (
+    ACTIVITY_MODEL,
+    ACTIVITY_OUTCOME,
+    ACTIVITY_PUBLISH,
+    ACTIVITY_RESULT,
+    ACTIVITY_TOOL,
+    dispatch_id,
+)
 
 if TYPE_CHECKING:
     from harnessx.temporal._worker import TemporalWorkerMetrics
 
-__all__ = ["SessionActivities", "dispatch_id"]
+__all__ = ["SessionActivities"]
 
 logger = logging.getLogger("harnessx.temporal.activities")
 
@@ -151,7 +158,7 @@ class SessionActivities:
             rates.observers.remove(metrics.rate_waits.observe)
 
     def definitions(self) -> list[Callable[..., Any]]:
-        return [self.model, self.tool, self.result, self.publish]
+        return [self.model, self.tool, self.result, self.publish, self.outcome]
 
     async def aclose(self) -> None:
         if self.rates is not None:
@@ -366,7 +373,7 @@ class SessionActivities:
             return {"not_started": {"type": exc.type or "ConfigurationError", "message": exc.message}}
         entry = state.tools[key]
         attempt = entry.attempt + info.attempt - 1
-        dispatch = dispatch_id(info)
+        dispatch = dispatch_id(info.workflow_id or "", info.workflow_run_id or "", info.activity_id)
         async with self._heartbeating(args):
             # Only a later attempt can find one: the first of a dispatch has nothing before it.
             recorded = await self._recorded_outcome(dispatch) if info.attempt > 1 else None
@@ -486,12 +493,22 @@ class SessionActivities:
                 await agent.hooks.fire(event, agent, **data)
         return last
 
-
-def dispatch_id(info: activity.Info) -> str:
-    """Which dispatch of a tool call an activity attempt belongs to: the same for every
-    attempt Temporal makes of it, and new for each dispatch (the activity id carries the
-    call's execution key and dispatch attempt; a workflow run id is never reused)."""
-    return f"{info.workflow_id}:{info.workflow_run_id}:{info.activity_id}"
+    @activity.defn(name=ACTIVITY_OUTCOME)
+    async def outcome(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        """The outcome recorded for a dispatch whose activity the workflow saw lost (a
+        ``manual`` call: Temporal does not attempt it again), or ``None``."""
+        dispatch = str(args["dispatch"])
+        found = await self.events.recorded_outcome(dispatch)
+        if found is not None:
+            logger.warning(
+                "tool dispatch %s was lost to Temporal after its attempt %s recorded an outcome; "
+                "that is the call's outcome",
+                dispatch,
+                found.get("attempt"),
+            )
+            if self.metrics is not None:
+                self.metrics.outcomes_reused.inc()
+        return found
 
 
 def _definition(build: Callable[[str], Agent], ref: str) -> Agent:

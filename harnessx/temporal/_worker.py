@@ -84,8 +84,8 @@ class TemporalWorkerMetrics:
         )
         self.outcomes_reused = Counter(
             "harnessx_temporal_tool_outcomes_reused",
-            "Tool activity attempts that returned the outcome an earlier attempt of the same "
-            "dispatch recorded (Temporal lost that attempt's completion) instead of running the tool.",
+            "Tool calls settled by the outcome an attempt recorded after Temporal lost that attempt's "
+            "completion (a safe call not run again, a manual one not left uncertain).",
             registry=r,
         )
         self.duration = Histogram(

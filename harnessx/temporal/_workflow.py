@@ -54,12 +54,14 @@ from harnessx.temporal._codec import response_from_dict, state_from_dict, state_
 
 __all__ = [
     "ACTIVITY_MODEL",
+    "ACTIVITY_OUTCOME",
     "ACTIVITY_PUBLISH",
     "ACTIVITY_RESULT",
     "ACTIVITY_TOOL",
     "WORKFLOW_NAME",
     "SessionWorkflowV1",
     "bind_registry",
+    "dispatch_id",
     "workflow_id",
 ]
 
@@ -68,6 +70,7 @@ ACTIVITY_MODEL = "harnessx.model.v1"
 ACTIVITY_TOOL = "harnessx.tool.v1"
 ACTIVITY_RESULT = "harnessx.result.v1"
 ACTIVITY_PUBLISH = "harnessx.publish.v1"
+ACTIVITY_OUTCOME = "harnessx.outcome.v1"
 
 # The patch marker of firing the agent's workflow-side hooks (CHECKPOINT and the run's
 # lifecycle) from the publish activity; histories recorded before it replay without them.
@@ -86,12 +89,27 @@ _PAUSE_PATCH = "harnessx-paused-turns-1"
 # workflow commits the condensation before the reply, or asks again; earlier histories had
 # their model activities do neither.
 _CONDENSING_PATCH = "harnessx-condensing-1"
+# The patch marker of reading a lost manual call's recorded outcome (a local activity)
+# before making it uncertain; earlier histories made it uncertain at once.
+_RECORDED_OUTCOME_PATCH = "harnessx-recorded-outcome-1"
 # Everything the engine reads fits in memory; a finished run keeps only its summary.
 _SUMMARY_FIELDS = ("request_id", "message")
 
 
 def workflow_id(session_id: str) -> str:
     return f"harnessx-session:{session_id}"
+
+
+def tool_activity_id(key: str, attempt: int) -> str:
+    """The activity id of a tool call's dispatch: its execution key and dispatch attempt."""
+    return f"tool:{key}#{attempt}"
+
+
+def dispatch_id(workflow: str, run: str, activity: str) -> str:
+    """Which dispatch of a tool call an activity attempt belongs to, as the event sink keeps
+    its outcome: the same for every attempt Temporal makes of one activity, new for each
+    dispatch (its activity id) and each workflow run (a run id is never reused)."""
+    return f"{workflow}:{run}:{activity}"
 
 
 class _Cancelled(Exception):
@@ -483,7 +501,7 @@ class SessionWorkflow:
             heartbeat_timeout=self._seconds("heartbeat_timeout", 10),
             retry_policy=retry,
             cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
-            activity_id=f"tool:{key}#{entry.attempt}",
+            activity_id=tool_activity_id(key, entry.attempt),
         )
 
     def _tool_retry_policy(self, name: str) -> RetryPolicy:
@@ -523,12 +541,12 @@ class SessionWorkflow:
                     raise _Cancelled
                 for key in [k for k, t in pending.items() if t.done()]:
                     task = pending.pop(key)
-                    await self.commit(self._tool_outcome(engine, state, key, task))
+                    await self.commit(await self._tool_outcome(engine, state, key, task))
         finally:
             for task in tasks.values():
                 self._tasks.remove(task)
 
-    def _tool_outcome(self, engine: Engine, state: RunState, key: str, task: Any) -> Delta:
+    async def _tool_outcome(self, engine: Engine, state: RunState, key: str, task: Any) -> Delta:
         try:
             outcome = task.result()
         except ActivityError as exc:
@@ -536,11 +554,19 @@ class SessionWorkflow:
             if entry.policy != ReplayPolicy.MANUAL:
                 kind, message = _cause(exc)
                 return engine.fail(state, _remote_error(kind, f"tool call {key} failed: {message}"))
-            # Lost (worker gone, heartbeat timed out): the engine's own recovery rule makes
-            # it uncertain, with the same recovery_required event as after a crash.
-            recovered = engine.recover(_tool_view(state, key), may_have_streamed=False)
-            assert recovered is not None
-            return Delta(Phase.RAW_RESULT, tools=recovered.tools, events=recovered.events)
+            # Lost (worker gone, heartbeat timed out). Its attempt may have run the tool and
+            # recorded the outcome before the server lost its completion: then that is the
+            # call's outcome. Histories recorded before this lookup have none.
+            recorded = None
+            if workflow.patched(_RECORDED_OUTCOME_PATCH):
+                recorded = await self._recorded_outcome(key, entry.attempt)
+            if recorded is None:
+                # Nothing recorded: the engine's own recovery rule makes it uncertain, with
+                # the same recovery_required event as after a crash.
+                recovered = engine.recover(_tool_view(state, key), may_have_streamed=False)
+                assert recovered is not None
+                return Delta(Phase.RAW_RESULT, tools=recovered.tools, events=recovered.events)
+            outcome = recorded
         if "not_started" in outcome:
             error = outcome["not_started"]
             failed = engine.fail(state, _remote_error(error["type"], error["message"]))
@@ -552,6 +578,23 @@ class SessionWorkflow:
             return engine.timed_out(state, key, str(outcome["timeout"]))
         result = ToolResult.from_dict(outcome["result"])
         return engine.raw_result(state, key, result)
+
+    async def _recorded_outcome(self, key: str, attempt: int) -> dict[str, Any] | None:
+        """The outcome a lost attempt of this dispatch recorded in the event sink, if any.
+        A sink that does not answer leaves the call uncertain (a person settles it)."""
+        info = workflow.info()
+        dispatch = dispatch_id(info.workflow_id, info.run_id, tool_activity_id(key, attempt))
+        try:
+            found = await workflow.execute_local_activity(
+                ACTIVITY_OUTCOME,
+                {"dispatch": dispatch},
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_attempts=3, maximum_interval=timedelta(seconds=2)),
+            )
+        except ActivityError as exc:
+            workflow.logger.warning("reading the outcome of %s failed; it is uncertain: %s", dispatch, exc)
+            return None
+        return dict(found) if found else None
 
     async def complete_result(self, engine: Engine, state: RunState, key: str) -> None:
         outcome = await workflow.execute_local_activity(

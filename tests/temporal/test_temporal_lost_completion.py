@@ -8,7 +8,9 @@ second time with no fault of a worker. Here the tool activity runs under
 ``temporalio.testing.ActivityEnvironment`` at attempt 1 and then at attempt 2 of the same
 dispatch (what Temporal does after a lost completion), in one worker and in two sharing one
 Redis; and end to end on a real server, with a worker interceptor that keeps attempt 1's
-completion from ever reaching it (the activity completes "asynchronously", and never does).
+completion from ever reaching it (the activity completes "asynchronously", and never does):
+a ``safe`` call is not run again, and a ``manual`` one (which Temporal never attempts twice)
+takes the recorded outcome instead of becoming uncertain.
 
 The ledger agents (``tests/temporal_agents.py``) append a line to ``$HX_LEDGER`` each time
 their tool body runs.
@@ -28,6 +30,7 @@ import pytest
 from temporal_agents import registry
 from temporal_support import TemporalSetup, ledger
 from temporalio import activity
+from temporalio.client import WorkflowHistory
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
@@ -35,13 +38,15 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 from harnessx import AgentRef, AgentRuntime, ProviderResponse, RunEventType, RunStatus, ToolCall
 from harnessx._engine import Dispatch, PrepareTools
 from harnessx._state import Delta, RunState
-from harnessx.temporal import RedisEvents, TemporalBackend
+from harnessx.temporal import RedisEvents, TemporalBackend, replayer
 from harnessx.temporal._activities import SessionActivities
 from harnessx.temporal._codec import state_to_dict
 from harnessx.temporal._workflow import ACTIVITY_TOOL
 from harnessx.testing import RedisServer, free_port
 
 pytestmark = pytest.mark.timeout(120)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "temporal"
 
 
 @pytest.fixture
@@ -264,16 +269,37 @@ async def test_a_safe_tool_whose_completion_was_lost_runs_once(
     assert lines[0]["attempt"] == 1
 
 
-async def test_a_manual_tool_whose_completion_was_lost_is_uncertain_and_not_run_again(
+async def test_a_manual_tool_whose_completion_was_lost_has_its_recorded_outcome(
     lossy: tuple[TemporalBackend, _LoseFirstCompletions], setup: TemporalSetup
 ) -> None:
+    """Temporal never attempts a ``manual`` call twice: its lost attempt fails the activity.
+    The workflow then reads the outcome the attempt recorded (patch marker
+    ``harnessx-recorded-outcome-1``) instead of making the call uncertain, which it does
+    only when nothing was recorded (a worker killed mid-tool, ``test_temporal_workers.py``)."""
     backend, losing = lossy
     runtime = AgentRuntime(AgentRef("manual", "v1"), backend=backend)
     handle = await runtime.submit("pay the invoice")
-    waiting = await asyncio.wait_for(handle.result(), 90)
+    result = await asyncio.wait_for(handle.result(), 90)
     assert len(losing.lost) == 1
-    assert waiting.status is RunStatus.AWAITING_INPUT
-    [pending] = waiting.pending
-    assert pending.status == "uncertain" and pending.policy == "manual"
-    assert RunEventType.RECOVERY_REQUIRED in [e.type async for e in handle.events()]
-    assert len(ledger(setup.ledger_path)) == 1, "a manual tool is never attempted twice"
+    assert result.status is RunStatus.COMPLETED, result.pending
+    assert result.output == "Done: manual_tool did pay the invoice"
+    assert await _tool_attempts(backend, result.session_id) == [1], "Temporal did not attempt it again"
+    assert len(ledger(setup.ledger_path)) == 1, "a manual tool is never run twice"
+    assert RunEventType.RECOVERY_REQUIRED not in [e.type async for e in handle.events()]
+    history = await backend.handle(result.session_id).fetch_history()
+    replay = await replayer(registry, backend.client.data_converter).replay_workflow(
+        history, raise_on_replay_failure=True
+    )
+    assert replay.replay_failure is None
+
+
+async def test_a_history_recorded_before_the_outcome_lookup_replays() -> None:
+    """A session recorded by the workflow before it read a lost manual call's outcome
+    (tests/fixtures/temporal/manual_lost_before_lookup.json: the ``manual`` agent, its tool
+    activity's completion lost as above, the call made uncertain, resolved with a result,
+    resumed and completed) replays on this one: the lookup is behind the patch marker
+    ``harnessx-recorded-outcome-1``, so the call is made uncertain again, as recorded."""
+    recorded = FIXTURES / "manual_lost_before_lookup.json"
+    history = WorkflowHistory.from_json("harnessx-session:recorded", recorded.read_text())
+    replay = await replayer(registry).replay_workflow(history, raise_on_replay_failure=True)
+    assert replay.replay_failure is None
