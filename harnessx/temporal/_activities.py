@@ -379,8 +379,9 @@ class SessionActivities:
             recorded = await self._recorded_outcome(dispatch) if info.attempt > 1 else None
             if recorded is not None:
                 logger.warning(
-                    "tool call %s (%s) attempt %d: returning the outcome attempt %s recorded "
-                    "(Temporal did not receive that attempt's completion); the tool does not run again",
+                    "tool call %s (%s) attempt %d: returning the outcome attempt %s recorded (its "
+                    "completion never reached Temporal: the server lost it, or its worker was lost "
+                    "just after the tool returned); the tool does not run again",
                     key,
                     entry.policy,
                     attempt,
@@ -502,7 +503,7 @@ class SessionActivities:
         if found is not None:
             logger.warning(
                 "tool dispatch %s was lost to Temporal after its attempt %s recorded an outcome; "
-                "that is the call's outcome",
+                "that is the call's outcome (it does not become uncertain)",
                 dispatch,
                 found.get("attempt"),
             )

@@ -1,9 +1,12 @@
 """The chaos suite's Temporal profile, run as users run it: ``python -m chaos.temporal --quick``.
 
-A real Temporal server and Redis, three ``harness-worker --temporal`` processes; ten workers
+A real Temporal server and Redis, three Temporal workers (``harness-worker --temporal``, and
+one of the module's own that keeps four tool completions from the server); ten workers
 SIGKILLed in the middle of a tool call and the Temporal server killed and restarted once,
 while 30 runs go on. Every invariant must hold: no lost run, no manual call repeated, a safe
-call at most once more per fault that hit it, a killed manual call uncertain, dense events.
+call at most once more per fault that hit it (a lost completion is none), a manual call
+killed inside its tool uncertain, a call whose completion was lost settled by its recorded
+outcome, dense events.
 """
 
 from __future__ import annotations
@@ -59,3 +62,4 @@ def test_quick_temporal_profile(tmp_path: Path) -> None:
     # At least the profile's 30 runs: more were submitted if the kills had not all landed.
     assert report["completed"] == report["runs"] >= 30
     assert report["kills_mid_tool"] >= 10 and report["server_restarts"] >= 1
+    assert report["lost_completions"] >= 1
