@@ -11,23 +11,29 @@ For each backend it reports:
 - bytes per run, by table (heap, indexes and TOAST on PostgreSQL; b-tree pages from
   ``dbstat`` on SQLite): ``--runs`` real runs of three shapes, each in its own session — a
   tool call and a short answer, a 960-character answer streamed in 16-character pieces, and a
-  tool's 8,000-character result (``--sizes-only`` stops here);
+  tool's 8,000-character result (``--sizes-only`` then gives the events' bytes per run as
+  stored and compacted, in a store per shape, and stops);
 - the load: ``--history`` copies of those sessions made with SQL (``harnessx.testing``'s
-  ``replicate``), spread over the last 60 days, then vacuumed and analysed;
+  ``replicate``), spread over the last 60 days with version 7 ids of their time (on
+  PostgreSQL in a partition of events per day, ``day_partitions``), then vacuumed and
+  analysed;
 - large/empty: the median cost of a queue claim, a checkpoint (a tool's raw result, as
   ``bench/checkpoint.py`` times it), a lease renewal, the supervisor's scan (queue statistics
   read at every scan, the worst case), ``harnessx status`` (``recent_sessions(20)``) and
   ``queue_stats`` on the loaded store over the same on an "empty" one (the same real runs,
   no history), the two taking turns sample by sample so that both see the same machine;
-- the store's size, loaded and empty (tables with their indexes);
+- the store's size, loaded and empty (tables with their indexes); on PostgreSQL the WAL a
+  run writes, empty and loaded taking turns (``--wal-runs`` of each shape);
 - the deep queue: ``--queued`` runs waiting in the pool (copies, made with SQL, of one
   submitted through the store) added to both stores, then the supervisor's scan, a claim and
   ``queue_stats`` again, loaded over empty, taking turns (``--queued 0``: skipped);
 - prune: ``harnessx prune --older-than 30d`` as a separate process removing the older half of
   the history, its throughput (sessions/s, from its own report), and the p50/p99 of a steady
   stream of checkpoints (``--rate`` a second) on the loaded store while it runs next to the
-  same measured just before, idle; then the store's size again (SQLite gives the freed pages
-  back to the file as it goes).
+  same measured just before, idle; on PostgreSQL then the days of events it emptied dropped
+  whole (by the same command, after its pass: their count, events, time and the checkpoints
+  beside it); then the store's size again (SQLite gives the freed pages back to the file as
+  it goes).
 
 A million runs (the issue's figure) on one backend at a time, so that the two stores never
 fill the disk together (10.3 GiB on SQLite, 8.4 GiB on PostgreSQL, measured)::
@@ -66,6 +72,7 @@ from harnessx import (
     SQLiteBackend,
     ToolCall,
 )
+from harnessx._compaction import compact_pass, default_compact_batch
 from harnessx._ids import uuid7
 from harnessx._state import Delta, Phase
 from harnessx.testing._history import day_partitions, replicate
@@ -166,6 +173,75 @@ async def sizes(store: Any) -> dict[str, int]:
     return dict(await store._call(read))
 
 
+async def event_bytes(store: Any) -> tuple[int, int]:
+    """The events' bytes: on PostgreSQL the table (TOAST included) and its indexes apart, on
+    SQLite the table (a b-tree keyed by run and cursor, rows inside) and its index on the
+    event id."""
+    if store.dialect == "postgres":
+        row = await store._run(
+            "sizing events",
+            lambda conn: conn.fetchrow(
+                "SELECT sum(pg_table_size(c.oid)), sum(pg_indexes_size(c.oid)) FROM pg_inherits i "
+                "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'events'::regclass"
+            ),
+        )
+        return int(row[0]), int(row[1])
+
+    def read(conn: Any) -> tuple[int, int]:
+        rows = dict(conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall())
+        index = sum(size for name, size in rows.items() if str(name).startswith("sqlite_autoindex_events"))
+        return int(rows.get("events", 0)), int(index)
+
+    result: tuple[int, int] = await store._call(read)
+    return result
+
+
+async def run_shape(store: Any, make: Callable[[], Agent]) -> str:
+    async with AgentRuntime(make(), backend=store) as runtime:
+        # submit(), not run(): run() records no text deltas (nobody follows its stream).
+        handle = await runtime.submit("Write the EMEA report.")
+        return (await handle.result()).session_id
+
+
+async def compaction_sizes(
+    opener: Callable[[str], Any], runs: int
+) -> dict[str, tuple[float, float, float, float, float]]:
+    """Per shape, the events' bytes per run (table, indexes) as stored and with compaction,
+    each shape in a store of its own: ``runs`` runs grow the events of an empty store (as
+    stored); they are compacted and their space made free to reuse (PostgreSQL: a VACUUM of
+    events, as autovacuum would; SQLite keeps freed pages for reuse), then ``runs`` more,
+    compacted too, grow them by what compaction keeps of a run (a steady state: each batch of
+    pieces fills the space the previous batch freed)."""
+    result = {}
+    for n, (label, make) in enumerate(SHAPES.items()):
+        async with opener(f"compact{n}") as store:
+            empty = await event_bytes(store)
+            for _ in range(runs):
+                await run_shape(store, make)
+            stored = await event_bytes(store)
+            await compact_pass(store, 0.0, batch=default_compact_batch(store))
+            await free_space(store)
+            before = await event_bytes(store)
+            for _ in range(runs):
+                await run_shape(store, make)
+            report = await compact_pass(store, 0.0, batch=default_compact_batch(store))
+            await free_space(store)
+            after = await event_bytes(store)
+        result[label] = (
+            (stored[0] - empty[0]) / runs,
+            (stored[1] - empty[1]) / runs,
+            (after[0] - before[0]) / runs,
+            (after[1] - before[1]) / runs,
+            report.seconds / max(report.examined, 1),
+        )
+    return result
+
+
+async def free_space(store: Any) -> None:
+    if store.dialect == "postgres":
+        await store._run("vacuuming events", lambda conn: conn.execute("VACUUM events"))
+
+
 async def bytes_per_run(store: Any, runs: int) -> tuple[dict[str, dict[str, float]], list[str]]:
     """Per shape, bytes per run by table; and one session of each shape (the templates)."""
     result: dict[str, dict[str, float]] = {}
@@ -173,16 +249,30 @@ async def bytes_per_run(store: Any, runs: int) -> tuple[dict[str, dict[str, floa
     for label, make in SHAPES.items():
         before = await sizes(store)
         for n in range(runs):
-            async with AgentRuntime(make(), backend=store) as runtime:
-                # submit(), not run(): run() records no text deltas (nobody follows its stream).
-                handle = await runtime.submit("Write the EMEA report.")
-                session_id = (await handle.result()).session_id
+            session_id = await run_shape(store, make)
             if n == 0:
                 templates.append(session_id)
         after = await sizes(store)
         grown = {t: (after.get(t, 0) - before.get(t, 0)) / runs for t in after}
         result[label] = {t: b for t, b in grown.items() if b > 0}
     return result, templates
+
+
+async def wal_per_run(store: Any, runs: int) -> float:
+    """The WAL a run of each shape writes, on average (PostgreSQL; the server's WAL position
+    before and after, with nothing else writing to it meanwhile)."""
+
+    async def position() -> int:
+        lsn = await store._run(
+            "reading the WAL position", lambda conn: conn.fetchval("SELECT pg_current_wal_lsn() - '0/0'")
+        )
+        return int(lsn)
+
+    start = await position()
+    for _ in range(runs):
+        for make in SHAPES.values():
+            await run_shape(store, make)
+    return (await position() - start) / (runs * len(SHAPES))
 
 
 async def settle(store: Any) -> None:
@@ -438,6 +528,16 @@ async def bench(
             )
             print(f"- {shape}: {total / 1024:.1f} KB: {parts}")
         if args.sizes_only:
+            print("\nevents, bytes per run (table / indexes), as stored -> compacted (steady state):")
+            for shape, (table, index, compact_table, compact_index, seconds) in (
+                await compaction_sizes(opener, args.runs)
+            ).items():
+                print(
+                    f"- {shape}: {table / 1024:.1f} / {index / 1024:.1f} KB -> "
+                    f"{compact_table / 1024:.1f} / {compact_index / 1024:.1f} KB "
+                    f"(compacting took {seconds * 1000:.2f} ms a run)",
+                    flush=True,
+                )
             return
         start = time.perf_counter()
         # Time-ordered ids, as harnessx makes them; --random-ids: the random ids of earlier
@@ -462,6 +562,14 @@ async def bench(
         print("|---|---|---|---|")
         for name, small, large in await ratios(empty, loaded, args.samples):
             print(f"| {name} | {small:.3f} | {large:.3f} | {large / small:.2f}x |", flush=True)
+        if loaded.dialect == "postgres":
+            sides = [await wal_per_run(store, args.wal_runs) for store in (empty, loaded, empty, loaded)]
+            print(
+                f"\nWAL per run ({args.wal_runs} runs of each shape, taking turns): empty "
+                f"{sides[0] / 1024:.1f} / {sides[2] / 1024:.1f} KB, loaded "
+                f"{sides[1] / 1024:.1f} / {sides[3] / 1024:.1f} KB",
+                flush=True,
+            )
         if args.queued:
             took = sum([await fill_queue(store, args.queued) for store in (empty, loaded)])
             print(f"\nwith {args.queued} more runs queued in both (filled in {took:.0f} s):\n")
@@ -545,5 +653,8 @@ if __name__ == "__main__":
         "--random-ids", action="store_true", help="load the history with random (uuid4-like) ids"
     )
     parser.add_argument("--sizes-only", action="store_true", help="stop after the bytes per run")
+    parser.add_argument(
+        "--wal-runs", type=int, default=20, help="runs of each shape timed for WAL per run (PostgreSQL)"
+    )
     parser.add_argument("--samples", type=int, default=300, help="timed samples per operation and side")
     asyncio.run(main(parser.parse_args()))

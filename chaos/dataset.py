@@ -119,7 +119,16 @@ def _event(row: tuple[Any, ...]) -> EventRow:
         to_epoch(created_at),
         key=key,
         attempt=attempt,
+        merged=_merged(str(kind), payload),
     )
+
+
+def _merged(kind: str, payload: Any) -> int:
+    """How many pieces of streamed text before its own a compacted row holds."""
+    if kind in ("text_delta", "thinking_delta") and isinstance(payload, dict):
+        pieces = payload.get("pieces")
+        return len(pieces) if isinstance(pieces, list) else 0
+    return 0
 
 
 _CALL_EVENTS = frozenset({"tool_call_start", "tool_call_complete", "tool_result"})

@@ -14,6 +14,7 @@ import click
 
 from harnessx._cli_common import opened_store, run_command
 from harnessx._cli_operate import actor_option
+from harnessx._compaction import COMPACT_AFTER, compact_pass, default_compact_batch
 from harnessx._erasure import erase_session
 from harnessx._errors import ConfigurationError
 from harnessx._operator import default_actor
@@ -119,6 +120,38 @@ def prune(
                 more = report.sessions - len(report.sample)
                 text += "\n" + "\n".join(report.sample) + (f"\n... and {more} more" if more > 0 else "")
             return text
+
+    click.echo(run_command(go()))
+
+
+@click.command()
+@store_options
+@duration_option(
+    "--older-than",
+    required=False,
+    help="Compact runs that finished longer ago than this (1h, 30m, 2d) [default: 1h].",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 10_000),
+    help="Runs per transaction [default: 100 on PostgreSQL, 5 on SQLite].",
+)
+def compact(
+    older_than: float | None, batch: int | None, dsn: str | None, sqlite_path: str, schema: str
+) -> None:
+    """Compact the streamed text of finished runs: each stretch of text pieces a run streamed is
+    stored as one event, and a reader resuming behind any cursor still reads the same text,
+    once. harness-supervisor does this continuously (--compact-after); this is for stores
+    without one."""
+
+    async def go() -> str:
+        async with opened_store(sqlite_path, dsn, schema, auto_migrate=False) as store:
+            report = await compact_pass(
+                store,
+                COMPACT_AFTER if older_than is None else older_than,
+                batch=batch or default_compact_batch(store),
+            )
+            return report.describe()
 
     click.echo(run_command(go()))
 
@@ -255,4 +288,4 @@ def _lines(file: TextIO) -> Iterator[tuple[int, str]]:
             yield number, line
 
 
-COMMANDS = [prune, delete, export, import_]
+COMMANDS = [prune, compact, delete, export, import_]

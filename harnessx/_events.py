@@ -100,8 +100,11 @@ def new_event_id() -> str:
 class RunEvent:
     """One event of a run; ``data``'s type depends on ``type`` (see the module docstring).
 
-    ``cursor`` is the event's dense per-run sequence number as a string; pass it as
-    ``after=`` to continue behind it. A synthesized terminal summary has ``cursor=""``.
+    ``cursor`` is the event's per-run sequence number as a string; pass it as ``after=``
+    to continue behind it. It counts every event (dense) except in a finished run whose
+    streamed text was compacted, where one event carries several pieces and the cursor of the
+    last; any cursor read before still continues at the same text. A synthesized terminal
+    summary has ``cursor=""``.
     ``event_id`` is unique, so a consumer can drop a replayed duplicate.
     """
 

@@ -141,6 +141,21 @@ class SupervisorMetrics:
             "Finished sessions removed by retention (--retention), with everything they owned.",
             registry=r,
         )
+        self.runs_compacted = Counter(
+            "harnessx_compaction_runs",
+            "Finished runs whose streamed text was compacted (each stretch of pieces one event row).",
+            registry=r,
+        )
+        self.rows_compacted = Counter(
+            "harnessx_compaction_rows",
+            "Event rows removed by compaction (merged into the row after them).",
+            registry=r,
+        )
+        self.compaction_errors = Counter(
+            "harnessx_compaction_errors",
+            "Compaction passes that failed (the runs stay noted for the next).",
+            registry=r,
+        )
         self.rows_pruned = Counter(
             "harnessx_retention_rows_pruned",
             "Rows removed by retention, by table.",

@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+from harnessx._compaction import COMPACT_AFTER, compact_pass, default_compact_batch
 from harnessx._errors import HarnessError, LeadershipLostError
 from harnessx._results import UNFINISHED_STATUSES
 from harnessx._retention import PARTITIONS_AHEAD, PassReport, RetentionPolicy, prune_pass
@@ -57,6 +58,11 @@ class SupervisorConfig:
     # Retention (off by default): a pass over finished sessions every retention_interval.
     retention: RetentionPolicy | None = None
     retention_interval: float = 60.0
+    # Compacting the streamed text of runs that finished more than compact_after seconds ago
+    # (None: off), compact_batch runs a transaction (None: the store's default), after each
+    # retention pass (or every retention_interval without retention).
+    compact_after: float | None = COMPACT_AFTER
+    compact_batch: int | None = None
 
 
 @dataclass
@@ -359,15 +365,39 @@ class Supervisor:
     # ------------------------------------------------------------ retention
 
     def _start_retention(self, term: Leadership) -> None:
-        """Begin a retention pass beside the scans when one is due: it runs in its own task,
-        in short batches, so it never delays orphan recovery by more than one batch."""
+        """Begin a retention pass, then a compaction pass, beside the scans when they are due:
+        they run in their own task, in short batches, so they never delay orphan recovery by
+        more than one batch."""
         policy = self.config.retention
-        if policy is None or (self._retaining is not None and not self._retaining.done()):
+        if policy is None and self.config.compact_after is None:
+            return
+        if self._retaining is not None and not self._retaining.done():
             return
         if time.monotonic() - self._last_retention < self.config.retention_interval:
             return
         self._last_retention = time.monotonic()
-        self._retaining = asyncio.get_running_loop().create_task(self._retain(term, policy))
+        self._retaining = asyncio.get_running_loop().create_task(self._housework(term, policy))
+
+    async def _housework(self, term: Leadership, policy: RetentionPolicy | None) -> None:
+        if policy is not None:
+            await self._retain(term, policy)
+        if self.config.compact_after is not None and not self._stopping.is_set():
+            await self._compact(self.config.compact_after)
+
+    async def _compact(self, older_than: float) -> None:
+        """A compaction pass; a failure is reported, not raised: the runs stay noted, and
+        the next pass takes them."""
+        batch = self.config.compact_batch or default_compact_batch(self.store)
+        try:
+            report = await compact_pass(self.store, older_than, batch=batch, stopping=self._stopping)
+        except HarnessError as exc:
+            self.metrics.compaction_errors.inc()
+            logger.warning("compacting finished runs failed (the next pass continues): %s", exc)
+            return
+        self.metrics.runs_compacted.inc(report.runs)
+        self.metrics.rows_compacted.inc(report.rows)
+        if report.runs:
+            logger.info("%s", report.describe())
 
     async def _stop_retention(self) -> None:
         task, self._retaining = self._retaining, None

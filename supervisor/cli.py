@@ -82,6 +82,23 @@ logger = logging.getLogger("supervisor")
     "it [env HARNESSX_ARCHIVE_DIR].",
 )
 @click.option(
+    "--compact-after",
+    envvar="HARNESSX_COMPACT_AFTER",
+    default="1h",
+    callback=lambda ctx, param, value: _duration_or_off(ctx, param, value),
+    metavar="DURATION|off",
+    help="Compact the streamed text of runs that finished this long ago (each stretch of text "
+    "pieces stored as one event; every cursor reads the same text), after each retention pass; "
+    "off keeps every piece [env HARNESSX_COMPACT_AFTER].",
+)
+@click.option(
+    "--compact-batch",
+    envvar="HARNESSX_COMPACT_BATCH",
+    type=click.IntRange(1, 10_000),
+    help="Runs per compaction transaction [env HARNESSX_COMPACT_BATCH; default: 100 on PostgreSQL, "
+    "5 on SQLite].",
+)
+@click.option(
     "--worker-retention",
     envvar="HARNESSX_WORKER_RETENTION",
     default="1d",
@@ -102,6 +119,8 @@ def main(
     retention_interval: float,
     retention_batch: int | None,
     archive: Path | None,
+    compact_after: float | None,
+    compact_batch: int | None,
     worker_retention: float,
     log_format: str,
     log_level: str,
@@ -131,6 +150,8 @@ def main(
         stuck_after=stuck_after,
         retention=policy,
         retention_interval=retention_interval,
+        compact_after=compact_after,
+        compact_batch=compact_batch,
         worker_retention=worker_retention,
     )
     try:
@@ -147,6 +168,12 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         return parse_duration(value)
     except HarnessError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _duration_or_off(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is not None and value.strip().lower() in ("off", "0", "none", "never"):
+        return None
+    return _duration(ctx, param, value)
 
 
 async def _serve(store: Store, config: SupervisorConfig, sockets: list[socket.socket] | None) -> None:

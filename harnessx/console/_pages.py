@@ -98,9 +98,11 @@ async def _timeline(console: ConsoleState, run_id: str, shown: int) -> list[dict
     behind the last event shown: a page that showed them, while its status was read before
     them, would follow the run from after its end and never learn that it ended."""
     start = max(0, shown - _TIMELINE)
-    # Cursors are dense: the events behind ``start``, at most up to the ``shown`` one.
+    # The events behind ``start``, at most up to the ``shown`` one: cursors are dense, but a
+    # finished run's streamed text may be compacted (fewer rows; ``_compaction``), so a page
+    # of that many rows could reach past it.
     events = await console.store.read_events(run_id, start, shown - start) if shown > start else []
-    return [console.redact(event.to_dict()) for event in events]
+    return [console.redact(event.to_dict()) for event in events if int(event.cursor) <= shown]
 
 
 def _run_url(request: Request, run_id: str) -> str:

@@ -18,6 +18,7 @@ from harnessx._journal import RECORD_VERSION
 from harnessx._results import RunResult, RunStatus, ToolResult
 from harnessx._state import UNCHANGED, Delta, Phase, RunState, ToolEntry, ToolStatus
 from harnessx.providers._base import TokenUsage, ToolCall
+from harnessx.store._compaction import STREAMED, trimmed
 from harnessx.store._integrity import call_problem, state_problem
 from harnessx.store._legacy import NEEDS_CALL, upgrade_event
 from harnessx.store._protocol import Action, RunRecord, RunRow
@@ -490,12 +491,14 @@ def tool_entry_values(entry: ToolEntry, run_id: str, generation: int, now: float
     return (key, run_id, *columns, generation, now)
 
 
-def events_from_rows(rows: Sequence[Sequence[Any]]) -> tuple[list[RunEvent], dict[int, str]]:
-    """Events from ``read_events`` rows (seq, event_id, type, step_id, attempt_id, data,
-    run_id, session_id, then for an event that refers to its tool call's result: the call's
-    execution_key, raw_result and result columns and its large results as a JSON array of
-    ``[kind, body]``), and the events (by position) whose call must be filled in from the
-    run's tool calls, by execution key: ``tool_call_complete`` rows stored before 0.2."""
+def events_from_rows(rows: Sequence[Sequence[Any]], after: int = 0) -> tuple[list[RunEvent], dict[int, str]]:
+    """Events from ``read_events`` rows behind cursor ``after`` (seq, event_id, type, step_id,
+    attempt_id, data, run_id, session_id, then for an event that refers to its tool call's
+    result: the call's execution_key, raw_result and result columns and its large results as
+    a JSON array of ``[kind, body]``), and the events (by position) whose call must be filled
+    in from the run's tool calls, by execution key: ``tool_call_complete`` rows stored before
+    0.2. A compacted row of streamed text gives the text a reader behind ``after`` has not
+    seen (``_compaction``)."""
     results = _referred_results(rows)
     events: list[RunEvent] = []
     missing: dict[int, str] = {}
@@ -504,6 +507,10 @@ def events_from_rows(rows: Sequence[Sequence[Any]]) -> tuple[list[RunEvent], dic
         try:
             kind = RunEventType(kind)
             value = loads(data, f"event {seq} of run {run_id}")
+            if kind.value in STREAMED and (cut := trimmed(value, int(seq), after)) is not None:
+                value, partial = cut
+                if partial:  # not the whole row's text: an id of its own
+                    event_id = f"{event_id}:{after}"
             value = _dereferenced_event(_with_answer(value, row, str(run_id)), results)
             upgraded = upgrade_event(kind, value, step_id, attempt_id)
             if upgraded is None:

@@ -19,11 +19,20 @@ from typing import Any, TypeVar
 
 from harnessx._errors import ConfigurationError, SessionBusyError
 from harnessx.store._archive import TABLES, ArchiveRecord, build_records, unknown_columns, why_not_restored
+from harnessx.store._compaction import plan
 from harnessx.store._core import newer_record, unfinished_blocks_erasure
 from harnessx.store._lifecycle import Fact, judge
 from harnessx.store._pg_execution import PostgresExecution
+from harnessx.store._pg_partitions import id_ms
 from harnessx.store._pg_types import Connection
-from harnessx.store._protocol import Archiver, Leadership, PruneBatch, PruneCursor, leadership_lost
+from harnessx.store._protocol import (
+    Archiver,
+    Compaction,
+    Leadership,
+    PruneBatch,
+    PruneCursor,
+    leadership_lost,
+)
 from harnessx.store._queries import load_queries, when
 
 __all__ = ["PostgresLifecycle"]
@@ -104,6 +113,32 @@ class PostgresLifecycle(PostgresExecution):
         the day partitions to go with their day (``_pg_partitions``)."""
         counts = await conn.fetchrow(statement, list(session_ids))
         return {table: int(count) for table, count in zip(_DELETED, counts, strict=True)}
+
+    async def compact_events(self, older_than: float, *, limit: int) -> Compaction:
+        async def batch(conn: Connection) -> Compaction:
+            async with conn.transaction():
+                due = await conn.fetch(Q["compaction_due"], float(older_than), limit)
+                held = {str(run_id): int(last) for run_id, locked, _, last in due if locked}
+                # A finished run whose session a prune or an erasure holds stays noted.
+                done = [str(run_id) for run_id, locked, stored, _ in due if locked or not stored]
+                keys = sorted({id_ms(run_id) for run_id in held})
+                rows = await conn.fetch(Q["streamed_pieces"], list(held), keys) if held else []
+                written = plan([tuple(row) for row in rows], held)
+                _, removed = await conn.fetchrow(
+                    Q["compact_pieces"],
+                    [run_id for run_id, _, _ in written.kept],
+                    [seq for _, seq, _ in written.kept],
+                    [data for _, _, data in written.kept],
+                    [run_id for run_id, _, _ in written.gone],
+                    [first for _, first, _ in written.gone],
+                    [last for _, _, last in written.gone],
+                    done,
+                    keys,
+                )
+            runs = len({run_id for run_id, _, _ in written.kept})
+            return Compaction(len(due), runs, int(removed), len(due) == limit)
+
+        return await self._run("compacting finished runs", batch)
 
     async def delete_session(self, session_id: str) -> dict[str, int] | None:
         async def erase(conn: Connection) -> dict[str, int] | None:

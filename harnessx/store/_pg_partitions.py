@@ -23,6 +23,7 @@ holding a stored run.
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from harnessx._errors import HarnessError
@@ -31,7 +32,7 @@ from harnessx.store._pg_types import Connection
 from harnessx.store._queries import load_queries
 from harnessx.store._records import Partitions
 
-__all__ = ["GRACE", "PostgresPartitions", "lowest_id"]
+__all__ = ["GRACE", "PostgresPartitions", "id_ms", "lowest_id"]
 
 logger = logging.getLogger("harnessx.store.postgres")
 Q = load_queries("postgres")
@@ -45,6 +46,15 @@ GRACE = 2 * 86400.0
 _SETTLED_MS = 3_600_000
 _PURGE_BATCH = 200
 _PURGE_BATCHES = 50  # per call: the next housekeeping goes on
+
+
+_VERSION_7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+def id_ms(run_id: str) -> int:
+    """The partition key of a run's events, as ``harnessx_id_ms`` computes it: the Unix
+    milliseconds a version 7 id begins with, 0 for any other text."""
+    return int(run_id[:8] + run_id[9:13], 16) if _VERSION_7.fullmatch(run_id) else 0
 
 
 def lowest_id(ms: int) -> str:

@@ -613,7 +613,7 @@ class PostgresBackend(
         async def read(conn: Connection) -> list[RunEvent]:
             # One statement, so one snapshot: the results events refer to are joined in.
             rows = [tuple(r) for r in await conn.fetch(Q["read_events"], run_id, after, limit)]
-            events, missing = events_from_rows(rows)
+            events, missing = events_from_rows(rows, after)
             if missing:  # stored before 0.2: fill the calls in from the run's tool calls
                 tools = await conn.fetch(Q["run_tool_calls"], run_id)
                 fill_calls(events, missing, [tuple(r) for r in tools])

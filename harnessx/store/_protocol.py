@@ -25,6 +25,7 @@ from harnessx.store._original import OriginalSession
 from harnessx.store._records import (
     Action,
     Archiver,
+    Compaction,
     ControlRequest,
     IncidentSnapshot,
     Leadership,
@@ -87,6 +88,7 @@ __all__ = [
     "Owner",
     "PoolScan",
     "PoolStore",
+    "Compaction",
     "Partitions",
     "PruneBatch",
     "PruneCursor",
@@ -557,6 +559,14 @@ class LifecycleStore(Protocol):
         of runs pruned more than ``grace`` seconds ago, and say what there is (PostgreSQL's
         events, migrations 0018 and 0022; ``None`` on a store without partitions). Safe to call
         from several processes at once."""
+
+    async def compact_events(self, older_than: float, *, limit: int) -> Compaction:
+        """Compact the streamed text of up to ``limit`` runs that finished more than
+        ``older_than`` seconds ago and wait for it (noted as they finish), oldest first, in one
+        short transaction: each stretch of pieces becomes one row, and a reader behind any
+        cursor still reads the same text, once (``_compaction``). A run not finished any more
+        (resumed) is left as it is; one a prune or an erasure holds is left for the next call.
+        Safe to call from several processes at once."""
 
     async def reclaim_space(self) -> int:
         """Give free pages back to the file system after deleting (SQLite's incremental

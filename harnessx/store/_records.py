@@ -29,6 +29,7 @@ __all__ = [
     "NewSession",
     "Orphan",
     "Owner",
+    "Compaction",
     "Partitions",
     "PoolScan",
     "PruneBatch",
@@ -334,6 +335,20 @@ class PruneBatch:
     rows: dict[str, int]
     examined: int
     cursor: PruneCursor | None
+
+
+@dataclass
+class Compaction:
+    """One bounded step of compacting finished runs' streamed text (``Store.compact_events``).
+
+    ``examined``: runs taken from those waiting; ``runs``: runs whose rows changed; ``rows``:
+    event rows removed (merged into the row after them); ``more``: a full batch, so more may
+    be waiting."""
+
+    examined: int
+    runs: int
+    rows: int
+    more: bool
 
 
 @dataclass

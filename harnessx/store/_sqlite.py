@@ -791,7 +791,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         def body(conn: sqlite3.Connection) -> list[RunEvent]:
             # One statement, so one snapshot: the results events refer to are joined in.
             rows = conn.execute(Q["read_events"], (run_id, after, limit)).fetchall()
-            events, missing = events_from_rows(rows)
+            events, missing = events_from_rows(rows, after)
             if missing:  # stored before 0.2: fill the calls in from the run's tool calls
                 fill_calls(events, missing, conn.execute(Q["run_tool_calls"], (run_id,)).fetchall())
             return events

@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from harnessx._errors import ConfigurationError, SessionBusyError
 from harnessx.store._archive import TABLES, ArchiveRecord, build_records, unknown_columns, why_not_restored
 from harnessx.store._codec import dumps
+from harnessx.store._compaction import plan
 from harnessx.store._core import newer_record, unfinished_blocks_erasure
 from harnessx.store._lifecycle import Fact, judge
-from harnessx.store._protocol import Archiver, Leadership, PruneBatch, PruneCursor
+from harnessx.store._protocol import Archiver, Compaction, Leadership, PruneBatch, PruneCursor
 from harnessx.store._queries import load_queries
 
 __all__ = ["SQLiteLifecycle"]
@@ -136,7 +137,26 @@ class SQLiteLifecycle:
 
     def _delete(self, conn: sqlite3.Connection, session_ids: Sequence[str]) -> dict[str, int]:
         named = dumps(list(session_ids))
+        conn.execute(Q["forget_compactable_sessions"], (named,))  # not a row the session owns
         return {table: conn.execute(query, (named,)).rowcount for table, query in _DELETES}
+
+    async def compact_events(self, older_than: float, *, limit: int) -> Compaction:
+        def body(conn: sqlite3.Connection) -> Compaction:
+            due = conn.execute(Q["compaction_due"], (time.time() - older_than, limit)).fetchall()
+            # One writer: no prune or erasure can remove a run until this transaction ends.
+            finished = {str(run_id): int(last) for run_id, done, last in due if done}
+            pieces = (
+                conn.execute(Q["streamed_pieces"], (dumps(list(finished)),)).fetchall() if finished else []
+            )
+            written = plan(pieces, finished)
+            conn.executemany(Q["compact_keep"], [(data, run_id, seq) for run_id, seq, data in written.kept])
+            rows = conn.executemany(Q["compact_gone"], written.gone).rowcount
+            conn.execute(Q["forget_compactable"], (dumps([str(row[0]) for row in due]),))
+            runs = len({run_id for run_id, _, _ in written.kept})
+            return Compaction(len(due), runs, rows, len(due) == limit)
+
+        # As a prune batch: committed without waiting for the disk (redone if lost).
+        return await self._call(self._unsynced, lambda conn: self._write(conn, body))
 
     async def delete_session(self, session_id: str) -> dict[str, int] | None:
         def body(conn: sqlite3.Connection) -> dict[str, int] | None:

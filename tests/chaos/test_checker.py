@@ -242,6 +242,16 @@ def test_a_duplicated_event_id_is_reported() -> None:
     assert "stored 2 times" in found[0].detail
 
 
+def test_streamed_text_compacted_into_one_row_is_no_gap() -> None:
+    data = clean_history().data
+    r1 = [e for e in data.events if e.run_id == "r1"]
+    # Events 2 and 3 stored as one row, the row of 3 (harnessx compact): not a gap.
+    compacted = [e for e in data.events if not (e.run_id == "r1" and e.seq == 2)]
+    merged = [dataclasses.replace(e, merged=1) if e.run_id == "r1" and e.seq == 3 else e for e in compacted]
+    assert len(r1) > 3 and check(planted(clean_history(), events=merged), expect_completed=True) == []
+    assert invariants(check(planted(clean_history(), events=compacted))) == {"dense-events"}
+
+
 def test_a_repeated_sequence_number_is_reported() -> None:
     data = clean_history().data
     data.events.append(dataclasses.replace(data.events[2], event_id="copy"))

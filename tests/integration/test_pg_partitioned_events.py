@@ -32,6 +32,7 @@ from harnessx._state import Delta, Phase, RunPatch
 from harnessx.store import PostgresBackend
 from harnessx.store._archive import parse_record
 from harnessx.store._migrations import load_migrations
+from harnessx.store._pg_partitions import id_ms
 from harnessx.store._queries import load_queries
 from harnessx.testing import quote_ident
 from supervisor._metrics import SupervisorMetrics
@@ -140,6 +141,29 @@ async def test_every_statement_on_one_run_s_events_reads_its_partition_alone(
             args = [dummy(t, run_id, n == run_param) for n, t in enumerate(statement.get_parameters(), 1)]
             plan = json.loads(await statement.fetchval(*args))
             # Only the run's day: initial pruning leaves the other partitions out of the plan.
+            assert {r for r in scanned(plan) if r.startswith("events_")} == {day_partition(run_id)}, name
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("plan_mode", ["force_custom_plan", "force_generic_plan"])
+async def test_compacting_a_run_reads_and_writes_its_partition_alone(
+    pg_database: str, plan_mode: str
+) -> None:
+    async with PostgresBackend(pg_database) as backend:
+        run_id = await one_run(backend)
+        await backend.maintain_partitions(20 * DAY)
+    conn = await connect(pg_database)
+    try:
+        await conn.execute(f"SET plan_cache_mode = {plan_mode}")
+        key = [id_ms(run_id)]
+        arguments = {
+            "streamed_pieces": ([run_id], key),
+            "compact_pieces": ([run_id], [3], ['"x"'], [run_id], [1], [2], [run_id], key),
+        }
+        for name, args in arguments.items():
+            statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {Q[name]}")
+            plan = json.loads(await statement.fetchval(*args))
             assert {r for r in scanned(plan) if r.startswith("events_")} == {day_partition(run_id)}, name
     finally:
         await conn.close()

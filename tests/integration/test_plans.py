@@ -3,7 +3,7 @@
 The store is loaded with 10,000 finished sessions copied from real runs (``replicate``), plus
 2,000 stopped workers, and analysed; then a workload runs the hot paths for real: a durable run
 and a decision, a pool run driven by a worker, lease renewal, the supervisor's scan recovering
-an orphan, a retention pass, ``harnessx status``'s reads, an export and an erasure. Every
+an orphan, compaction, a retention pass, ``harnessx status``'s reads, an export and an erasure. Every
 statement the store sent meanwhile is checked: its plan (PostgreSQL: auto_explain's, logged by
 the server for every statement, those inside functions and triggers too; SQLite: ``EXPLAIN
 QUERY PLAN`` of each statement the connection ran) reads no table of the history in full. The
@@ -36,6 +36,7 @@ from harnessx import (
     ScriptedRequest,
     ToolCall,
 )
+from harnessx._compaction import compact_pass
 from harnessx._operator import Operator
 from harnessx._retention import RetentionPolicy, prune_pass
 from harnessx.testing import ThrowawayCluster, dsn_with_database, run_psql
@@ -160,6 +161,7 @@ async def workload(store: Any, other: Any) -> None:
     await store.load_state(record.id)
     await store.read_events(record.id, 3)
     await store.tool_result(waiting.session_id, "call_0")
+    await compact_pass(store, 0.0, batch=50)  # the runs above that finished
     await store.export_sessions([waiting.session_id])
     await prune_pass(store, RetentionPolicy(MONTH - 43_200, batch=50))  # the oldest half day
     await store.delete_session(waiting.session_id)

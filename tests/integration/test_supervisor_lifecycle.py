@@ -12,7 +12,7 @@ import pytest
 from durable_support import BackendTarget, make_agent
 from lifecycle_support import TABLES, age, rows_of
 
-from harnessx import AgentRuntime
+from harnessx import Agent, AgentRuntime, ScriptedProvider
 from harnessx._errors import LeadershipLostError
 from harnessx._retention import RetentionPolicy
 from harnessx.store._protocol import Leadership, WorkerInfo
@@ -92,6 +92,37 @@ async def test_the_leader_prunes_in_batches_and_the_standby_does_not(target: Bac
 
 async def _passes(supervisors: list[Supervisor]) -> bool:
     return any(sample(s, "harnessx_retention_pass_seconds_count") >= 1 for s in supervisors)
+
+
+async def test_the_leader_compacts_the_text_of_runs_that_finished_long_enough_ago(
+    target: BackendTarget,
+) -> None:
+    answer = "The EMEA region grew by three percent this quarter, APAC by five."
+    agent = Agent(provider=ScriptedProvider([answer], chunk_size=4))
+    async with target.open() as store, target.open() as leading:
+        async with AgentRuntime(agent, backend=store) as runtime:
+            handle = await runtime.submit("Report.")  # streamed: 17 pieces
+            assert (await handle.result()).ok
+        pieces = len(await store.read_events(handle.run_id, 0)) - 3  # all but the answer's last 3
+        # Compacting runs finished a second ago, after each retention interval (no retention).
+        config = SupervisorConfig(
+            scan_interval=0.02, leader_retry=0.02, retention_interval=0.05, compact_after=1.0
+        )
+        supervisor = Supervisor(leading, config)
+        running = asyncio.create_task(supervisor.run())
+        try:
+
+            async def compacted() -> bool:
+                return sample(supervisor, "harnessx_compaction_runs_total") == 1
+
+            await until(compacted)
+        finally:
+            supervisor.stop()
+            await running
+        assert sample(supervisor, "harnessx_compaction_rows_total") == pieces - 1
+        events = await store.read_events(handle.run_id, 0)
+        assert [e.type.value for e in events][:1] == ["text_delta"] and len(events) == 4
+        assert events[0].data == answer
 
 
 async def test_a_deposed_leader_prunes_nothing(target: BackendTarget) -> None:

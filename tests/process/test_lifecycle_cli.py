@@ -1,7 +1,9 @@
-"""``harnessx prune``, ``delete``, ``export`` and ``import`` as a user runs them, on both backends."""
+"""``harnessx prune``, ``compact``, ``delete``, ``export`` and ``import`` as a user runs them, on both
+backends."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -124,3 +126,29 @@ async def test_bad_input_gets_a_clear_error_and_changes_nothing(
         stdin=json.dumps({"format": "harnessx.session", "version": 1, "session": {"id": "x"}}),
     )
     assert truncated.returncode == 1 and "lacks a value this table needs" in truncated.stderr
+
+
+async def test_compact_from_the_terminal(target: BackendTarget, tmp_path: Path) -> None:
+    from harnessx import Agent, ScriptedProvider
+
+    answer = "The EMEA region grew by three percent this quarter."
+    async with (
+        target.open() as store,
+        AgentRuntime(Agent(provider=ScriptedProvider([answer], chunk_size=5)), backend=store) as rt,
+    ):
+        handle = await rt.submit("Report.")  # streamed: 11 pieces
+        assert (await handle.result()).ok
+    recent = harnessx(target, "compact", cwd=tmp_path)  # finished within the hour: not yet
+    assert recent.returncode == 0, recent.stderr
+    assert recent.stdout.startswith("compacted the streamed text of 0 finished run(s)"), recent.stdout
+    await asyncio.sleep(1.1)
+    done = harnessx(target, "compact", "--older-than", "1s", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("compacted the streamed text of 1 finished run(s): 10 event row(s)"), (
+        done.stdout
+    )
+    async with target.open() as store:
+        events = await store.read_events(handle.run_id, 0)
+        assert events[0].data == answer and len(events) == 4
+    wrong = harnessx(target, "compact", "--older-than", "soon", cwd=tmp_path)
+    assert wrong.returncode == 2 and "is not a duration" in wrong.stderr and "Traceback" not in wrong.stderr

@@ -78,6 +78,10 @@ SQLITE_ONLY_QUERIES = {
     "requeue_session": "recover_orphan",
     "last_event_seq": "end_run",
     "term_holds": "recover_orphan",  # and mark_worker_dead: each checks the term itself
+    # PostgreSQL compacts a batch of runs in one statement; its prune and erasure forget the
+    # runs' notes in theirs.
+    **dict.fromkeys(("compact_keep", "compact_gone", "forget_compactable"), "compact_pieces"),
+    "forget_compactable_sessions": "delete_sessions",
     **dict.fromkeys(
         (
             "delete_tool_results",

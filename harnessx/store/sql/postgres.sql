@@ -901,6 +901,9 @@ WITH gone AS (
     DELETE FROM tool_calls WHERE run_id IN (SELECT id FROM gone) RETURNING 1
 ), events_gone AS (
     DELETE FROM events WHERE run_id IN (SELECT id FROM gone) RETURNING 1
+), compactable_gone AS (
+    -- Not a row the session owns: not counted.
+    DELETE FROM compactable_runs WHERE run_id IN (SELECT id FROM gone)
 ), journal_gone AS (
     DELETE FROM journal WHERE run_id IN (SELECT id FROM gone) RETURNING 1
 ), messages_gone AS (
@@ -937,6 +940,9 @@ WITH gone AS (
                   WHERE e.run_id = g.id AND harnessx_id_ms(e.run_id) = harnessx_id_ms(g.id))
     FROM gone g
     ON CONFLICT (run_id) DO NOTHING
+), compactable_gone AS (
+    -- Not a row the session owns: not counted.
+    DELETE FROM compactable_runs WHERE run_id IN (SELECT id FROM gone)
 ), journal_gone AS (
     DELETE FROM journal WHERE run_id IN (SELECT id FROM gone) RETURNING 1
 ), messages_gone AS (
@@ -1115,3 +1121,54 @@ WHERE c.relnamespace = (SELECT n.oid FROM pg_namespace n WHERE n.nspname = $1) A
 GROUP BY a.pid, a.application_name, a.state, a.xact_start
 ORDER BY a.xact_start NULLS LAST
 LIMIT 5;
+
+-- name: compaction_due
+-- Up to $2 runs noted as finished more than $1 seconds ago (compactable_runs, migration 29),
+-- oldest first, taken from the note (FOR UPDATE SKIP LOCKED: compactors take different runs):
+-- the run id; whether it may be compacted now: still finished (a resumed run is not; a removed
+-- one is not stored), its session locked against removal (FOR KEY SHARE: checkpoints, claims
+-- and renewals do not wait for it; a prune or an erasure holding the session passes it over
+-- (SKIP LOCKED), one that comes later waits for this transaction); whether it is still stored
+-- (a run passed over stays noted); and its last cursor.
+WITH due AS (
+    SELECT run_id, finished_at FROM compactable_runs
+    WHERE finished_at < now() - make_interval(secs => $1)
+    ORDER BY finished_at LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), held AS (
+    SELECT r.id FROM runs r JOIN sessions s ON s.id = r.session_id
+    WHERE r.id IN (SELECT run_id FROM due) AND r.status IN ('completed', 'cancelled', 'failed')
+    FOR KEY SHARE OF s SKIP LOCKED
+)
+SELECT d.run_id, d.run_id IN (SELECT id FROM held),
+       EXISTS (SELECT 1 FROM runs r WHERE r.id = d.run_id AND r.status IN ('completed', 'cancelled', 'failed')),
+       coalesce((SELECT r.event_count FROM runs r WHERE r.id = d.run_id), 0)
+FROM due d ORDER BY d.finished_at;
+
+-- name: streamed_pieces
+-- The streamed text events (a piece each, or compacted before) of the runs $1, whose partition
+-- keys are $2 (harnessx_id_ms; the partitions are chosen as the statement starts), in order:
+-- run id, cursor, type, step id, attempt id, payload.
+SELECT run_id, seq, type, step_id, attempt_id, data::text FROM events
+WHERE run_id = ANY ($1::text[]) AND harnessx_id_ms(run_id) = ANY ($2::bigint[])
+  AND type IN ('text_delta', 'thinking_delta')
+ORDER BY run_id, seq;
+
+-- name: compact_pieces
+-- Compacting: the rows ($1 run, $2 cursor) that take the text of the pieces before them ($3 the
+-- new payloads), the pieces merged into them removed (run $4, cursors $5 to $6), and the runs
+-- $7 no longer waiting; $8: the partition keys of the runs. Rows updated, rows deleted.
+WITH kept AS (
+    UPDATE events e SET data = k.data::json
+    FROM unnest($1::text[], $2::bigint[], $3::text[]) AS k (run_id, seq, data)
+    WHERE e.run_id = k.run_id AND e.seq = k.seq AND harnessx_id_ms(e.run_id) = ANY ($8::bigint[])
+    RETURNING 1
+), gone AS (
+    DELETE FROM events e USING unnest($4::text[], $5::bigint[], $6::bigint[]) AS g (run_id, first, last)
+    WHERE e.run_id = g.run_id AND e.seq BETWEEN g.first AND g.last
+      AND harnessx_id_ms(e.run_id) = ANY ($8::bigint[])
+    RETURNING 1
+), done AS (
+    DELETE FROM compactable_runs WHERE run_id = ANY ($7::text[])
+)
+SELECT (SELECT count(*) FROM kept), (SELECT count(*) FROM gone);

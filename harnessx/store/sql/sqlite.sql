@@ -755,3 +755,37 @@ SELECT * FROM audit WHERE session_id IN (SELECT value FROM json_each(?)) ORDER B
 -- name: session_exists
 -- Whether a session id is taken (importing skips sessions that exist).
 SELECT 1 FROM sessions WHERE id = ?;
+
+-- name: compaction_due
+-- Up to ?2 runs noted as finished before ?1 (compactable_runs, migration 14), oldest first: the
+-- run id, whether it is still finished (a resumed run is not; a removed one is not stored),
+-- and its last cursor. The write transaction keeps prunes and erasures out meanwhile.
+SELECT c.run_id, coalesce(r.status IN ('completed', 'cancelled', 'failed'), 0), coalesce(r.event_count, 0)
+FROM compactable_runs c LEFT JOIN runs r ON r.id = c.run_id
+WHERE c.finished_at < ?1
+ORDER BY c.finished_at
+LIMIT ?2;
+
+-- name: streamed_pieces
+-- The streamed text events (a piece each, or compacted before) of the runs in the JSON array ?1,
+-- in order: run id, cursor, type, step id, attempt id, payload.
+SELECT run_id, seq, type, step_id, attempt_id, data FROM events
+WHERE run_id IN (SELECT value FROM json_each(?1)) AND type IN ('text_delta', 'thinking_delta')
+ORDER BY run_id, seq;
+
+-- name: compact_keep
+-- The row that takes the text of the pieces before it (?1: its new payload).
+UPDATE events SET data = ?1 WHERE run_id = ?2 AND seq = ?3;
+
+-- name: compact_gone
+-- The pieces of run ?1 from cursor ?2 to ?3, merged into the row after them.
+DELETE FROM events WHERE run_id = ?1 AND seq >= ?2 AND seq <= ?3;
+
+-- name: forget_compactable
+-- Runs in the JSON array ?1 no longer waiting to be compacted (done, resumed, or removed).
+DELETE FROM compactable_runs WHERE run_id IN (SELECT value FROM json_each(?1));
+
+-- name: forget_compactable_sessions
+-- The runs of the sessions in the JSON array ?1, about to be removed, no longer wait either.
+DELETE FROM compactable_runs
+WHERE run_id IN (SELECT id FROM runs WHERE session_id IN (SELECT value FROM json_each(?1)));
