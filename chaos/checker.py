@@ -41,7 +41,8 @@ __all__ = [
 
 INVARIANTS: dict[str, str] = {
     "runs-settle": "every submitted run exists and ends terminal or awaiting input (none lost, none stuck)",
-    "dense-events": "each run's events are numbered 1..n without gaps or repeats; event ids are unique",
+    "dense-events": "each run's events are numbered 1..n without gaps or repeats (a compacted row holds "
+    "the numbers of its pieces); event ids are unique",
     "no-stale-writes": "no row was committed by a generation older than one that already wrote the run",
     "dispatch-first": "every tool invocation ran under a committed dispatch intent of its own generation",
     "no-reexecution": "a tool whose raw result was committed is never invoked again",

@@ -60,10 +60,13 @@ class Settings:
     def supervisor_args(self, folder: Path) -> tuple[str, ...]:
         if self.retention is None:
             return ()
+        # Compaction too, of runs finished a second ago: it rewrites their events while
+        # workers are killed, sessions pruned and archived, and the checker reads them.
         return (
             "--retention", f"{self.retention:g}s",
             "--retention-interval", f"{self.retention_interval:g}",
             "--archive", str(folder / "archive"),
+            "--compact-after", "1s",
         )  # fmt: skip
 
     @property
