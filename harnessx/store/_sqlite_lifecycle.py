@@ -141,8 +141,17 @@ class SQLiteLifecycle:
         return {table: conn.execute(query, (named,)).rowcount for table, query in _DELETES}
 
     async def compact_events(self, older_than: float, *, limit: int) -> Compaction:
+        cutoff = time.time() - older_than
+
+        def waiting(conn: sqlite3.Connection) -> bool:
+            return conn.execute(Q["compaction_waiting"], (cutoff,)).fetchone() is not None
+
+        # Looked at first without the write lock: most passes find nothing due.
+        if not await self._call(waiting):
+            return Compaction(0, 0, 0, False)
+
         def body(conn: sqlite3.Connection) -> Compaction:
-            due = conn.execute(Q["compaction_due"], (time.time() - older_than, limit)).fetchall()
+            due = conn.execute(Q["compaction_due"], (cutoff, limit)).fetchall()
             # One writer: no prune or erasure can remove a run until this transaction ends.
             finished = {str(run_id): int(last) for run_id, done, last in due if done}
             pieces = (

@@ -756,6 +756,10 @@ SELECT * FROM audit WHERE session_id IN (SELECT value FROM json_each(?)) ORDER B
 -- Whether a session id is taken (importing skips sessions that exist).
 SELECT 1 FROM sessions WHERE id = ?;
 
+-- name: compaction_waiting
+-- Whether a run noted as finished before ?1 waits to be compacted (read without the write lock).
+SELECT 1 FROM compactable_runs WHERE finished_at < ?1 LIMIT 1;
+
 -- name: compaction_due
 -- Up to ?2 runs noted as finished before ?1 (compactable_runs, migration 14), oldest first: the
 -- run id, whether it is still finished (a resumed run is not; a removed one is not stored),
