@@ -23,7 +23,11 @@ __all__ = [
     "read_window",
 ]
 
-NOTICE_MARK = "[Tool result too large to show in full"
+# How a preview starts: 0.9.1's words, so that a program (or 0.9.1 reading a snapshot of
+# ours) that looks for them finds the result shown in part.
+NOTICE_MARK = "[Tool result too large ("
+# How previews written before 0.9.1's words were taken up start (still in stored runs).
+_EARLIER_MARK = "[Tool result too large to show in full"
 PREVIEW_LINES = 20
 PREVIEW_CHARS = 3_000
 _MAX_LINES_PER_READ = 2_000
@@ -53,7 +57,7 @@ def cap_stored(content: str, max_stored_chars: int) -> str:
 
 
 def is_preview(content: str) -> bool:
-    return content.startswith(NOTICE_MARK)
+    return content.startswith((NOTICE_MARK, _EARLIER_MARK))
 
 
 def read_window(max_result_chars: int) -> int:
@@ -85,10 +89,13 @@ def preview_result(result_id: str, content: str, max_result_chars: int) -> str:
             f"{call}, offset={PREVIEW_LINES}) continues after the head, up to {window:,} characters a read"
         )
     unit = "line" if len(lines) == 1 else "lines"
+    # "Full output saved to:" names where the whole text is, as 0.9.1's notice does (there a
+    # file; here the result's record, kept with the conversation).
     return (
-        f"{NOTICE_MARK}: {len(content):,} characters, {len(lines):,} {unit}. Shown below: {where}.]\n"
-        f'[The whole result is kept. Read what you need before relying on it: {call}, pattern="<regex>") '
-        f"returns the matching passages; {follow}.]\n\n{body}"
+        f"{NOTICE_MARK}{len(lines):,} {unit}, {len(content):,} chars). Full output saved to: tool result "
+        f'"{result_id}", kept with the conversation]\n'
+        f"[Shown below: {where}. Read what you need before relying on it: {call}, "
+        f'pattern="<regex>") returns the matching passages; {follow}.]\n\n{body}'
     )
 
 

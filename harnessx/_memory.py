@@ -234,7 +234,8 @@ class ConversationMemory:
         after = view([*self._messages, spill(threshold_chars)])
         freed = 0
         for before, now in zip(shown, after, strict=True):
-            if before is not now:
+            # Compared by content: a view builds new messages each time it is taken.
+            if before.get("content") != now.get("content"):
                 freed += len(str(before.get("content", ""))) - len(str(now.get("content", "")))
                 self.keep_result(str(before.get("tool_call_id", "")), str(before.get("content", "")))
         if freed <= 0:

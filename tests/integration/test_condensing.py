@@ -162,7 +162,7 @@ async def test_large_results_are_shown_as_previews_when_nothing_can_be_condensed
         result = await agent.run("go")
     assert result.ok and [d["reason"] for _, d in seen] == ["context_overflow_spill"]
     sent = str(provider.calls[2]["messages"])
-    assert "Tool result too large to show in full" in sent and "x" * 10_000 not in sent
+    assert "Full output saved to:" in sent and "x" * 10_000 not in sent
     assert "row,value" in str(provider.calls[3]["messages"][-1]), "the whole result is still readable"
 
 

@@ -261,3 +261,16 @@ async def test_a_bad_session_id_or_file_is_a_clear_error(tmp_path: Path) -> None
     (tmp_path / "moved.json").write_text(json.dumps({"version": 2, "session_id": "other"}))
     with pytest.raises(ConfigurationError, match="renamed or copied"):
         await Agent.load_session("moved", tmp_path)
+
+
+def test_spilling_twice_keeps_the_whole_result_readable() -> None:
+    """``spill_large_results`` shows large results as previews with 0.9.1's notice; a second
+    call frees nothing and keeps the whole text (it was kept as the preview once)."""
+    memory = ConversationMemory()
+    memory.add_user_message("go")
+    memory.add_assistant_message([{"type": "tool_use", "id": "big", "name": "t", "input": {}}])
+    memory.add_tool_results([ToolResult(tool_call_id="big", content="y" * 10_000)])
+    assert memory.spill_large_results() > 6_000
+    assert "Full output saved to:" in memory.get_messages()[-1]["content"][0]["content"]
+    assert memory.spill_large_results() == 0
+    assert memory.stored_result("big") == "y" * 10_000
