@@ -123,6 +123,12 @@ class Agent:
                     "are not supported by this harnessx yet; see docs/compatibility.md"
                 )
         self.config = config or AgentConfig()
+        if provider is not None and self.config.fallbacks:
+            raise ConfigurationError(
+                "AgentConfig.fallbacks and an injected provider both describe what to call: keep the "
+                "fallbacks in the config and pass no provider, or build the chain yourself with "
+                "FallbackProvider(primary, fallbacks=[...]) and pass that"
+            )
         self._provider = provider
         self._owns_provider = False
         if provider is None and _provider_name(self.config) is not None:

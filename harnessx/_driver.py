@@ -684,7 +684,8 @@ class Driver:
                 await retrying(attempt, exc)
                 attempt, waited = attempt + 1, waited + wait
                 if wait:
-                    await self._cancellable(self._sleep(wait))
+                    # A long back-off (a server's Retry-After) says so on the run stream.
+                    await self._cancellable(self._noticed(state, self._sleep(wait), on="retry"))
 
     def _reply_limit(self, exc: BaseException, request: ModelRequest, provider: Any) -> int | None:
         """The lower reply budget ``exc`` (a refusal) allows, if it names one; a model's own
@@ -757,14 +758,15 @@ class Driver:
             )
         return response
 
-    async def _noticed(self, state: RunState, work: Awaitable[T]) -> T:
-        """Await a model call, adding a ``waiting`` event to the run stream while it is
-        silent (``ProgressPolicy``). Notices only: nothing is cancelled."""
+    async def _noticed(self, state: RunState, work: Awaitable[T], *, on: str = "model") -> T:
+        """Await a model call (or the wait before the next attempt, ``on="retry"``), adding
+        a ``waiting`` event to the run stream while it is silent (``ProgressPolicy``).
+        Notices only: nothing is cancelled."""
 
         async def notice(kind: RunEventType, data: dict[str, Any]) -> None:
             await self._provisional(state, kind, data)
 
-        return await await_with_notices(work, self.settings.progress, notice, on="model")
+        return await await_with_notices(work, self.settings.progress, notice, on=on)
 
     async def _waiting_notice(self, state: RunState, seconds: float) -> None:
         await self._provisional(state, RunEventType.WAITING, {"on": "model", "seconds": round(seconds, 1)})

@@ -10,13 +10,11 @@ change is a delta, every phase boundary can be committed before the next effect 
 from __future__ import annotations
 
 import copy
-import difflib
 import itertools
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from harnessx._builtin_tools import todos_of, todos_payload
+from harnessx._builtin_tools import render_todos, todos_of, todos_payload
 from harnessx._config import Limits
 from harnessx._errors import CostLimitError, MaxIterationsError, ResolutionError, UnknownExecutionKey
 from harnessx._events import RunEvent, RunEventType
@@ -32,6 +30,7 @@ from harnessx._tools import (
     PermissionManager,
     ReplayPolicy,
     ToolDefinition,
+    ToolNotFoundError,
     ToolRegistry,
 )
 from harnessx.providers._base import (
@@ -48,6 +47,7 @@ __all__ = [
     "CUT_OFF_CALL",
     "EMPTY_NOTICE",
     "MAX_PAUSE_RESUMES",
+    "PLAN_REMINDER",
     "AskApproval",
     "CallModel",
     "CompleteResult",
@@ -148,6 +148,14 @@ CONTINUE_NOTICE = (
 )
 
 
+# An empty reply while the run's own task list is still open is answered with this (once a
+# run, before the empty-reply notice): something may have been dropped (0.9.1's reminder).
+PLAN_REMINDER = "Before you finish: your task list still has unfinished items."
+_PLAN_REMINDER_ASK = (
+    "If they are done, mark them completed with write_todos. If work remains, continue it, or say "
+    "plainly what is left. Do not repeat your previous reply."
+)
+
 # A turn the provider paused (``pause_turn``: a long turn of server tools) is continued by
 # asking again, at most this many times a run (0.9.1's limit); then the run fails.
 MAX_PAUSE_RESUMES = 5
@@ -173,6 +181,7 @@ class Engine:
         recover_truncation: bool = True,
         recover_empty: bool = True,
         recover_pauses: bool = True,
+        remind_plan: bool = True,
     ) -> None:
         """``interactive_approval`` is a plain run (ASK asks the approval callback there
         and then); otherwise ASK records an approval to wait for. ``cost_baseline`` is
@@ -191,6 +200,9 @@ class Engine:
         # continues at most MAX_PAUSE_RESUMES of them (False: a Temporal history recorded
         # before these rules, replayed as it was decided).
         self.recover_pauses = recover_pauses
+        # An empty reply with the task list open gets PLAN_REMINDER once (False: a Temporal
+        # history recorded before it, replayed as it was decided).
+        self.remind_plan = remind_plan
 
     # ----------------------------------------------------------------- deciding
 
@@ -232,6 +244,8 @@ class Engine:
     def _after_model_call(self, state: RunState) -> Step:
         if self.recover_empty and not _replied(state):
             # The reply was empty and not stored (model_responded).
+            if self.reminds_plan(state):
+                return self._next_model_call(state, [{"role": "user", "content": self._plan_reminder(state)}])
             if empty_nudges(state) < MAX_EMPTY_NUDGES:
                 return self._next_model_call(state, [{"role": "user", "content": EMPTY_NOTICE}])
             return self._exhausted(state, "empty_reply", self._continued(state))
@@ -267,13 +281,36 @@ class Engine:
         """Whether the reply just recorded was empty and the model is asked to go on."""
         return self.recover_empty and not _replied(state) and empty_nudges(state) < MAX_EMPTY_NUDGES
 
+    def reminds_plan(self, state: RunState) -> bool:
+        """Whether the reply just recorded was empty while the run's task list (the planning
+        tools') is still open, and no reminder was sent this run: the model is shown the
+        list and asked to finish it or say what is left, before any empty-reply notice."""
+        return (
+            self.remind_plan
+            and self.recover_empty
+            and not _replied(state)
+            and StopReason.coerce(state.stop_reason) in (StopReason.END_TURN, StopReason.STOP_SEQUENCE)
+            and self.tools.get("write_todos") is not None
+            and any(item.get("status") != "completed" for item in todos_of(state.messages))
+            and not self._continued(state).strip()
+            and not any(
+                m.get("role") == "user" and str(m.get("content", "")).startswith(PLAN_REMINDER)
+                for m in state.messages[state.history_length :]
+            )
+        )
+
+    def _plan_reminder(self, state: RunState) -> str:
+        return f"{PLAN_REMINDER}\n{render_todos(todos_of(state.messages))}\n{_PLAN_REMINDER_ASK}"
+
     def recoveries(self, state: RunState, response: ProviderResponse) -> list[Recovery]:
         """The ``RECOVERY`` hooks of ``response``, once ``model_responded`` recorded it: the
         model is asked to go on after an empty reply, asked again after one cut off at its
         budget, or continues a paused turn. Pure, so a Temporal workflow decides them as the
         driver does."""
         found = []
-        if self.nudges_empty_reply(state):
+        if self.reminds_plan(state):
+            found.append(Recovery("unfinished_plan", 1))
+        elif self.nudges_empty_reply(state):
             found.append(Recovery("empty_reply", empty_nudges(state) + 1))
         elif response.stop_reason == StopReason.MAX_TOKENS and self.recovers_truncation(state):
             reason = "truncated_tool_call" if response.tool_calls else "truncated_text"
@@ -645,28 +682,23 @@ class Engine:
                 f"Error: too many tool calls in one reply (limit {self.limits.max_tool_calls_per_turn}); "
                 "this call was not run"
             )
-        tool = self.tools.get(call.name)
-        if tool is None or (self.allowed_tools is not None and call.name not in self.allowed_tools):
-            offered = self._offered_names()
-            key = _name_key(call.name)
-            close = [n for n in offered if difflib.SequenceMatcher(None, key, _name_key(n)).ratio() >= 0.85][
-                :3
-            ]
-            hint = f" Did you mean {', '.join(repr(n) for n in close)}?" if close else ""
-            return f"No tool named {call.name!r}.{hint} Available tools: {', '.join(offered) or 'none'}"
+        try:
+            tool, name = self.tools.resolve_tool(call.name, among=self._offered_names())
+        except ToolNotFoundError as exc:
+            return str(exc)
+        if name != call.name:  # a stored call (repaired when prepared) whose tool was renamed since
+            return f"No tool named {call.name!r}. Did you mean {name!r}?"
         return tool.check_arguments(call)
 
     def _repaired(self, call: ToolCall) -> ToolCall:
         """``call`` with its tool's name when the model missed it only in case or
         separators (``Search_Web``, ``functions.search_web``): a typo, not another intent.
         An ambiguous miss is left for ``_call_problem`` to tell the model."""
-        offered = self._offered_names()
-        if call.name in offered:
+        try:
+            _, name = self.tools.resolve_tool(call.name, among=self._offered_names())
+        except ToolNotFoundError:
             return call
-        matches = [n for n in offered if _name_key(n) == _name_key(call.name)]
-        if len(matches) != 1:
-            return call
-        return ToolCall(call.id, matches[0], call.input, call.parse_error)
+        return call if name == call.name else ToolCall(call.id, name, call.input, call.parse_error)
 
     def _offered_names(self) -> list[str]:
         names = self.tools.names()
@@ -726,9 +758,9 @@ class Engine:
                 delta = self.fail(
                     state,
                     MaxIterationsError(
-                        f"the run reached its limit of {limit} model calls (Limits.max_iterations); "
-                        "raise the limit, or set Limits(final_answer_on_limit=True) to end with the "
-                        "model's account"
+                        f"the run reached its maximum iterations, {limit} model calls "
+                        "(Limits.max_iterations); raise the limit, or set "
+                        "Limits(final_answer_on_limit=True) to end with the model's account"
                     ),
                 )
                 delta.messages = results
@@ -905,12 +937,6 @@ def _tool_message(entry: ToolEntry, max_chars: int) -> dict[str, Any]:
 
 def _unanswered(call: ToolCall, text: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": text, "is_error": True}
-
-
-def _name_key(name: str) -> str:
-    """A tool name as compared for repair: case, separators and a namespace prefix ignored."""
-    folded = re.sub(r"^(?:functions\.|tools\.|default_api:)", "", name.strip().casefold())
-    return re.sub(r"[-_. ]", "", folded)
 
 
 def _unique_ids(calls: list[ToolCall]) -> list[ToolCall]:

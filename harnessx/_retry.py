@@ -153,6 +153,16 @@ def retry_after(exc: BaseException, provider: Any = None) -> float | None:
         headers = getattr(holder, "headers", None)
         if isinstance(headers, Mapping | httpx.Headers):
             return parse_retry_after({str(k).lower(): str(v) for k, v in headers.items()})
+    return _body_retry_after(getattr(exc, "body", None))
+
+
+def _body_retry_after(body: object) -> float | None:
+    """A wait a vendor's error body states (``{"retry_after": 3}``, or inside its
+    ``"error"`` object), as 0.9.1 reads it when no header said."""
+    for holder in (body, body.get("error") if isinstance(body, Mapping) else None):
+        value = holder.get("retry_after") if isinstance(holder, Mapping) else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            return float(value)
     return None
 
 

@@ -12,11 +12,13 @@ import asyncio
 import contextvars
 import copy
 import dataclasses
+import difflib
 import functools
 import inspect
 import json
 import logging
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -68,6 +70,13 @@ class ReplayPolicy(StrEnum):
     SAFE = "safe"
     IDEMPOTENT = "idempotent"
     MANUAL = "manual"
+
+
+def tool_name_key(name: str) -> str:
+    """A tool name as compared to resolve a model's call: case, separators and a namespace
+    prefix ignored."""
+    folded = re.sub(r"^(?:functions\.|tools\.|default_api:)", "", str(name).strip().casefold())
+    return re.sub(r"[-_. ]", "", folded)
 
 
 class ToolNotFoundError(HarnessError, LookupError):
@@ -629,6 +638,30 @@ class ToolRegistry:
         if tool is None:
             raise ToolNotFoundError(f"no tool named {name!r}; registered: {', '.join(self._tools) or 'none'}")
         return tool
+
+    def resolve_tool(self, name: str, *, among: Iterable[str] | None = None) -> tuple[ToolDefinition, str]:
+        """The tool a model's call names, and its name: the one named exactly, else the one
+        whose name the call misses only in case, separators (``-``, ``_``, ``.``, space) or
+        a namespace prefix (``functions.``, ``tools.``, ``default_api:``). A name that could
+        mean two tools, or none, is not guessed: ``ToolNotFoundError`` with the tools whose
+        names look alike and those there are, phrased for the model. ``among``: the names it
+        may resolve to (default: every tool)."""
+        offered = sorted(self._tools if among is None else (n for n in among if n in self._tools))
+        if name in offered:
+            return self._tools[name], name
+        key = tool_name_key(name)
+        matches = [known for known in offered if tool_name_key(known) == key]
+        if key and len(matches) == 1:
+            return self._tools[matches[0]], matches[0]
+        ranked = sorted(
+            ((difflib.SequenceMatcher(None, key, tool_name_key(known)).ratio(), known) for known in offered),
+            key=lambda scored: (-scored[0], scored[1]),
+        )
+        close = [known for score, known in ranked if score >= 0.85][:3] if key else []
+        hint = f" Did you mean {', '.join(repr(n) for n in close)}?" if close else ""
+        raise ToolNotFoundError(
+            f"No tool named {name!r}.{hint} Available tools: {', '.join(offered) or 'none'}"
+        )
 
     def has_tool(self, name: str) -> bool:
         return name in self._tools

@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
     from harnessx._model_limits import ModelLimits
@@ -304,6 +304,14 @@ class LLMProvider(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release connections. The default has nothing to release."""
+
+    async def __aenter__(self) -> Self:
+        """``async with provider:`` closes it on the way out: a provider given to an
+        ``Agent`` is the caller's to close (an agent closes only one it built)."""
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def default_max_tokens(self, model: str) -> int:
         """The reply budget for ``model`` when ``AgentConfig.max_tokens`` is unset: the

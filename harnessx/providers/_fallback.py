@@ -21,24 +21,14 @@ from harnessx._policies import Fallback, PromptCacheHint
 from harnessx._prompt_cache import offer_cache
 from harnessx.providers._base import LLMProvider, ProviderResponse, StreamChunk, call_create
 
-__all__ = ["FallbackProvider", "is_transient"]
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether a provider failure may clear on its own: a lost connection, a timeout, or an
-    error the provider itself marks retryable (429, 5xx)."""
-    if isinstance(exc, ConnectionError | TimeoutError):
-        return True
-    classify = getattr(exc, "retryable", None)
-    if isinstance(classify, bool):
-        return classify
-    status = getattr(exc, "status_code", None)
-    return isinstance(status, int) and (status == 429 or status >= 500)
+__all__ = ["FallbackProvider"]
 
 
 class _Member:
     def __init__(self, spec: Fallback | LLMProvider | str) -> None:
-        from harnessx.providers._registry import make_provider
+        # Looked up on harnessx.providers.fallback at each call, as 0.9.1's chain does: a
+        # program (or a test) that replaces that attribute decides what members it builds.
+        from harnessx.providers import fallback
 
         self.model: str | None = None
         self.max_tokens: int | None = None
@@ -47,7 +37,7 @@ class _Member:
             spec = spec.provider
         if isinstance(spec, str):
             # By name alone (a registered factory takes no arguments): request() names the model.
-            self.provider: LLMProvider = make_provider(spec)
+            self.provider: LLMProvider = fallback.make_provider(spec)
             self.label = spec.lower()
             self.owned = True
         elif hasattr(spec, "create"):
@@ -60,6 +50,13 @@ class _Member:
             )
         self.strikes = 0
         self.skip_until = 0.0
+
+    def transient(self, exc: BaseException) -> bool:
+        """Whether the chain moves past this member for ``exc``: by the classification the
+        driver retries by (the member's own ``is_transient`` first, if it has one)."""
+        from harnessx._retry import is_transient
+
+        return is_transient(exc, self.provider)
 
     def request(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         mapped = dict(kwargs)
@@ -141,7 +138,7 @@ class FallbackProvider(LLMProvider):
                     member.provider, **offer_cache(method, member.request(kwargs), kwargs.get("cache"))
                 )
             except Exception as exc:
-                if not is_transient(exc) or not self._move_on(member, index == len(chain) - 1):
+                if not member.transient(exc) or not self._move_on(member, index == len(chain) - 1):
                     raise
                 continue
             self._served(member)
@@ -164,7 +161,8 @@ class FallbackProvider(LLMProvider):
                         self.last_served = member.label
                     yield chunk
             except Exception as exc:
-                if delivered or not is_transient(exc) or not self._move_on(member, index == len(chain) - 1):
+                last = index == len(chain) - 1
+                if delivered or not member.transient(exc) or not self._move_on(member, last):
                     raise
                 continue
             finally:

@@ -84,6 +84,9 @@ _RECOVERY_HOOKS_PATCH = "harnessx-recovery-hooks-1"
 # MAX_PAUSE_RESUMES are continued, then the run fails); earlier histories continued every
 # paused turn and kept only the last reply's text.
 _PAUSE_PATCH = "harnessx-paused-turns-1"
+# The patch marker of 0.9.1's reminder of an open task list after an empty reply (once a
+# run, before the empty-reply notice); earlier histories sent the notice at once.
+_PLAN_REMINDER_PATCH = "harnessx-plan-reminder-1"
 # The patch marker of condensing on Temporal: the model activity condenses a conversation
 # that no longer fits (Limits.max_context_tokens, a request refused as too long) and the
 # workflow commits the condensation before the reply, or asks again; earlier histories had
@@ -461,6 +464,7 @@ class SessionWorkflow:
         if not response.tool_calls and not response.text.strip():
             # Likewise for an empty reply, which ended the run before it was asked to go on.
             engine.recover_empty = workflow.patched(_EMPTY_REPLY_PATCH)
+            engine.remind_plan = workflow.patched(_PLAN_REMINDER_PATCH)
         if response.stop_reason == StopReason.PAUSE_TURN:
             # And for a paused turn, which was continued without a bound.
             engine.recover_pauses = workflow.patched(_PAUSE_PATCH)

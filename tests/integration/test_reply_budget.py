@@ -300,3 +300,32 @@ async def test_a_second_unreadable_reply_fails_the_run() -> None:
     result = await built.run("go")
     assert result.failed and result.error is not None and result.error["type"] == "MalformedToolInputError"
     assert len(provider.calls) == 2
+
+
+@pytest.mark.parametrize("durable", [False, True])
+async def test_an_empty_reply_with_the_task_list_open_is_reminded_of_it_once(
+    durable: bool, target: BackendTarget
+) -> None:
+    """As 0.9.1: the model is shown its open list and asked to finish it or say what is
+    left, once a run (then an empty reply gets the usual notice); an answer with the list
+    open ends the run as it stands."""
+    plan = [{"content": "Step", "status": "pending"}]
+    provider = Scripted(
+        ProviderResponse(tool_calls=[ToolCall("p1", "write_todos", {"todos": plan})], stop_reason="tool_use"),
+        ProviderResponse(text=""),
+        ProviderResponse(text=""),
+        ProviderResponse(text="Step is left for you."),
+    )
+    recoveries: list[dict[str, Any]] = []
+    built = Agent(config=AgentConfig(model="claude-sonnet-4-6"), provider=provider)
+    built.hooks.on(HookEvent.RECOVERY, lambda ctx: recoveries.append(dict(ctx.data)))
+    if durable:
+        async with target.open() as backend, AgentRuntime(built, backend=backend) as runtime:
+            result = await runtime.run("go")
+    else:
+        result = await built.run("go")
+    assert result.ok and result.output == "Step is left for you." and len(provider.calls) == 4
+    sent = [str(m) for m in provider.calls[-1]["messages"]]
+    assert sum("Before you finish: your task list still has unfinished items." in m for m in sent) == 1
+    assert any("[ ] Step" in m for m in sent)  # the list as the model reads it
+    assert [r["reason"] for r in recoveries] == ["unfinished_plan", "empty_reply"]

@@ -227,6 +227,37 @@ async def test_fallback_provider_fails_over_on_transient_errors_only() -> None:
     assert not primary.closed  # injected members are the caller's
 
 
+async def test_a_chain_fails_over_by_the_classification_runs_retry_by_and_closes_what_it_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As 0.9.1: an error's status read from ``code`` (or ``status``, ...) and its text decide,
+    as for a run's retries (the chain used to read only ``status_code``); ``async with`` closes
+    the members the chain built from names (through harnessx.providers.fallback.make_provider),
+    not those passed in."""
+    unavailable = type("Unavailable", (Exception,), {"code": 503})("service unavailable")
+    primary, backup = Flaky([unavailable], "primary"), Flaky([], "backup")
+    chain = FallbackProvider(primary, fallbacks=[backup])
+    assert (await chain.create(model="m", messages=[], system="", tools=[], max_tokens=1)).text == "backup"
+    quota = type("Quota", (Exception,), {"code": 429})("You exceeded your current quota")
+    with pytest.raises(Exception, match="quota"):  # would fail on every member: not failed over
+        await FallbackProvider(Flaky([quota], "x"), fallbacks=[Flaky([], "y")]).create(
+            model="m", messages=[], system="", tools=[], max_tokens=1
+        )
+    built = Flaky([], "built")
+    monkeypatch.setattr("harnessx.providers.fallback.make_provider", lambda name: built)
+    injected = Flaky([], "injected")
+    async with FallbackProvider("anthropic", fallbacks=[injected]) as entered:
+        assert entered.labels == ("anthropic", "Flaky")
+    assert built.closed and not injected.closed
+
+
+def test_fallbacks_in_the_config_and_an_injected_provider_are_refused() -> None:
+    from harnessx import Agent
+
+    with pytest.raises(ConfigurationError, match="both describe what to call"):
+        Agent(config=AgentConfig(fallbacks=[Fallback("openai")]), provider=Flaky([], "x"))
+
+
 def test_agent_config_fallbacks_build_a_chain() -> None:
     from harnessx import Agent
 

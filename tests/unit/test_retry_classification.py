@@ -72,3 +72,36 @@ async def test_a_quota_refusal_is_not_retried_by_a_run() -> None:
     agent.hooks.on(HookEvent.RETRY, lambda ctx: retries.append(ctx.data))
     result = await agent.run("go")
     assert result.failed and retries == []
+
+
+def test_retry_after_is_read_from_an_error_body_when_no_header_says() -> None:
+    def failure(**fields: object) -> Exception:
+        return type("E", (Exception,), {"code": 429, **fields})("slow down")
+
+    assert retry_after_seconds(failure(body={"error": {"retry_after": 3}})) == 3.0
+    assert retry_after_seconds(failure(body={"retry_after": 1.5})) == 1.5
+    assert retry_after_seconds(failure(headers={"retry-after": "2"}, body={"retry_after": 9})) == 2.0
+    assert retry_after_seconds(failure(body={"retry_after": "soon"})) is None
+
+
+async def test_a_long_wait_before_the_next_attempt_is_a_waiting_event() -> None:
+    from harnessx import ProgressPolicy, ProviderResponse, RunEventType
+
+    calls = 0
+
+    def reply(request: object) -> ProviderResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise type("E", (Exception,), {"code": 429, "headers": {"retry-after": "1"}})("rate limited")
+        return ProviderResponse(text="ok")
+
+    config = AgentConfig(
+        retry=RetryPolicy(backoff_seconds=0, max_backoff_seconds=0.08, jitter=0),
+        progress=ProgressPolicy(first_after_seconds=0.02, repeat_every_seconds=0.02),
+    )
+    agent = Agent(config=config, provider=ScriptedProvider(reply))
+    async with agent, agent.run_stream("hi") as stream:
+        events = [event async for event in stream]
+    waits = [e.data for e in events if e.type is RunEventType.WAITING]
+    assert waits and all(w["on"] == "retry" for w in waits)

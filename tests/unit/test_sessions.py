@@ -274,3 +274,22 @@ def test_spilling_twice_keeps_the_whole_result_readable() -> None:
     assert "Full output saved to:" in memory.get_messages()[-1]["content"][0]["content"]
     assert memory.spill_large_results() == 0
     assert memory.stored_result("big") == "y" * 10_000
+
+
+def test_previews_of_earlier_builds_and_of_the_original_are_recognised() -> None:
+    """A preview is never previewed again: this build's, one stored by an earlier build
+    (its notice worded differently) and one 0.9.1 wrote (its notice names a file)."""
+    from harnessx._condense import spill, view
+    from harnessx._large_results import is_preview, preview_result
+
+    earlier = (
+        "[Tool result too large to show in full: 9,000 characters, 1 line. Shown below: ...]\n" + "y" * 3000
+    )
+    original = (
+        "[Tool result too large (1 line, 9,000 chars). Full output saved to: /tmp/x.txt]\n" + "y" * 3000
+    )
+    ours = preview_result("c1", "y" * 9000, 12_000)
+    for preview in (earlier, original, ours):
+        assert is_preview(preview)
+        message = {"role": "tool", "tool_call_id": "c1", "content": preview}
+        assert view([message, spill(2_000)]) == [message]

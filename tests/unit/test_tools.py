@@ -189,3 +189,28 @@ async def test_permission_manager_api() -> None:
     with pytest.raises(ConfigurationError, match="must return True or False"):
         await bad.check_permission(call, tool)
     assert CliPermissionManager().default_level is PermissionLevel.ASK
+
+
+@pytest.mark.parametrize(
+    "asked", ["search-web", "searchWeb", "functions.search_web", "default_api:search_web", "Search_Web"]
+)
+def test_resolve_tool_finds_the_one_tool_a_near_miss_means(asked: str) -> None:
+    tools = ToolRegistry()
+    for name in ("search_web", "read_file"):
+        tools.register(name=name)(lambda: "ok")
+    tool, name = tools.resolve_tool(asked)
+    assert name == "search_web" and tool is tools.get("search_web")
+    assert tools.resolve_tool("read_file")[1] == "read_file"
+
+
+@pytest.mark.parametrize("asked", ["doit", "browse", "write"])
+def test_resolve_tool_does_not_guess_a_name_that_could_mean_two_tools_or_none(asked: str) -> None:
+    from harnessx.tools import ToolNotFoundError
+
+    tools = ToolRegistry()
+    for name in ("do_it", "do-it", "read_file", "write_file_now"):
+        tools.register(name=name)(lambda: "ok")
+    with pytest.raises(ToolNotFoundError, match=f"No tool named '{asked}'.*Available tools: do-it, do_it"):
+        tools.resolve_tool(asked)
+    with pytest.raises(ToolNotFoundError, match="Available tools: read_file"):
+        tools.resolve_tool("do_it", among=["read_file"])  # only those offered
