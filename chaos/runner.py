@@ -27,7 +27,7 @@ from chaos.fleet import Fleet
 from chaos.ledger import EffectsTable, LedgerReader
 from chaos.scenarios import ScenarioContext, ScenarioInfo
 from chaos.timings import fault_stats, percentile
-from chaos.workload import Workload
+from chaos.workload import KEY_PREFIX, Workload
 from harnessx.store._protocol import Store
 from harnessx.testing import ThrowawayCluster
 
@@ -171,6 +171,7 @@ async def run_scenario(info: ScenarioInfo, settings: Settings) -> ScenarioResult
     effects.create()
     store = _open_store(target)
     await store.initialize()  # creates or migrates the schema before any worker starts
+    await store.set_concurrency_limit(f"{KEY_PREFIX}*", settings.workers * settings.concurrency)
     db = open_database(target)
     fleet = Fleet(
         target,

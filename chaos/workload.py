@@ -36,6 +36,11 @@ from harnessx.store._protocol import Store
 
 __all__ = ["Submitted", "Workload"]
 
+KEYS = 4
+KEY_PREFIX = "chaos:"
+"""Runs go to 4 concurrency keys, round robin, under a limit on ``chaos:*`` as large as the
+fleet's slots (it never binds, and every claim checks it)."""
+
 logger = logging.getLogger("chaos.workload")
 
 MAX_RESUMES_OF_FAILED = 5
@@ -105,8 +110,14 @@ class Workload:
                 try:
                     if runtime.session_id is None:
                         await runtime.start()
-                    # The request id makes a retry after an unanswered submit safe.
-                    handle = await runtime.submit(run_message(index, plan_seed), request_id=f"chaos-{index}")
+                    # The request id makes a retry after an unanswered submit safe. The key
+                    # (also the run's fair-share tenant) sends every claim through the
+                    # scheduling claim, its limit checked (runner.py sets it).
+                    handle = await runtime.submit(
+                        run_message(index, plan_seed),
+                        request_id=f"chaos-{index}",
+                        concurrency_key=f"{KEY_PREFIX}{index % KEYS}",
+                    )
                     break
                 except HarnessError as exc:
                     if time.monotonic() > deadline:
