@@ -14,6 +14,13 @@ prints passed / failed / errors / skipped per file as a Markdown table, the one 
 that need one, named to them by ``HARNESS_TEST_POSTGRES_DSN`` (a fresh database per file
 and interpreter); ``--postgres-dsn`` names a server instead.
 
+``--stub-unsupported`` measures what the files that stop at import would do otherwise: a
+``conftest.py`` put beside them makes each name and module of a feature this harnessx does
+not support yet (``harnessx._unsupported``), and any name a module lacks, a stub whose use
+raises "STUBBED"; the failures ``--failures`` lists then name their first error, so those
+that are not about a stub show where this harnessx differs. It does nothing under the
+original (which has everything). A measurement, not a result: the docs' table is without it.
+
 ``--reference-python`` runs the same files against a venv where the original itself is
 installed (with pytest and pytest-asyncio), for a second column: a test the original
 fails on from its sdist alone (it needs files its repository has and its sdist lacks, a
@@ -42,6 +49,76 @@ DIST = "harnessx==0.9.1"
 # The original's own pytest settings (from its pyproject.toml), minus ``pythonpath = ["."]``:
 # that would put the sdist's own harnessx package first on sys.path.
 PYTEST_INI = "[pytest]\nasyncio_mode = strict\nasyncio_default_fixture_loop_scope = function\n"
+
+
+# The conftest of --stub-unsupported (see the module's docstring).
+STUB_CONFTEST = """
+import importlib, importlib.abc, importlib.machinery, sys, types
+
+try:
+    import harnessx._unsupported as unsupported
+except ImportError:  # the original harnessx: nothing to stub
+    unsupported = None
+
+
+class Stub:
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("STUBBED: a feature this harnessx does not support yet")
+
+    def __class_getitem__(cls, item):
+        return cls
+
+
+def stub(name):
+    return type(name, (Stub,), {})
+
+
+class StubModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return stub(name)
+
+
+class StubLoader(importlib.abc.Loader):
+    def create_module(self, spec):
+        return StubModule(spec.name)
+
+    def exec_module(self, module):
+        module.__path__ = []
+
+
+class StubFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname.startswith("harnessx.") and unsupported.unsupported_module(fullname) is not None:
+            return importlib.machinery.ModuleSpec(fullname, StubLoader(), is_package=True)
+        return None
+
+
+if unsupported is not None:
+    sys.meta_path.insert(0, StubFinder())
+    for name in ("providers.anthropic", "providers.openai", "providers.base", "providers.retry",
+                 "providers.fallback", "memory", "types", "tools", "hooks", "errors", "runtime",
+                 "recorder", "models", "registry", "backends", "backends.store", "backends.sqlite",
+                 "messages", "execution", "engine", "core", "permissions", "durable", "loopguard"):
+        importlib.import_module("harnessx." + name)
+    for modname, module in list(sys.modules.items()):
+        if not modname.startswith("harnessx") or isinstance(module, StubModule):
+            continue
+        lacking = module.__dict__.get("__getattr__")
+
+        def fallback(name, lacking=lacking):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            if lacking is not None:
+                try:
+                    return lacking(name)
+                except (ImportError, AttributeError):
+                    pass
+            return stub(name)
+
+        module.__getattr__ = fallback
+"""
 
 
 @dataclass
@@ -99,12 +176,16 @@ def extract_tests(sdist: Path, into: Path) -> Path:
     return into / "tests"
 
 
-def run_file(python: str, tests: Path, name: str, timeout: float, dsn: str | None = None) -> FileResult:
+def run_file(
+    python: str, tests: Path, name: str, timeout: float, dsn: str | None = None, *, stub: bool = False
+) -> FileResult:
     """One test file in its own pytest process and its own scratch working directory."""
     result = FileResult(name)
     with tempfile.TemporaryDirectory(prefix="harnessx-orig-") as scratch:
         work = Path(scratch)
         shutil.copytree(tests, work / "tests")
+        if stub:
+            (work / "tests" / "conftest.py").write_text(STUB_CONFTEST)
         (work / "pytest.ini").write_text(PYTEST_INI)
         report = work / "report.xml"
         env = {
@@ -154,14 +235,22 @@ def _read_junit(report: Path, result: FileResult) -> None:
             result.passed += 1
         elif outcome.tag == "failure":
             result.failed += 1
-            result.failures.append(label)
+            result.failures.append(f"{label} | {_why(outcome)}")
         elif outcome.tag == "error":
             result.errors += 1
-            result.failures.append(label)
+            result.failures.append(f"{label} | {_why(outcome)}")
             if not case.get("name") or "collection" in (outcome.get("message") or ""):
                 result.note = _first_error_line(outcome.text or outcome.get("message") or "")
         else:
             result.skipped += 1
+
+
+def _why(outcome: ET.Element) -> str:
+    """A failure's first error line (``STUBBED`` first when a stub raised it)."""
+    text = (outcome.text or "") + (outcome.get("message") or "")
+    lines = [line.strip()[1:].strip() for line in text.splitlines() if line.strip().startswith("E ")]
+    why = (lines[0] if lines else outcome.get("message") or "")[:160]
+    return f"STUBBED {why}" if "STUBBED" in text else why
 
 
 def _collection_error(output: str) -> str:
@@ -232,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     servers.add_argument("--postgres", action="store_true", help="start a throwaway PostgreSQL cluster")
     servers.add_argument("--postgres-dsn", help="a PostgreSQL server for the tests that need one")
     parser.add_argument("--failures", action="store_true", help="also list each failing test")
+    parser.add_argument(
+        "--stub-unsupported", action="store_true", help="stub the features not supported yet (a measurement)"
+    )
     parser.add_argument("files", nargs="*", help="only these test files (names like test_api_0_4.py)")
     args = parser.parse_args(argv)
 
@@ -270,7 +362,9 @@ def _run_all(args: argparse.Namespace, parser: argparse.ArgumentParser, dsn_for:
         reference: dict[str, FileResult] | None = {} if args.reference_python else None
         for name in names:
             print(f"running {name} ...", file=sys.stderr, flush=True)
-            ours.append(run_file(args.python, tests, name, args.timeout, dsn_for()))
+            ours.append(
+                run_file(args.python, tests, name, args.timeout, dsn_for(), stub=args.stub_unsupported)
+            )
             if reference is not None and args.reference_python:
                 reference[name] = run_file(args.reference_python, tests, name, args.timeout, dsn_for())
     print(table(ours, reference))
