@@ -23,7 +23,13 @@ what. The rounds alternate (off, on, off, on, ...) on one fleet of two workers (
 switches the store's limits and waits until every worker has read them), and each figure is
 the median of its rounds, so that a machine's drift weighs on every mode alike. ``--profile DIR`` records each
 throughput round's workers with py-spy (``pip install py-spy``; root or ptrace rights) into
-DIR as collapsed stacks, to read where a worker's time goes.
+DIR as collapsed stacks, to read where a worker's time goes. ``--statements`` (PostgreSQL, the
+benchmark's own cluster) loads ``pg_stat_statements`` (``track = all``, with planning) and
+reports, by mode, what each run cost the server in statements: those the clients sent (round
+trips), those run inside them (functions, triggers), the plans made, and the claim's and the
+rate reservation's statements (calls a run, server milliseconds a call). The counts do not
+depend on the machine's load; the milliseconds do (lock waits included), and tracking every
+statement costs CPU in every mode.
 """
 
 from __future__ import annotations
@@ -158,6 +164,60 @@ def database_cpu(postmaster: int | None) -> float:
     return total
 
 
+STATEMENT_SETTINGS = {
+    "shared_preload_libraries": "pg_stat_statements",
+    "pg_stat_statements.track": "all",
+    "pg_stat_statements.track_planning": "on",
+    "pg_stat_statements.max": "10000",
+}
+# What a statement's text says it is, for the report (pg_stat_statements keeps the text).
+CLAIM, RESERVATION = "harnessx_claim_runs(", "harnessx_reserve_rate("
+
+
+class Statements:
+    """pg_stat_statements on the benchmark's own cluster, read around each throughput round."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    async def _run(self, query: str) -> list[Any]:
+        import asyncpg
+
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            return list(await conn.fetch(query))
+        finally:
+            await conn.close()
+
+    async def install(self) -> None:
+        await self._run("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+
+    async def reset(self) -> None:
+        await self._run("SELECT pg_stat_statements_reset()")
+
+    async def read(self, runs: int) -> dict[str, float]:
+        """What the round's runs cost the server, per run (and the claim's and the
+        reservation's server milliseconds a call)."""
+        rows = await self._run(
+            "SELECT toplevel, query, calls, plans, total_exec_time FROM pg_stat_statements "
+            "WHERE query NOT LIKE '%pg_stat_statements%'"
+        )
+        found = {"sent": 0.0, "inside": 0.0, "plans": 0.0, "claims": 0.0, "claim_ms": 0.0}
+        found.update({"reservations": 0.0, "reservation_ms": 0.0})
+        for toplevel, query, calls, plans, spent in rows:
+            found["sent" if toplevel else "inside"] += calls
+            found["plans"] += plans
+            for kind, marker in (("claim", CLAIM), ("reservation", RESERVATION)):
+                if toplevel and marker in query:
+                    found[f"{kind}s"] += calls
+                    found[f"{kind}_ms"] += spent
+        for kind in ("claim", "reservation"):
+            found[f"{kind}_ms"] = found[f"{kind}_ms"] / found[f"{kind}s"] if found[f"{kind}s"] else 0.0
+        for key in ("sent", "inside", "plans", "claims", "reservations"):
+            found[key] /= runs
+        return found
+
+
 async def throughput(
     store: Store,
     mode: str,
@@ -166,9 +226,13 @@ async def throughput(
     postmaster: int | None,
     spied: Path | None = None,
     name: str = "",
-) -> tuple[float, float, float]:
-    """Steps per second, and the workers' and the database's CPU milliseconds per step."""
+    statements: Statements | None = None,
+) -> tuple[float, float, float, dict[str, float]]:
+    """Steps per second, the workers' and the database's CPU milliseconds per step, and
+    (with ``statements``) what the runs cost the server in statements."""
     spies = profile(spied, name, workers)
+    if statements is not None:
+        await statements.reset()
     cpu = (sum(_cpu(w.pid) for w in workers), database_cpu(postmaster))
     started = time.perf_counter()
     submitted = [await scheduled(store, mode, index) for index in range(runs)]
@@ -176,10 +240,11 @@ async def throughput(
     elapsed = time.perf_counter() - started
     used = (sum(_cpu(w.pid) for w in workers) - cpu[0], database_cpu(postmaster) - cpu[1])
     stop_profiles(spies)
+    counted = await statements.read(runs) if statements is not None else {}
     for runtime, _ in submitted:
         await runtime.stop()
     steps = runs * STEPS_PER_RUN
-    return steps / elapsed, used[0] * 1000 / steps, used[1] * 1000 / steps
+    return steps / elapsed, used[0] * 1000 / steps, used[1] * 1000 / steps, counted
 
 
 # --------------------------------------------------------------------- the deep queue
@@ -365,6 +430,24 @@ def report_rounds(args: argparse.Namespace, label: str, rounds: dict[str, dict[s
     if any(rounds["db_cpu"]["off"]):
         values = {m: statistics.median(rounds["db_cpu"][m]) for m in modes}
         row("database's CPU per checkpointed step (ms)", values, 1, 3)
+    if rounds["statements"]["off"]:
+        print()
+        heads = " | ".join([*modes, *(f"{m} / off" for m in others)])
+        print(f"| statements (pg_stat_statements, a run) | {heads} |")
+        print(f"|---|{'---|' * (len(modes) + len(others))}")
+        for key, what, digits in (
+            ("sent", "statements sent (round trips)", 2),
+            ("inside", "statements run inside them", 2),
+            ("plans", "plans made", 2),
+            ("claims", "claims", 2),
+            ("claim_ms", "a claim, server ms", 3),
+            ("reservations", "rate reservations", 2),
+            ("reservation_ms", "a reservation, server ms", 3),
+        ):
+            values = {m: statistics.median(r[key] for r in rounds["statements"][m]) for m in modes}
+            cells = [f"{values[m]:.{digits}f}" for m in modes]
+            ratios = [f"{values[m] / values['off']:.2f}" if values["off"] else "-" for m in others]
+            print(f"| {what} | {' | '.join(cells)} | {' | '.join(ratios)} |")
     # Each round against the off rounds either side of it (the machine drifts).
     print()
     for m in others:
@@ -386,6 +469,7 @@ async def main(args: argparse.Namespace) -> None:
         "steps": {m: [] for m in args.modes},
         "worker_cpu": {m: [] for m in args.modes},
         "db_cpu": {m: [] for m in args.modes},
+        "statements": {m: [] for m in args.modes},
     }
     deep: dict[bool, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as folder_name, ExitStack() as stack:
@@ -397,13 +481,17 @@ async def main(args: argparse.Namespace) -> None:
             from harnessx.testing import ThrowawayCluster
 
             if args.dsn is None:
-                cluster = stack.enter_context(ThrowawayCluster(durable=True))
+                settings = STATEMENT_SETTINGS if args.statements else None
+                cluster = stack.enter_context(ThrowawayCluster(durable=True, settings=settings))
                 dsn = cluster.dsn
                 postmaster = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
             else:
                 dsn = args.dsn
             label = "PostgreSQL 15 (loopback, fsync on)" if args.dsn is None else "PostgreSQL (given DSN)"
         store, store_args, store_env, timestamps = await one_store(args, folder, dsn, "sched_bench")
+        statements = Statements(dsn) if args.statements and dsn is not None else None
+        if statements is not None:
+            await statements.install()
         async with store:
             fleet = Fleet(store_args, folder, store_env)
             try:
@@ -417,12 +505,15 @@ async def main(args: argparse.Namespace) -> None:
                         rounds["claims"][mode].append(
                             await claim_latency(store, mode, args.claims, timestamps)
                         )
-                        steps, worker_cpu, db_cpu = await throughput(
-                            store, mode, args.runs, workers, postmaster, args.profile, f"{mode}{index}"
+                        name = f"{mode}{index}"
+                        steps, worker_cpu, db_cpu, counted = await throughput(
+                            store, mode, args.runs, workers, postmaster, args.profile, name, statements
                         )
                         rounds["steps"][mode].append(steps)
                         rounds["worker_cpu"][mode].append(worker_cpu)
                         rounds["db_cpu"][mode].append(db_cpu)
+                        if counted:
+                            rounds["statements"][mode].append(counted)
             finally:
                 fleet.stop()
         if args.rounds:
@@ -474,7 +565,14 @@ if __name__ == "__main__":
         help="the modes each round measures, of off,on,sched,rate (off always; default off,on)",
     )
     parser.add_argument("--profile", type=Path, help="record throughput rounds' workers with py-spy here")
+    parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="count each mode's statements a run with pg_stat_statements (PostgreSQL, its own cluster)",
+    )
     parsed = parser.parse_args()
+    if parsed.statements and (parsed.sqlite or parsed.dsn):
+        parser.error("--statements needs the benchmark's own PostgreSQL cluster (no --sqlite, no --dsn)")
     if unknown := set(parsed.modes) - set(MODES):
         parser.error(f"unknown --modes {sorted(unknown)}: pick from {','.join(MODES)}")
     asyncio.run(main(parsed))

@@ -46,3 +46,12 @@ def test_cluster_survives_fast_and_immediate_restart(pg_bin_dir: Path) -> None:
         pg.start()
         assert pg.is_running()
     assert not root.exists()
+
+
+@pytest.mark.slow  # a cluster of its own
+def test_a_cluster_starts_with_the_settings_it_is_given(pg_bin_dir: Path) -> None:
+    # What a benchmark needs of its server, e.g. bench/scheduling.py --statements.
+    settings = {"shared_preload_libraries": "pg_stat_statements", "cluster_name": "two words"}
+    with ThrowawayCluster(pg_bin_dir, settings=settings) as pg:
+        assert pg.psql("SHOW shared_preload_libraries").strip() == "pg_stat_statements"
+        assert pg.psql("SHOW cluster_name").strip() == "two words"

@@ -175,7 +175,12 @@ class ThrowawayCluster:
     """
 
     def __init__(
-        self, bin_dir: Path | None = None, *, start_timeout: float = 60.0, durable: bool = False
+        self,
+        bin_dir: Path | None = None,
+        *,
+        start_timeout: float = 60.0,
+        durable: bool = False,
+        settings: dict[str, str] | None = None,
     ) -> None:
         found = bin_dir if bin_dir is not None else find_pg_bin()
         if found is None:
@@ -187,6 +192,8 @@ class ThrowawayCluster:
         self.start_timeout = start_timeout
         # Tests skip fsync for speed; benchmarks keep the server's durable defaults.
         self.durable = durable
+        # More server settings (`-c name=value`), e.g. a benchmark's pg_stat_statements.
+        self.settings = dict(settings or {})
         self.port: int = 0
         self._root: Path | None = None
         self._as_root = os.geteuid() == 0
@@ -288,6 +295,7 @@ class ThrowawayCluster:
         return (
             f"-p {self.port} -k {shlex.quote(str(self.socket_dir))} -c listen_addresses=127.0.0.1 "
             f"{'' if self.durable else '-c fsync=off '}-c max_connections=200"
+            + "".join(f" -c {shlex.quote(f'{name}={value}')}" for name, value in self.settings.items())
         )
 
     def start(self) -> None:
