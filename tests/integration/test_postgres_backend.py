@@ -61,6 +61,7 @@ TABLES = {
     "rate_buckets",
     "rate_holds",
     "pruned_runs",
+    "compactable_runs",
 }
 
 
