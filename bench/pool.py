@@ -14,7 +14,12 @@ Reports, side by side:
   model reply, prepared tools, dispatch, raw result, completed result, next model call,
   model reply, finish), and submissions per second while those workers run (each a new
   pool runtime's start() and submit(), one after another from this process);
-- submissions per second with no worker running (--runs of them; they stay queued).
+- submissions per second with no worker running (--runs of them; they stay queued);
+- CPU per step during each throughput measurement, which the machine's load moves far less
+  than the rate: the workers' (``/proc/<pid>/stat``), the database server's (PostgreSQL: the
+  postmaster and its children, when the server runs on this machine) and this process's own
+  (the submitter and the result waiters). On a machine of N cores, N seconds of CPU per
+  second is the most there is: 1 / (CPU per step) x N bounds the steps per second.
 
 ``--parts`` picks what to measure (default: kills,claims,throughput,submissions).
 """
@@ -32,6 +37,7 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +47,52 @@ from harnessx.store._protocol import Store
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 STEPS_PER_RUN = 8
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int, children: bool = False) -> float:
+    """CPU seconds of a live process (user + system), with its waited-for children's when
+    ``children``; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    # fields[0] is the state (field 3): utime, stime, cutime, cstime are fields 14-17.
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / TICKS
+
+
+def server_cpu(postmaster: int | None) -> float:
+    """CPU seconds of a PostgreSQL server: the postmaster, its live children and the ones it
+    has reaped (backends of closed connections)."""
+    if postmaster is None:
+        return 0.0
+    total = process_cpu(postmaster, children=True)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(stat[1]) == postmaster:
+            total += (int(stat[11]) + int(stat[12])) / TICKS
+    return total
+
+
+@dataclass
+class CpuPerStep:
+    """Milliseconds of CPU per checkpointed step, by process."""
+
+    workers: float
+    server: float | None
+    submitter: float
+
+    @property
+    def total(self) -> float:
+        return self.workers + (self.server or 0.0) + self.submitter
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -166,20 +218,37 @@ async def bench_claims(store: Store, fleet: Fleet, claims: int, timestamps: Any)
     return [first - created for created, first in await timestamps(run_ids)]
 
 
-async def bench_throughput(store: Store, fleet: Fleet, workers: int, runs: int) -> tuple[float, float]:
-    """Checkpointed steps per second, and submissions per second while the workers run."""
-    for _ in range(workers):
-        fleet.worker(concurrency=8)
+async def bench_throughput(
+    store: Store, fleet: Fleet, workers: int, runs: int, postmaster: int | None
+) -> tuple[float, float, CpuPerStep]:
+    """Checkpointed steps per second, submissions per second while the workers run, and the
+    CPU each step cost."""
+    pool = [fleet.worker(concurrency=8) for _ in range(workers)]
     await live_workers(store, workers)
+    await asyncio.sleep(0.5)  # past the workers' start-up (imports, first statements)
+    cpu_before = (
+        sum(process_cpu(p.pid) for p in pool),
+        server_cpu(postmaster),
+        time.process_time(),
+    )
     started = time.perf_counter()
     submitted = [await submit(store, "safe", f"throughput {i}") for i in range(runs)]
     submitting = time.perf_counter() - started
     await asyncio.gather(*(handle.result() for _, handle in submitted))
     elapsed = time.perf_counter() - started
+    cpu_after = (
+        sum(process_cpu(p.pid) for p in pool),
+        server_cpu(postmaster),
+        time.process_time(),
+    )
     for runtime, _ in submitted:
         await runtime.stop()
     fleet.stop()
-    return runs * STEPS_PER_RUN / elapsed, runs / submitting
+    steps = runs * STEPS_PER_RUN
+    spent = [(after - before) * 1000 / steps for after, before in zip(cpu_after, cpu_before, strict=True)]
+    worker_ms, server_ms, submitter_ms = spent
+    cpu = CpuPerStep(worker_ms, server_ms if postmaster is not None else None, submitter_ms)
+    return steps / elapsed, runs / submitting, cpu
 
 
 async def bench_submissions(store: Store, runs: int) -> float:
@@ -208,6 +277,23 @@ def sqlite_timestamps(path: Path) -> Any:
     return read
 
 
+async def postgres_postmaster(dsn: str) -> int | None:
+    """The server's postmaster pid when it runs on this machine (its backend's parent)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        backend = await conn.fetchval("SELECT pg_backend_pid()")
+        try:  # while the backend lives
+            stat = Path(f"/proc/{backend}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            return None  # another machine (or container)
+    finally:
+        await conn.close()
+    parent = int(stat[1])
+    return parent if b"postgres" in Path(f"/proc/{parent}/cmdline").read_bytes() else None
+
+
 def postgres_timestamps(dsn: str, schema: str) -> Any:
     import asyncpg
 
@@ -232,6 +318,7 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as folder_name, ExitStack() as stack:
         folder = Path(folder_name)
         store_env: dict[str, str] = {}
+        postmaster: int | None = None
         if args.sqlite:
             database = folder / "pool.sqlite3"
             store_args = ["--sqlite", str(database)]
@@ -248,6 +335,7 @@ async def main(args: argparse.Namespace) -> None:
             store_args = ["--schema", "harnessx_pool_bench"]
             store_env = {"HARNESSX_DSN": dsn}
             timestamps = postgres_timestamps(dsn, "harnessx_pool_bench")
+            postmaster = await postgres_postmaster(dsn)
         subprocess.run(
             [str(BIN / "harnessx"), "migrate", *store_args],
             check=True,
@@ -268,7 +356,7 @@ async def main(args: argparse.Namespace) -> None:
             parts = set(args.parts.split(","))
             kills: list[float] = []
             claims: list[float] = []
-            throughput: dict[int, tuple[float, float]] = {}
+            throughput: dict[int, tuple[float, float, CpuPerStep]] = {}
             alone = None
             try:
                 if "kills" in parts:
@@ -276,7 +364,8 @@ async def main(args: argparse.Namespace) -> None:
                 if "claims" in parts:
                     claims = await bench_claims(store, fleet, args.claims, timestamps)
                 if "throughput" in parts:
-                    throughput = {n: await bench_throughput(store, fleet, n, args.runs) for n in args.workers}
+                    for n in args.workers:
+                        throughput[n] = await bench_throughput(store, fleet, n, args.runs, postmaster)
                 if "submissions" in parts:
                     alone = await bench_submissions(store, args.runs)
             finally:
@@ -296,10 +385,18 @@ async def main(args: argparse.Namespace) -> None:
             f"{percentile(claims, 0.99):.3f} | {max(claims):.3f} | {len(claims)} |"
         )
     print()
-    print("| workers | checkpointed steps / s | submissions / s meanwhile | runs |")
-    print("|---|---|---|---|")
-    for count, (rate, submissions) in throughput.items():
-        print(f"| {count} | {rate:.0f} | {submissions:.0f} | {args.runs} |")
+    print(
+        "| workers | checkpointed steps / s | submissions / s meanwhile | runs "
+        "| CPU per step (ms): workers | server | submitter | total |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for count, (rate, submissions, cpu) in throughput.items():
+        server = "—" if cpu.server is None else f"{cpu.server:.3f}"
+        print(
+            f"| {count} | {rate:.0f} | {submissions:.0f} | {args.runs} | {cpu.workers:.3f} | {server} "
+            f"| {cpu.submitter:.3f} | {cpu.total:.3f} |"
+        )
+    print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if alone is not None:
         print(f"\nsubmissions / s with no worker running: {alone:.0f} ({args.runs} runs)")
     if kills:
