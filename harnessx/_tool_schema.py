@@ -64,11 +64,7 @@ def function_schema(fn: Callable[..., Any], *, skip: Collection[str] = ()) -> tu
     JSON Schema equivalent, when the annotations cannot be resolved, or when a parameter is
     positional-only (arguments are always passed by keyword).
     """
-    skipped = frozenset(skip)
-    if _is_hashable(fn):
-        description, schema = _cached_function_schema(fn, skipped)
-    else:
-        description, schema = _build_function_schema(fn, skipped)
+    description, schema = _function_schemas.get(fn, frozenset(skip))
     # Callers may add to the schema they get back; the cached copy must stay as built.
     return description, copy_schema(schema)
 
@@ -78,13 +74,24 @@ def copy_schema(value: Any) -> Any:
     are immutable), anything else by ``copy.deepcopy``. Every agent built copies its tools'
     schemas, and every model request their specs: this is several times quicker than
     ``copy.deepcopy`` on the same data, which keeps a memo of every object it visits."""
+    kind = type(value)
+    # Exact types first, and scalars without a call: most of a schema is small dicts of strings.
+    if kind is dict:
+        return {k: item if type(item) in _JSON_SCALARS else copy_schema(item) for k, item in value.items()}
+    if kind is list:
+        return [item if type(item) in _JSON_SCALARS else copy_schema(item) for item in value]
+    if kind in _JSON_SCALARS:
+        return value
     if isinstance(value, dict):
         return {key: copy_schema(item) for key, item in value.items()}
     if isinstance(value, list):
         return [copy_schema(item) for item in value]
-    if value is None or isinstance(value, str | int | float):  # bool is an int
+    if isinstance(value, str | int | float):  # subclasses (bool is an int)
         return value
     return copy.deepcopy(value)
+
+
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def bind_arguments(
@@ -160,18 +167,70 @@ def _is_hashable(obj: object) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=_CACHE_SIZE)
-def _cached_function_schema(fn: Callable[..., Any], skip: frozenset[str]) -> tuple[str, JsonSchema]:
-    return _build_function_schema(fn, skip)
+# Defaults that compare as values for the caches' keys: their type is part of the key (True
+# and 1 are equal, and hash alike, but are different defaults).
+_PLAIN_DEFAULTS = (type(None), bool, int, float, str)
+
+
+def _cache_key(fn: Callable[..., Any]) -> Any:
+    """What the caches below know ``fn`` by, or ``None`` (not cached).
+
+    A plain function is known by what it is made of (code, names, docstring, module globals,
+    defaults, annotations), not by identity: an agent factory defines its tools' handlers
+    afresh for every agent it builds (closures), and each of those would otherwise have its
+    signature read, its annotations resolved and its docstring parsed again, for every run a
+    worker starts. Two functions with equal keys have the same signature, hints and docstring;
+    closure cells are not part of any of those. A function with attributes of its own
+    (``__wrapped__``, ``__signature__``...) or defaults that are not plain values is known by
+    identity, as any other hashable callable is."""
+    if type(fn) is not types.FunctionType or fn.__dict__:
+        return fn if _is_hashable(fn) else None
+    defaults = fn.__defaults__ or ()
+    kwdefaults = tuple((fn.__kwdefaults__ or {}).items())
+    if not all(type(value) in _PLAIN_DEFAULTS for value in (*defaults, *(v for _, v in kwdefaults))):
+        return fn
+    key = (
+        fn.__code__,
+        fn.__name__,
+        fn.__qualname__,
+        fn.__module__,
+        fn.__doc__,
+        id(fn.__globals__),
+        tuple((type(value), value) for value in defaults),
+        tuple((name, type(value), value) for name, value in kwdefaults),
+        tuple(fn.__annotations__.items()),
+    )
+    return key if _is_hashable(key) else fn
+
+
+class _KeyedCache:
+    """A bounded cache by ``_cache_key``; ``build`` makes what is missing. A key made of a
+    function's parts names its globals by id: the cached entry keeps those globals alive, so
+    the id cannot be reused while the entry exists."""
+
+    def __init__(self, build: Callable[..., Any]) -> None:
+        self._build = build
+        self._entries: dict[Any, tuple[Any, Any]] = {}
+
+    def get(self, fn: Callable[..., Any], *args: Any) -> Any:
+        key = _cache_key(fn)
+        if key is None:
+            return self._build(fn, *args)
+        key = (key, *args)
+        found = self._entries.get(key)
+        if found is None:
+            if len(self._entries) >= _CACHE_SIZE:
+                self._entries.pop(next(iter(self._entries)))  # the oldest
+            found = self._entries[key] = (self._build(fn, *args), getattr(fn, "__globals__", None))
+        return found[0]
+
+    def clear(self) -> None:
+        self._entries.clear()
 
 
 def _function_info(fn: Callable[..., Any]) -> _FunctionInfo:
-    return _cached_function_info(fn) if _is_hashable(fn) else _load_function_info(fn)
-
-
-@functools.lru_cache(maxsize=_CACHE_SIZE)
-def _cached_function_info(fn: Callable[..., Any]) -> _FunctionInfo:
-    return _load_function_info(fn)
+    info: _FunctionInfo = _function_infos.get(fn)
+    return info
 
 
 def _load_function_info(fn: Callable[..., Any]) -> _FunctionInfo:
@@ -712,3 +771,7 @@ def _convert_tuple_items(args: tuple[Any, ...], value: list[Any] | tuple[Any, ..
     if not args:  # bare ``tuple``
         return list(value)
     return [_convert(arg, item) for arg, item in zip(args, value, strict=False)]
+
+
+_function_infos = _KeyedCache(_load_function_info)
+_function_schemas = _KeyedCache(_build_function_schema)

@@ -373,6 +373,18 @@ def _to_result(value: Any, call_id: str) -> ToolResult:
     return ToolResult(call_id, str(value))
 
 
+def _owned_schema(schema: Any, *, copy: bool) -> Any:
+    """A registry's own copy of a tool's schema (``copy=False``: ``schema`` is a fresh copy
+    already), with the object type's defaults filled in. Copied once per registration: every
+    agent a factory builds registers its tools again."""
+    if not isinstance(schema, dict):
+        return schema  # ToolDefinition says what is wrong with it
+    owned = copy_schema(schema) if copy else schema
+    owned.setdefault("type", "object")
+    owned.setdefault("properties", {})
+    return owned
+
+
 class ToolRegistry:
     """The tools an agent may call, by name.
 
@@ -468,13 +480,13 @@ class ToolRegistry:
             raise ConfigurationError("timeout_seconds must be positive")
 
         def decorate(handler: F) -> F:
-            summary, schema = function_schema(handler)
+            summary, schema = function_schema(handler)  # a copy of its own
             tool_name = name if name is not None else getattr(handler, "__name__", "")
             self._store(
                 ToolDefinition(
                     name=tool_name,
                     description=description if description is not None else (summary or tool_name),
-                    input_schema=schema,
+                    input_schema=_owned_schema(schema, copy=False),
                     handler=handler,
                     permission_level=level,
                     concurrent=concurrent,
@@ -486,6 +498,7 @@ class ToolRegistry:
                 replace=replace,
                 inherits_timeout=timeout_seconds is None,
                 inherits_retry=own_retry is None,
+                owns_schema=True,
             )
             return handler
 
@@ -567,7 +580,7 @@ class ToolRegistry:
             ToolDefinition(
                 name=name,
                 description=description,
-                input_schema=input_schema,
+                input_schema=_owned_schema(input_schema, copy=True),
                 handler=handler,
                 permission_level=PermissionLevel(permission) if permission is not None else None,
                 concurrent=concurrent,
@@ -580,19 +593,29 @@ class ToolRegistry:
             replace=replace,
             inherits_timeout=timeout_seconds is None,
             inherits_retry=own_retry is None,
+            owns_schema=True,
         )
 
     def _store(
-        self, tool: ToolDefinition, *, replace: bool, inherits_timeout: bool, inherits_retry: bool
+        self,
+        tool: ToolDefinition,
+        *,
+        replace: bool,
+        inherits_timeout: bool,
+        inherits_retry: bool,
+        owns_schema: bool = False,
     ) -> ToolDefinition:
+        """Register ``tool``; ``owns_schema``: its schema is already the registry's own copy
+        (``_owned_schema``), made when the definition was built, so it is not copied again."""
         if tool.name in self._tools and not replace:
             raise ConfigurationError(
                 f"a tool named '{tool.name}' is already registered; pass replace=True to replace it"
             )
-        schema = copy_schema(tool.input_schema)
-        schema.setdefault("type", "object")
-        schema.setdefault("properties", {})
-        owned = dataclasses.replace(tool, input_schema=schema)
+        owned = (
+            tool
+            if owns_schema
+            else dataclasses.replace(tool, input_schema=_owned_schema(tool.input_schema, copy=True))
+        )
         self._tools[owned.name] = owned
         for names, inherits in (
             (self._inherits_timeout, inherits_timeout),

@@ -952,3 +952,86 @@ def test_copy_schema_copies_every_container_and_shares_no_mutable_part() -> None
     copied["x-extra"][0]["kept"].append("changed")  # not JSON: copied by copy.deepcopy
     assert original["properties"]["a"]["enum"] == ["x", 1, 2.5, True, None]
     assert marker == {"kept": ["as", "is"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# A factory's closures: the schema is built once per definition, not once per agent
+# ---------------------------------------------------------------------------------------------
+
+
+def _make_handler(name: str, limit: int = 5) -> Any:
+    def handler(item: str, count: int = limit) -> str:
+        """Do the work.
+
+        Args:
+            item: What to do.
+            count: How many times.
+        """
+        return item * count
+
+    handler.__name__ = name
+    return handler
+
+
+def test_a_closure_made_again_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harnessx import _tool_schema
+
+    loads: list[str] = []
+    real = _tool_schema._load_function_info
+
+    def counted(fn: Any) -> Any:
+        loads.append(fn.__name__)
+        return real(fn)
+
+    monkeypatch.setattr(_tool_schema._function_infos, "_build", counted)
+    _tool_schema._function_infos.clear()
+    _tool_schema._function_schemas.clear()
+    first = function_schema(_make_handler("cached_tool"))
+    again = [function_schema(_make_handler("cached_tool")) for _ in range(3)]
+    assert all(schema == first for schema in again)
+    bound = bind_arguments(_make_handler("cached_tool"), {"item": "x", "count": 2.0})
+    assert bound == {"item": "x", "count": 2}
+    assert loads == ["cached_tool"]  # read once, for the schema and the binding alike
+
+
+def _make_any(default: Any) -> Any:
+    def handler(value: Any = default) -> None:
+        """Take a value."""
+
+    return handler
+
+
+def test_closures_that_differ_get_their_own_schema() -> None:
+    # Another default (its type too: True and 1 are equal, and hash alike), another name.
+    assert function_schema(_make_handler("t", 5))[1]["properties"]["count"]["default"] == 5
+    assert function_schema(_make_handler("t", 7))[1]["properties"]["count"]["default"] == 7
+    assert function_schema(_make_any(1))[1]["properties"]["value"]["default"] == 1
+    assert function_schema(_make_any(True))[1]["properties"]["value"]["default"] is True
+    assert function_schema(_make_any([1]))[1]["properties"]["value"]["default"] == [1]  # unhashable
+    assert function_schema(_make_any([2]))[1]["properties"]["value"]["default"] == [2]
+
+
+def test_a_function_with_attributes_of_its_own_is_known_by_identity() -> None:
+    # Two wrappers made by the same decorator, wrapping functions that look alike but take
+    # different parameters: functools.wraps copies name, docstring and annotations, so only
+    # __wrapped__ (an attribute of the function's own) tells them apart.
+    def first(item: str) -> str:
+        """Alike."""
+        return item
+
+    def second(other: int) -> str:
+        """Alike."""
+        return str(other)
+
+    second.__name__, second.__qualname__ = first.__name__, first.__qualname__
+    second.__annotations__ = first.__annotations__
+
+    def wrap(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    assert set(function_schema(wrap(first))[1]["properties"]) == {"item"}
+    assert set(function_schema(wrap(second))[1]["properties"]) == {"other"}
