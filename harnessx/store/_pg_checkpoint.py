@@ -48,15 +48,28 @@ from harnessx.store._queries import load_queries, when
 from harnessx.store._scheduling import Schedule
 
 __all__ = [
+    "APPLIED",
+    "GROUP",
+    "GROUP_ROW_SETS",
+    "LOST",
+    "NOT_HELD",
     "PROGRESS_NOT_HELD",
+    "WRITTEN",
     "ROW_SETS",
     "SCALARS",
     "SESSION_EXISTS",
+    "CHECKPOINT",
+    "Checkpoint",
     "CheckpointStatement",
+    "GroupShape",
+    "Parameters",
     "Shape",
+    "all_group_shapes",
     "all_shapes",
     "checkpoint",
     "checkpoint_statement",
+    "group",
+    "group_statement",
     "journal_columns",
     "render",
 ]
@@ -217,13 +230,40 @@ _STEPS: tuple[tuple[str, str, Callable[[Shape], bool]], ...] = (
     ("results_added", "results_added", lambda s: s.results),
 )
 
-# Numbering order: the scalars, then each row set's columns.
-_ORDER = {
-    key: number
-    for number, key in enumerate(
-        [*SCALARS, *(f"{rs.name}.{column}" for rs in ROW_SETS.values() for column, _ in rs.columns)]
-    )
-}
+
+@dataclass(frozen=True)
+class Parameters:
+    """What a family of statements may name: scalars with their types, and row sets."""
+
+    scalars: Mapping[str, str]
+    row_sets: Mapping[str, RowSet]
+
+    @functools.cached_property
+    def order(self) -> dict[str, int]:
+        """Numbering order: the scalars, then each row set's columns."""
+        keys = [
+            *self.scalars,
+            *(f"{rs.name}.{column}" for rs in self.row_sets.values() for column, _ in rs.columns),
+        ]
+        return {key: number for number, key in enumerate(keys)}
+
+    def row_set(self, name: str) -> RowSet:
+        if name not in self.row_sets:
+            raise ValueError(f"unknown checkpoint row set :{name}")
+        return self.row_sets[name]
+
+
+CHECKPOINT = Parameters(SCALARS, ROW_SETS)
+# Placeholders that list a row set's columns rather than send them.
+_LISTS = frozenset({"columns", "record", "values"})
+
+
+def _in_json(element: str) -> str:
+    """How a column of this type travels in a JSON document: a JSON value as the text of it
+    (a string), so that it is stored verbatim, as a ``json`` parameter's text is."""
+    return "text" if element in ("json", "jsonb") else element
+
+
 # :name, :set.column, :set.column[] (never the second colon of a ``::type`` cast).
 _PLACEHOLDER = re.compile(r"(?<![:\w]):([a-z_]+)(?:\.([a-z_]+)(\[\])?)?")
 
@@ -240,31 +280,35 @@ class CheckpointStatement:
         return tuple(values[name] for name in self.params)
 
 
-def render(blocks: Sequence[tuple[str, str]], main: str, shape: Shape) -> CheckpointStatement:
+def render(
+    blocks: Sequence[tuple[str, str]], main: str, shape: Shape, parameters: Parameters = CHECKPOINT
+) -> CheckpointStatement:
     """``WITH`` the ``(name, body)`` items, then ``main``, with every placeholder numbered in
     declaration order and typed for ``shape``. Unknown names are an error."""
     found: dict[str, None] = {}
+    scalars, order = parameters.scalars, parameters.order
 
     def scan(match: re.Match[str]) -> str:
         name, column, _ = match.groups()
         if column is None:
-            if name not in SCALARS:
+            if name not in scalars:
                 raise ValueError(f"unknown checkpoint parameter :{name}")
             found[name] = None
             return match.group(0)
-        row_set = _row_set(name)
-        for col, _type in row_set.columns if column in ("columns", "each") else ((column, ""),):
+        row_set = parameters.row_set(name)
+        if column in _LISTS:
+            return match.group(0)  # names and types only: no parameter
+        for col, _type in row_set.columns if column == "each" else ((column, ""),):
             key = f"{name}.{col}"
-            if key not in _ORDER:
+            if key not in order:
                 raise ValueError(f"unknown checkpoint parameter :{key}")
-            if column != "columns":
-                found[key] = None
+            found[key] = None
         return match.group(0)
 
     texts = [body for _, body in blocks] + [main]
     for text in texts:
         _PLACEHOLDER.sub(scan, text)
-    params = tuple(sorted(found, key=_ORDER.__getitem__))
+    params = tuple(sorted(found, key=order.__getitem__))
     numbers = {key: number for number, key in enumerate(params, 1)}
 
     def one(row_set: RowSet, column: str, whole: bool) -> str:
@@ -280,10 +324,17 @@ def render(blocks: Sequence[tuple[str, str]], main: str, shape: Shape) -> Checkp
     def substitute(match: re.Match[str]) -> str:
         name, column, whole = match.groups()
         if column is None:
-            return f"${numbers[name]}::{SCALARS[name]}"
-        row_set = _row_set(name)
+            return f"${numbers[name]}::{scalars[name]}"
+        row_set = parameters.row_set(name)
         if column == "columns":
             return ", ".join(col for col, _ in row_set.columns)
+        if column == "record":  # as json_to_recordset reads a row sent in a JSON document
+            return ", ".join(f"{col} {_in_json(element)}" for col, element in row_set.columns)
+        if column == "values":  # the record's columns with their declared types
+            return ", ".join(
+                col if _in_json(element) == element else f"{col}::{element} AS {col}"
+                for col, element in row_set.columns
+            )
         if column == "each":
             return ", ".join(one(row_set, col, False) for col, _ in row_set.columns)
         return one(row_set, column, bool(whole))
@@ -291,12 +342,6 @@ def render(blocks: Sequence[tuple[str, str]], main: str, shape: Shape) -> Checkp
     items = [f"{name} AS (\n{_PLACEHOLDER.sub(substitute, body)}\n)" for name, body in blocks]
     text = "WITH " + ",\n".join(items) + "\n" + _PLACEHOLDER.sub(substitute, main)
     return CheckpointStatement(shape, text, params)
-
-
-def _row_set(name: str) -> RowSet:
-    if name not in ROW_SETS:
-        raise ValueError(f"unknown checkpoint row set :{name}")
-    return ROW_SETS[name]
 
 
 @functools.cache
@@ -317,58 +362,88 @@ def all_shapes() -> Iterator[Shape]:
             yield Shape(new_run, messages, tools, events, progress, journal, results)
 
 
-def checkpoint(
-    lease: Any,
-    run_id: str,
-    *,
-    messages: Sequence[dict[str, Any]],
-    tools: Sequence[ToolEntry],
-    events: Sequence[RunEvent],
-    run: tuple[Any, ...] | None,
-    new_run: dict[str, Any] | None,
-    events_channel: str | None,
-    work_channel: str | None,
-    checkpoint_id: str,
-    progress_only: bool = False,
-    journal: Sequence[JournalRecord] = (),
-    release: bool = False,
-    first_seq: int | None = None,
-) -> tuple[str, tuple[Any, ...]]:
-    """The statement for this checkpoint's shape, and its parameters in order.
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint, as ``checkpoint`` sends it alone or ``group`` with others.
     ``checkpoint_id`` is unique to the checkpoint, whichever statements carry it.
-    ``progress_only``: of the run, only the phase and the event count change (see
-    migration 0003); never for a new run. ``release``: the checkpoint gives the lease up
-    (as a queued new run's does). ``first_seq``: the ``seq`` the first of ``messages`` gets
-    (its session's message count before; ``None``: not known, no event refers to them)."""
-    progress_only = progress_only and new_run is None
-    bodies = [(entry.execution_key, kind, text) for entry in tools for kind, text in tool_entry_bodies(entry)]
+    ``progress_only``: of the run, only the phase and the event count change (see migration
+    0003); never for a new run. ``release``: the checkpoint gives the lease up (as a queued
+    new run's does). ``first_seq``: the ``seq`` the first of ``messages`` gets (its session's
+    message count before; ``None``: not known, no event refers to them)."""
+
+    lease: Any
+    run_id: str
+    checkpoint_id: str
+    messages: Sequence[dict[str, Any]] = ()
+    tools: Sequence[ToolEntry] = ()
+    events: Sequence[RunEvent] = ()
+    run: tuple[Any, ...] | None = None
+    new_run: dict[str, Any] | None = None
+    events_channel: str | None = None
+    work_channel: str | None = None
+    progress_only: bool = False
+    journal: Sequence[JournalRecord] = ()
+    release: bool = False
+    first_seq: int | None = None
+
+    @functools.cached_property
+    def bodies(self) -> list[tuple[str, str, str]]:
+        """The large tool results it stores: ``(execution_key, kind, text)``."""
+        return [(e.execution_key, kind, text) for e in self.tools for kind, text in tool_entry_bodies(e)]
+
+    @property
+    def groupable(self) -> bool:
+        """Whether ``group`` can send it: a running run's checkpoint without a journal or a
+        large tool result (rare; those go alone)."""
+        return self.new_run is None and not self.journal and not self.bodies
+
+    def event_rows(self) -> list[tuple[Any, ...]]:
+        """Its events as the events row set's rows."""
+        keys = result_keys(self.tools)
+        first = self.first_seq
+        answers = answers_of(self.messages if first is not None else (), first or 0, self.run)
+        return [_event_row(event, keys, answers) for event in self.events]
+
+    @property
+    def last_seq(self) -> int:
+        return max((int(event.cursor or 0) for event in self.events), default=0)
+
+
+def checkpoint(point: Checkpoint, *, progress_only: bool | None = None) -> tuple[str, tuple[Any, ...]]:
+    """The statement for this checkpoint's shape, and its parameters in order;
+    ``progress_only`` overrides the checkpoint's own (``False``: send it whole)."""
+    new_run, messages, tools, events = point.new_run, point.messages, point.tools, point.events
+    progress = point.progress_only if progress_only is None else progress_only
+    progress = progress and new_run is None
+    bodies = point.bodies
     shape = Shape(
         new_run is not None,
         bool(messages),
         min(len(tools), 2),
         min(len(events), 2),
-        progress_only,
-        bool(journal),
+        progress,
+        bool(point.journal),
         bool(bodies),
     )
     statement = checkpoint_statement(shape)
     queued = bool(new_run and new_run["queued"])
     schedule: Schedule | None = new_run.get("schedule") if queued and new_run else None
+    lease = point.lease
     values: dict[str, Any] = {
         "session": lease.session_id,
         "owner": lease.owner,
         "generation": lease.generation,
-        "checkpoint_id": checkpoint_id,
-        "run": run_id,
+        "checkpoint_id": point.checkpoint_id,
+        "run": point.run_id,
         "messages": [dumps(message) for message in messages],
-        "last_seq": max((int(event.cursor or 0) for event in events), default=0),
-        **dict(zip(_RUN_FIELDS, run or (None,) * len(_RUN_FIELDS), strict=True)),
+        "last_seq": point.last_seq,
+        **dict(zip(_RUN_FIELDS, point.run or (None,) * len(_RUN_FIELDS), strict=True)),
         "request_message": new_run["request_message"] if new_run else None,
         "request_id": new_run["request_id"] if new_run else None,
-        "release": queued or release,
+        "release": queued or point.release,
         # One wake-up per checkpoint that adds events or a run, and one for queued work.
-        "events_channel": events_channel if events or new_run else None,
-        "work_channel": work_channel if queued else None,
+        "events_channel": point.events_channel if events or new_run else None,
+        "work_channel": point.work_channel if queued else None,
         "priority": schedule.priority if schedule else None,
         "concurrency_key": schedule.concurrency_key if schedule else None,
         "tenant": schedule.group if schedule else None,
@@ -377,13 +452,135 @@ def checkpoint(
     if tools:
         _put_rows(values, shape, "tools", [tool_entry_columns(entry) for entry in tools])
     if events:
-        keys = result_keys(tools)
-        answers = answers_of(messages if first_seq is not None else (), first_seq or 0, run)
-        _put_rows(values, shape, "events", [_event_row(event, keys, answers) for event in events])
-    if journal:
-        _put_rows(values, shape, "journal", _journal_rows(journal))
+        _put_rows(values, shape, "events", point.event_rows())
+    if point.journal:
+        _put_rows(values, shape, "journal", _journal_rows(point.journal))
     if bodies:
         _put_rows(values, shape, "results", bodies)
+    return statement.text, statement.arguments(values)
+
+
+# ------------------------------------------------------------------ group commit
+
+# The group statement's row sets (postgres_checkpoint_batch.sql): every one sent as arrays,
+# each row naming its member (numbered from 1). ``tools`` and ``events`` are there for their
+# column lists. The members' run fields are _RUN_FIELDS, typed as the scalars are.
+GROUP_ROW_SETS: dict[str, RowSet] = {
+    "members": RowSet(
+        "members",
+        (
+            ("member", "integer"),
+            ("session", "text"),
+            ("owner", "text"),
+            ("generation", "bigint"),
+            ("checkpoint_id", "text"),
+            ("run", "text"),
+            ("messages", "integer"),
+            ("last_seq", "bigint"),
+            *((field, SCALARS[field]) for field in _RUN_FIELDS),
+            ("release", "boolean"),
+            ("progress_only", "boolean"),
+            ("events_channel", "text"),
+        ),
+        single=False,
+    ),
+    "member_messages": RowSet(
+        "member_messages", (("member", "integer"), ("position", "bigint"), ("body", "json")), single=False
+    ),
+    "member_tools": RowSet("member_tools", (("member", "integer"), *ROW_SETS["tools"].columns), single=False),
+    "member_events": RowSet(
+        "member_events", (("member", "integer"), *ROW_SETS["events"].columns), single=False
+    ),
+    "tools": ROW_SETS["tools"],
+    "events": ROW_SETS["events"],
+}
+# Each row set travels as one JSON document (an array of objects, one per row): one
+# parameter, encoded in one call, where 40 arrays would have the driver look at every element.
+GROUP = Parameters(
+    {name: "json" for name in ("members", "member_messages", "member_tools", "member_events")}, GROUP_ROW_SETS
+)
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """Which steps a group statement has: each is left out when no member has anything for
+    it (``run``: some member writes its run's fields, not its progress alone)."""
+
+    run: bool = False
+    messages: bool = False
+    tools: bool = False
+    events: bool = False
+
+
+_GROUP_STEPS: tuple[tuple[str, Callable[[GroupShape], bool]], ...] = (
+    ("members", lambda s: True),
+    ("fence", lambda s: True),
+    ("run", lambda s: s.run),
+    ("messages_added", lambda s: s.messages),
+    ("tools_moved", lambda s: s.tools),
+    ("events_added", lambda s: s.events),
+)
+
+# What the group statement answers for each member (see postgres_checkpoint_batch.sql).
+WRITTEN, APPLIED, NOT_HELD, LOST = "written", "applied", "not_held", "lost"
+
+
+@functools.cache
+def group_statement(shape: GroupShape) -> CheckpointStatement:
+    """The group statement for ``shape``."""
+    blocks = load_queries("postgres_checkpoint_batch")
+    flags = frozenset({"run"} if shape.run else ())
+    kept = [(name, when(blocks[name], flags)) for name, has in _GROUP_STEPS if has(shape)]
+    return render(kept, when(blocks["main"], flags), Shape(), GROUP)
+
+
+def all_group_shapes() -> Iterator[GroupShape]:
+    for flags in itertools.product((False, True), repeat=4):
+        yield GroupShape(*flags)
+
+
+def group(points: Sequence[Checkpoint]) -> tuple[str, tuple[Any, ...]]:
+    """One statement that writes every checkpoint of ``points`` (each ``groupable``, of a
+    different session), and its parameters; it answers one of ``WRITTEN``, ``APPLIED``,
+    ``NOT_HELD`` or ``LOST`` per checkpoint, in order."""
+    members: list[tuple[Any, ...]] = []
+    messages: list[tuple[Any, ...]] = []
+    tools: list[tuple[Any, ...]] = []
+    events: list[tuple[Any, ...]] = []
+    writes_run = False
+    for number, point in enumerate(points, 1):
+        lease = point.lease
+        writes_run = writes_run or not point.progress_only
+        members.append(
+            (
+                number,
+                lease.session_id,
+                lease.owner,
+                lease.generation,
+                point.checkpoint_id,
+                point.run_id,
+                len(point.messages),
+                point.last_seq,
+                *(point.run or (None,) * len(_RUN_FIELDS)),
+                point.release,
+                point.progress_only,
+                point.events_channel if point.events else None,
+            )
+        )
+        messages.extend((number, position, dumps(m)) for position, m in enumerate(point.messages, 1))
+        tools.extend((number, *tool_entry_columns(entry)) for entry in point.tools)
+        events.extend((number, *row) for row in point.event_rows())
+    statement = group_statement(GroupShape(writes_run, bool(messages), bool(tools), bool(events)))
+    values: dict[str, Any] = {}
+    for name, rows in (
+        ("members", members),
+        ("member_messages", messages),
+        ("member_tools", tools),
+        ("member_events", events),
+    ):
+        if rows:
+            names = [column for column, _ in GROUP_ROW_SETS[name].columns]
+            values[name] = dumps([dict(zip(names, row, strict=True)) for row in rows])
     return statement.text, statement.arguments(values)
 
 

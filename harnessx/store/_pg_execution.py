@@ -248,6 +248,36 @@ class PostgresExecution(StoreCore):
                     return await on_pooled(pool, op)
         raise AssertionError("unreachable: tenacity re-raises the last error")
 
+    async def _run_on_own(
+        self,
+        what: str,
+        op: Callable[[Connection], Awaitable[T]],
+        held: list[Connection | None],
+        *,
+        lease: Lease | None = None,
+    ) -> T:
+        """Run ``op`` as ``_run`` does, but on a connection of its own (``held[0]``, opened
+        when missing, replaced when it breaks): for statements one task sends one after
+        another, which are then prepared and planned on one connection rather than on every
+        pooled one in turn."""
+        if self._pool is None:
+            raise StorageError(
+                "the PostgresBackend is closed" if self._closed else "the PostgresBackend is not open"
+            )
+        with self._translated(what, lease=lease):
+            async for attempt in _retrying():
+                with attempt:
+                    conn = held[0]
+                    if conn is None or conn.is_closed():
+                        conn = held[0] = await self._connect("checkpoints", self.connect_timeout)
+                    try:
+                        return await op(conn)
+                    except BROKEN_CONNECTION:
+                        held[0] = None
+                        conn.terminate()
+                        raise
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
     # The core's primitives (``_core``): one named statement on a pooled connection.
 
     async def _one(self, what: str, query: str, *args: Any) -> Row | None:

@@ -84,16 +84,25 @@ from harnessx.store._core import (
     worker_info,
 )
 from harnessx.store._deadlines import LeaseDeadlines
-from harnessx.store._pg_checkpoint import PROGRESS_NOT_HELD, SESSION_EXISTS, checkpoint, journal_columns
+from harnessx.store._pg_checkpoint import (
+    PROGRESS_NOT_HELD,
+    SESSION_EXISTS,
+    Checkpoint,
+    checkpoint,
+    group,
+    journal_columns,
+)
 from harnessx.store._pg_console import PostgresConsole
 from harnessx.store._pg_driver import (
     CONNECT_TIMEOUT,
     DRIVER_ERRORS,
+    TRANSIENT,
     asyncpg,
     close_quietly,
 )
 from harnessx.store._pg_dsn import check_dsn, redact_dsn
 from harnessx.store._pg_execution import DEFAULT_SCHEMA, runtime_grants
+from harnessx.store._pg_group_commit import GroupCommit
 from harnessx.store._pg_lifecycle import PostgresLifecycle
 from harnessx.store._pg_liveness import PostgresLiveness
 from harnessx.store._pg_notifications import Interest, Notifications
@@ -193,6 +202,14 @@ class PostgresBackend(
         self._progress: dict[str, tuple[str, int, str]] = {}
         self._deadlines = LeaseDeadlines(self.lease_seconds)
         self._liveness_losses = 0  # a deadline counts only if no loss came between send and reply
+        # A running run's checkpoints, several sessions' in one statement when they queue up;
+        # the groups go on a connection of their own (opened with the first).
+        self._group_connection: list[Connection | None] = [None]
+        self._group = GroupCommit(
+            lambda point: self._commit_alone(point, grouping=True),
+            self._commit_together,
+            lambda point: lease_lost(point.lease),
+        )
         self._closed = False
 
     def __repr__(self) -> str:
@@ -240,6 +257,9 @@ class PostgresBackend(
     async def _shutdown(self) -> None:
         for retaking in list(self._background):
             retaking.cancel()
+        await self._group.close()
+        grouping, self._group_connection[0] = self._group_connection[0], None
+        await close_quietly(grouping)
         await self._notifications.close()
         liveness, self._liveness = self._liveness, None
         self._leaderships.clear()
@@ -327,10 +347,11 @@ class PostgresBackend(
             [lease.owner for lease in leases],
             [lease.generation for lease in leases],
         )
-        rows = await self._run(
-            "renewing leases",
-            lambda conn: conn.fetch(Q["renew_leases"], self.lease_seconds, ids, owners, generations),
-        )
+        async with self._group.exclusive:  # never while a group of checkpoints is in flight
+            rows = await self._run(
+                "renewing leases",
+                lambda conn: conn.fetch(Q["renew_leases"], self.lease_seconds, ids, owners, generations),
+            )
         return [tuple(row) for row in rows]
 
     def _forget(self, lease: Lease) -> None:
@@ -354,53 +375,32 @@ class PostgresBackend(
         release: bool = False,
         first_seq: int | None = None,
     ) -> None:
-        """One checkpoint statement (see ``_pg_checkpoint``). Its id makes a retry after a
-        lost connection harmless: the statement applies a checkpoint id at most once.
-        ``release``: it gives the lease up too."""
+        """One checkpoint (see ``_pg_checkpoint``), alone or with others' (``_pg_group_commit``).
+        Its id makes a retry after a lost connection harmless: the statement applies a
+        checkpoint id at most once. ``release``: it gives the lease up too."""
         held = (lease.owner, lease.generation, run_id)
-        progress_only = progress_only and self._progress.get(lease.session_id) == held
-        # One id for both statements below: a retry after a lost reply finds it applied,
-        # whichever of them committed.
-        checkpoint_id = secrets.token_hex(16)
-
-        def statement(progress_only: bool) -> tuple[str, tuple[Any, ...]]:
-            return checkpoint(
-                lease,
-                run_id,
-                messages=messages,
-                tools=tools,
-                events=events,
-                run=run,
-                new_run=new_run,
-                events_channel=self._notifications.events_channel,
-                work_channel=self._notifications.work_channel,
-                checkpoint_id=checkpoint_id,
-                progress_only=progress_only,
-                journal=journal,
-                release=release,
-                first_seq=first_seq,
-            )
-
-        first = statement(progress_only)
-
-        async def write(conn: Connection) -> Any:
-            try:
-                return await conn.fetchval(first[0], *first[1])
-            except asyncpg.PostgresError as exc:
-                if exc.sqlstate != PROGRESS_NOT_HELD:
-                    raise
-            # The session row holds another run's progress, or none (a run in flight when
-            # schema 3 was applied): nothing was written; send it whole.
-            whole = statement(False)
-            return await conn.fetchval(whole[0], *whole[1])
-
-        self._progress.pop(lease.session_id, None)  # unknown until the statement commits
-        await self._run(
-            "committing a checkpoint",
-            write,
-            lease=lease,
-            request_id=new_run.get("request_id") if new_run else None,
+        point = Checkpoint(
+            lease,
+            run_id,
+            # One id, whichever statements carry it: a retry after a lost reply finds it applied.
+            secrets.token_hex(16),
+            messages=messages,
+            tools=tools,
+            events=events,
+            run=run,
+            new_run=new_run,
+            events_channel=self._notifications.events_channel,
+            work_channel=self._notifications.work_channel,
+            progress_only=progress_only and self._progress.get(lease.session_id) == held,
+            journal=journal,
+            release=release,
+            first_seq=first_seq,
         )
+        self._progress.pop(lease.session_id, None)  # unknown until the statement commits
+        if point.groupable:
+            await self._group.commit(point)
+        else:
+            await self._commit_alone(point)
         if release:
             self._deadlines.forget(lease)
         elif not (new_run and new_run["queued"]):  # a queued run's checkpoint gave the lease up
@@ -411,6 +411,52 @@ class PostgresBackend(
             self._notifications.wake_run(run_id)  # local followers at once; others hear the NOTIFY
         if new_run and new_run["queued"]:
             self._notifications.wake_work()
+
+    async def _commit_alone(self, point: Checkpoint, *, grouping: bool = False) -> None:
+        """``point`` in a statement of its own; ``grouping``: sent by the group commit, which
+        uses its own connection once it has one (a process that has grouped checkpoints has
+        them prepared there)."""
+        first = checkpoint(point)
+
+        async def write(conn: Connection) -> Any:
+            try:
+                return await conn.fetchval(first[0], *first[1])
+            except asyncpg.PostgresError as exc:
+                if exc.sqlstate != PROGRESS_NOT_HELD:
+                    raise
+            # The session row holds another run's progress, or none (a run in flight when
+            # schema 3 was applied): nothing was written; send it whole.
+            whole = checkpoint(point, progress_only=False)
+            return await conn.fetchval(whole[0], *whole[1])
+
+        new_run = point.new_run
+        if grouping and self._group_connection[0] is not None:
+            await self._run_on_own(
+                "committing a checkpoint", write, self._group_connection, lease=point.lease
+            )
+            return
+        await self._run(
+            "committing a checkpoint",
+            write,
+            lease=point.lease,
+            request_id=new_run.get("request_id") if new_run else None,
+        )
+
+    async def _commit_together(self, points: Sequence[Checkpoint]) -> list[str] | None:
+        """Several sessions' checkpoints in one statement: each one's answer, or ``None``
+        when the statement was refused as a whole (nothing written; see _pg_group_commit)."""
+        text, args = group(points)
+
+        async def write(conn: Connection) -> list[str] | None:
+            try:
+                return [answer for (answer,) in await conn.fetch(text, *args)]
+            except asyncpg.PostgresError as exc:
+                if isinstance(exc, TRANSIENT):
+                    raise
+                logger.info("a group of %d checkpoints was refused (%s); each goes alone", len(points), exc)
+                return None
+
+        return await self._run_on_own("committing checkpoints", write, self._group_connection)
 
     async def create_run(
         self,

@@ -30,7 +30,15 @@ from harnessx.providers._base import ToolCall
 from harnessx.store import PostgresBackend
 from harnessx.store._listing import list_statement
 from harnessx.store._migrations import load_migrations
-from harnessx.store._pg_checkpoint import ROW_SETS, SCALARS, Shape, all_shapes, checkpoint_statement
+from harnessx.store._pg_checkpoint import (
+    ROW_SETS,
+    SCALARS,
+    Shape,
+    all_group_shapes,
+    all_shapes,
+    checkpoint_statement,
+    group_statement,
+)
 from harnessx.store._postgres import redact_dsn, runtime_grants
 from harnessx.store._protocol import Lease, WorkerInfo
 from harnessx.store._queries import load_queries
@@ -254,6 +262,14 @@ async def test_every_named_query_is_valid_sql(pg_database: str) -> None:
                 pytest.fail(f"checkpoint statement {shape} does not prepare: {exc}")
             expected = [declared_type(shape, name) for name in statement.params]
             assert [param.name for param in prepared.get_parameters()] == expected, shape
+        # And every shape of the group commit's statement (all its row sets are arrays).
+        for group_shape in all_group_shapes():
+            grouped = group_statement(group_shape)
+            try:
+                prepared = await conn.prepare(grouped.text)
+            except asyncpg.PostgresError as exc:  # pragma: no cover - the message is the point
+                pytest.fail(f"group statement {group_shape} does not prepare: {exc}")
+            assert [param.name for param in prepared.get_parameters()] == ["json"] * len(grouped.params)
 
 
 def declared_type(shape: Shape, name: str) -> str:

@@ -8,7 +8,16 @@ from importlib import resources
 import pytest
 
 from harnessx.store._listing import list_statement
-from harnessx.store._pg_checkpoint import ROW_SETS, Shape, all_shapes, checkpoint_statement, render
+from harnessx.store._pg_checkpoint import (
+    ROW_SETS,
+    GroupShape,
+    Shape,
+    all_group_shapes,
+    all_shapes,
+    checkpoint_statement,
+    group_statement,
+    render,
+)
 from harnessx.store._queries import load_queries, parse_queries
 
 DIALECTS = ("sqlite", "postgres")
@@ -239,6 +248,35 @@ def test_a_checkpoint_statement_has_exactly_the_steps_its_shape_needs(shape: Sha
     assert any(p.startswith("journal.") for p in statement.params) is shape.journal
     assert any(p.startswith("results.") for p in statement.params) is shape.results
     assert ("priority" in statement.params) is shape.new_run
+
+
+@pytest.mark.parametrize("shape", list(all_group_shapes()), ids=repr)
+def test_a_group_statement_has_the_steps_its_members_need(shape: GroupShape) -> None:
+    blocks = load_queries("postgres_checkpoint_batch")
+    assert set(blocks) == {"members", "fence", "run", "messages_added", "tools_moved", "events_added", "main"}
+    assert not any(re.search(r"\$[0-9]", body) for body in blocks.values())
+    statement = group_statement(shape)
+    text = statement.text
+    wanted = ["members", "fence"] + [
+        step
+        for step, has in (
+            ("run", shape.run),
+            ("messages_added", shape.messages),
+            ("tools_moved", shape.tools),
+            ("events_added", shape.events),
+        )
+        if has
+    ]
+    assert with_items(text) == wanted
+    assert ("LEFT JOIN run r" in text) is shape.run  # the main query reads the run step only if there
+    # One JSON document per row set the members have rows of, each a parameter of its own.
+    sets = {"members": True, "member_messages": shape.messages, "member_tools": shape.tools,
+            "member_events": shape.events}  # fmt: skip
+    assert statement.params == tuple(name for name, sent in sets.items() if sent)
+    assert [f"${n}::json" for n in range(1, len(statement.params) + 1)] == re.findall(
+        r"\$[0-9]+::[a-z]+", text
+    )
+    assert ":" not in re.sub(r"::[a-z0-9]+(\[\])?", "", text), "a placeholder left over"
 
 
 def test_a_checkpoint_shape_or_block_that_cannot_be_is_an_error() -> None:
