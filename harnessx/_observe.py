@@ -16,11 +16,11 @@ from dataclasses import replace
 from harnessx._committer import RunFeed
 from harnessx._errors import HarnessError, StorageError
 from harnessx._events import RunEvent, RunEventType
-from harnessx._results import RunStatus
+from harnessx._results import RunResult, RunStatus
 from harnessx._runlog import parse_cursor
 from harnessx.store._protocol import RunRecord, Store
 
-__all__ = ["UNCLAIMED_WARNING_SECONDS", "follow_events", "stored_events", "until_stopped"]
+__all__ = ["UNCLAIMED_WARNING_SECONDS", "finished_result", "follow_events", "stored_events", "until_stopped"]
 
 logger = logging.getLogger("harnessx.observe")
 
@@ -200,6 +200,29 @@ async def until_stopped(store: Store, run_id: str, *, poll_interval: float) -> R
         if record is None or record.stopped:
             return record
         await watch.seen(record)
+
+
+async def finished_result(store: Store, record: RunRecord, after: str) -> RunResult | None:
+    """The result of the execution that ``record`` (a row ``until_stopped`` returned) shows
+    finished: its closing ``run_result``, read with the events behind cursor ``after`` in one
+    pass, with no further look at the run or its session. A finished execution writes
+    nothing after its closing event (a paused or waiting one may yet be cancelled, so only a
+    finished one is read so). ``None`` when the run is not finished or its events say more
+    than the row (another execution since): then the caller follows the run as always."""
+    if not record.status.finished:
+        return None
+    position = parse_cursor(after)
+    last: RunResult | None = None
+    while page := await store.read_events(record.id, position, _PAGE):
+        for event in page:
+            position = int(event.cursor or position)
+            if event.type is RunEventType.RUN_RESULT:
+                last = event.data
+        if len(page) < _PAGE:
+            break
+    if last is None or position != record.event_count or last.status is not record.status:
+        return None
+    return last
 
 
 async def stored_events(store: Store, run_id: str, after: str) -> AsyncIterator[RunEvent]:

@@ -38,7 +38,7 @@ from harnessx._handle import RunHandle
 from harnessx._ids import uuid7
 from harnessx._journal import JournalRecord, RunJournal
 from harnessx._leases import LeaseKeeper
-from harnessx._observe import follow_events, until_stopped
+from harnessx._observe import finished_result, follow_events, until_stopped
 from harnessx._policies import check_positive
 from harnessx._rate_gate import RateGate
 from harnessx._recorder import BundleLimits, ExportPolicy, export_incident
@@ -913,9 +913,12 @@ class AgentRuntime:
         session_id = None
         if active is None or active.run_id != run_id:
             # Driven elsewhere (a pool run): wait for it to stop, then read its events once.
-            stopped = await until_stopped(
-                await self._ready(), run_id, poll_interval=self.config.poll_interval
-            )
+            store = await self._ready()
+            stopped = await until_stopped(store, run_id, poll_interval=self.config.poll_interval)
+            finished = await finished_result(store, stopped, str(start_seq)) if stopped else None
+            if finished is not None:
+                self._remember(finished)
+                return finished
             session_id = stopped.session_id if stopped is not None else None
         last: RunResult | None = None
         async for event in self._follow(run_id, str(start_seq), session_id):

@@ -207,7 +207,8 @@ async def test_a_worker_drives_a_claimed_run_in_a_known_number_of_round_trips(pg
 
     own = ("workers", "pending", "LISTEN", "queue", "candidates", "claim_runs", "rate_limits")
     async with (
-        PostgresBackend(pg_database) as client,
+        PostgresRoundTrips(pg_database) as client_proxy,
+        PostgresBackend(client_proxy.dsn) as client,
         PostgresRoundTrips(pg_database) as proxy,
         PostgresBackend(proxy.dsn) as store,
     ):
@@ -219,10 +220,20 @@ async def test_a_worker_drives_a_claimed_run_in_a_known_number_of_round_trips(pg
                     proxy.reset()
                 runtime = AgentRuntime(AgentRef("safe", "v1"), backend=client, execution="pool")
                 handle = await runtime.submit("Write the report.")
+                client_proxy.reset()
                 assert (await handle.result()).ok
                 await runtime.stop()
             of_the_run = [trip for trip in proxy.trips if not any(k in " ".join(trip) for k in own)]
             assert len(of_the_run) == 9, proxy.describe()
+            # The submitter's result(): the announcement that it waits, a look at the row before
+            # and after the run stops (or one, when it had stopped already), the events read
+            # once; nothing more for a finished run (no second look at the row or the session).
+            waited = [" ".join(trip) for trip in client_proxy.trips if "rate_limits" not in " ".join(trip)]
+            assert sum("FROM events" in trip or "e.seq" in trip for trip in waited) == 1, (
+                client_proxy.describe()
+            )
+            assert not any("agent_ref, fingerprint" in trip for trip in waited), client_proxy.describe()
+            assert len(waited) <= 4, client_proxy.describe()
         finally:
             worker.drain()
             await running
@@ -318,3 +329,4 @@ async def test_reading_events_is_one_statement_whatever_results_they_refer_to(ta
         assert len(trips) == 1 and len(trips[0]) == 1, counter.describe()
     results = {e.data.tool_call_id: e.data.content for e in events if e.type is RunEventType.TOOL_RESULT}
     assert results == texts
+
