@@ -330,3 +330,23 @@ async def test_reading_events_is_one_statement_whatever_results_they_refer_to(ta
     results = {e.data.tool_call_id: e.data.content for e in events if e.type is RunEventType.TOOL_RESULT}
     assert results == texts
 
+
+async def test_a_pooled_connection_asks_the_server_about_types_once(pg_database: str) -> None:
+    """asyncpg asks the server about every array type it does not know the first time a
+    statement on a connection uses one (a query that costs more to plan than most of ours
+    cost to run): a new pooled connection learns them all in one question, and a run, its
+    load, a renewal and the pool's own statements ask no more."""
+    from harnessx.store import PostgresBackend
+
+    async with PostgresRoundTrips(pg_database) as proxy, PostgresBackend(proxy.dsn, pool_size=1) as backend:
+        await fresh_run(backend)
+        async with AgentRuntime(make_agent(policy="safe"), backend=backend) as runtime:
+            result = await runtime.run("Write the report.")
+        assert await backend.load_run(result.run_id) is not None
+        lease = await backend.claim(result.session_id, "someone")
+        await backend.renew([lease])
+        await backend.publish_agent_defaults({"a@v1": (1, 2)})
+        questions = [
+            trip for trip in proxy.trips if any(s.startswith("WITH RECURSIVE typeinfo_tree") for s in trip)
+        ]
+        assert len(questions) == 1, proxy.describe()
