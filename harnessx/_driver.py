@@ -897,7 +897,8 @@ class Driver:
             fencing_token=self.fencing_token,
         )
         agent = self.settings.agent
-        await self._hook(HookEvent.TOOL_CALL_START, tool_call=copy.deepcopy(entry.call))
+        if self.settings.hooks.has(HookEvent.TOOL_CALL_START):  # a copy only for a listener
+            await self._hook(HookEvent.TOOL_CALL_START, tool_call=copy.deepcopy(entry.call))
         view = RunView(
             messages=lambda: _with_current_results(state),
             lookup_result=lambda result_id: self._lookup_result(state, result_id),
@@ -938,9 +939,10 @@ class Driver:
 
     async def _complete_result(self, state: RunState, key: str) -> None:
         final = await self.processed_result(state, key)
-        await self._hook(
-            HookEvent.TOOL_CALL_END, tool_call=copy.deepcopy(state.tools[key].call), result=final
-        )
+        if self.settings.hooks.has(HookEvent.TOOL_CALL_END):  # a copy only for a listener
+            await self._hook(
+                HookEvent.TOOL_CALL_END, tool_call=copy.deepcopy(state.tools[key].call), result=final
+            )
         delta = self.engine.completed_result(state, key, final)
         if self.journal is not None:
             self.journal.tools_processed(delta)
