@@ -16,6 +16,7 @@ that knows wins:
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import re
@@ -113,6 +114,7 @@ _VERSION_SUFFIX = re.compile(r"-v\d+(?::\d+)?$")  # Bedrock: "...-v1:0"
 _DATE_SUFFIX = re.compile(r"-\d{8}$")  # "...-20250929"
 
 
+@functools.lru_cache(maxsize=256)  # asked before every model call, for a handful of ids
 def normalize_model_id(model: str) -> str:
     """The model name a deployment-specific id stands for: without a router or cloud prefix
     (``anthropic/``, ``us.anthropic.``, ``models/``), a Vertex ``@date``, a Bedrock
@@ -137,10 +139,16 @@ def _by_prefix(table: dict[str, ModelLimits], name: str) -> ModelLimits | None:
     return table[max(matches, key=len)] if matches else None
 
 
+@functools.lru_cache(maxsize=256)
+def _builtin(name: str) -> ModelLimits | None:
+    """The built-in table's limits for a normalized id (the table never changes)."""
+    return _by_prefix(_BUILTIN, name)
+
+
 def lookup_model_limits(model: str) -> ModelLimits | None:
     """The registered, else the built-in limits of ``model``; ``None`` if neither knows it."""
     name = normalize_model_id(model)
-    return _by_prefix(_registered, name) or _by_prefix(_BUILTIN, name)
+    return _by_prefix(_registered, name) or _builtin(name)
 
 
 def learn_model_limits(
@@ -201,7 +209,7 @@ async def resolve_model_limits(provider: Any, model: str) -> ModelLimits:
         except Exception:
             logger.debug("the provider's model_limits(%r) failed; using the table", model, exc_info=True)
     if found is None:
-        found = _by_prefix(_BUILTIN, name) or UNKNOWN_MODEL
+        found = _builtin(name) or UNKNOWN_MODEL
     return _with_learned(model, found, provider)
 
 
