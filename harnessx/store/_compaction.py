@@ -39,11 +39,12 @@ class Plan:
     """What compacting some runs writes: ``kept`` the rows that take their neighbours' text
     (run id, cursor, new payload), ``gone`` the rows merged into them, as ranges of cursors
     (run id, first, last: every row of the run in it is a piece of the stretch), ``rows`` how
-    many those ranges hold."""
+    many those ranges hold, ``removed`` how many of them are each run's."""
 
     kept: list[tuple[str, int, str]] = field(default_factory=list)
     gone: list[tuple[str, int, int]] = field(default_factory=list)
     rows: int = 0
+    removed: dict[str, int] = field(default_factory=dict)  # per run: rows the ranges hold
 
 
 @dataclass
@@ -129,6 +130,7 @@ def _close(group: _Group | None, result: Plan) -> None:
     # One range a stretch: nothing but its pieces lies between its first and last rows.
     result.gone.append((group.run_id, group.cursors[0], group.cursors[-2]))
     result.rows += len(group.cursors) - 1
+    result.removed[group.run_id] = result.removed.get(group.run_id, 0) + len(group.cursors) - 1
 
 
 def trimmed(value: Any, cursor: int, after: int) -> tuple[str, bool] | None:

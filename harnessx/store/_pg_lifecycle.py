@@ -134,6 +134,8 @@ class PostgresLifecycle(PostgresExecution):
                     [last for _, _, last in written.gone],
                     done,
                     keys,
+                    list(written.removed),
+                    list(written.removed.values()),
                 )
             runs = len({run_id for run_id, _, _ in written.kept})
             return Compaction(len(due), runs, int(removed), len(due) == limit)

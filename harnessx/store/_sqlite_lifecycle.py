@@ -160,6 +160,7 @@ class SQLiteLifecycle:
             written = plan(pieces, finished)
             conn.executemany(Q["compact_keep"], [(data, run_id, seq) for run_id, seq, data in written.kept])
             rows = conn.executemany(Q["compact_gone"], written.gone).rowcount
+            conn.executemany(Q["count_compacted"], [(n, run_id) for run_id, n in written.removed.items()])
             conn.execute(Q["forget_compactable"], (dumps([str(row[0]) for row in due]),))
             runs = len({run_id for run_id, _, _ in written.kept})
             return Compaction(len(due), runs, rows, len(due) == limit)

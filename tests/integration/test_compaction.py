@@ -142,6 +142,9 @@ async def test_every_cursor_reads_the_same_text_once_after_compaction(target: Ba
         report = await compact_pass(store, 0.0, batch=10)
         assert report.runs == 1 and report.rows > 70
         assert await event_rows(store, run_id) == rows - report.rows
+        # The run counts what was removed: its rows are known without reading them.
+        (counted,) = await sql(store, "SELECT event_count - compacted_rows FROM runs WHERE id = {p}", run_id)
+        assert counted == (rows - report.rows,)
         # Each stretch is one row now: its pieces of thinking, of text before the reset and after.
         after = [e.type.value for e in await store.read_events(run_id, 0, 1000)]
         assert after.count("text_delta") == 4 and after.count("thinking_delta") == 4

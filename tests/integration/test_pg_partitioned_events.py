@@ -24,6 +24,7 @@ import pytest
 from durable_support import make_agent
 
 from harnessx import AgentRuntime, SchemaError, StorageError
+from harnessx._compaction import compact_pass
 from harnessx._events import RunEvent, RunEventType
 from harnessx._ids import uuid7_time
 from harnessx._results import RunStatus
@@ -51,6 +52,14 @@ async def fetch(dsn: str, query: str, *args: Any) -> list[Any]:
     conn = await connect(dsn)
     try:
         return list(await conn.fetch(query, *args))
+    finally:
+        await conn.close()
+
+
+async def sql_exec(dsn: str, query: str, *args: Any) -> None:
+    conn = await connect(dsn)
+    try:
+        await conn.execute(query, *args)
     finally:
         await conn.close()
 
@@ -159,7 +168,7 @@ async def test_compacting_a_run_reads_and_writes_its_partition_alone(
         key = [id_ms(run_id)]
         arguments = {
             "streamed_pieces": ([run_id], key),
-            "compact_pieces": ([run_id], [3], ['"x"'], [run_id], [1], [2], [run_id], key),
+            "compact_pieces": ([run_id], [3], ['"x"'], [run_id], [1], [2], [run_id], key, [run_id], [2]),
         }
         for name, args in arguments.items():
             statement = await conn.prepare(f"EXPLAIN (FORMAT JSON) {Q[name]}")
@@ -582,10 +591,15 @@ async def test_the_events_of_a_dropped_day_are_counted_as_rows_pruned(pg_databas
     async with PostgresBackend(pg_database) as backend:
         old = [id_at(day + 1000 * n) for n in range(1, 4)]
         sessions = [await finished_run(backend, run_id, events=3 + n) for n, run_id in enumerate(old)]
+        # One of them compacted: its 5 events are 2 rows (the pieces before its last one merged).
+        await sql_exec(pg_database, "DELETE FROM compactable_runs WHERE run_id <> $1", old[2])
+        assert (await compact_pass(backend, 0.0, batch=10)).rows == 3
+        stored = await fetch(pg_database, f"SELECT count(*) FROM {day_partition(old[0])}")
         await age(pg_database, sessions)
         assert (await prune_pass(backend, POLICY)).rows["events"] == 0
         supervisor = Supervisor(backend, SupervisorConfig(partitions_ahead=7 * DAY), metrics=metrics)
         await supervisor._partitions()
     assert metrics.partitions_dropped._value.get() == 1
-    # 3 + 4 + 5 events, none deleted one by one: all of them went with their day.
-    assert metrics.rows_pruned.labels(table="events")._value.get() == 12
+    # 3 + 4 + 2 rows, none deleted one by one: all of them went with their day, counted
+    # without reading them (each run's events less what compaction removed).
+    assert stored == [(9,)] and metrics.rows_pruned.labels(table="events")._value.get() == 9

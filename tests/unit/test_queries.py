@@ -89,7 +89,9 @@ SQLITE_ONLY_QUERIES = {
     "term_holds": "recover_orphan",  # and mark_worker_dead: each checks the term itself
     # PostgreSQL compacts a batch of runs in one statement; its prune and erasure forget the
     # runs' notes in theirs.
-    **dict.fromkeys(("compact_keep", "compact_gone", "forget_compactable"), "compact_pieces"),
+    **dict.fromkeys(
+        ("compact_keep", "compact_gone", "count_compacted", "forget_compactable"), "compact_pieces"
+    ),
     "compaction_waiting": "compaction_due",  # SQLite looks before it takes the write lock
     "forget_compactable_sessions": "delete_sessions",
     **dict.fromkeys(

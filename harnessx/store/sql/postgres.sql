@@ -934,11 +934,9 @@ WITH gone AS (
 ), events_gone AS (
     DELETE FROM events_legacy WHERE run_id IN (SELECT id FROM gone) RETURNING 1
 ), events_later AS (
-    -- Counted now, through the primary key of the run's day (0026): dropping the day sums these.
+    -- With the count of the rows each leaves (0026, 0031): dropping the day adds these up.
     INSERT INTO pruned_runs (run_id, events)
-    SELECT g.id, (SELECT count(*) FROM events e
-                  WHERE e.run_id = g.id AND harnessx_id_ms(e.run_id) = harnessx_id_ms(g.id))
-    FROM gone g
+    SELECT r.id, r.event_count - r.compacted_rows FROM runs r WHERE r.session_id = ANY ($1::text[])
     ON CONFLICT (run_id) DO NOTHING
 ), compactable_gone AS (
     -- Not a row the session owns: not counted.
@@ -1157,7 +1155,8 @@ ORDER BY run_id, seq;
 -- name: compact_pieces
 -- Compacting: the rows ($1 run, $2 cursor) that take the text of the pieces before them ($3 the
 -- new payloads), the pieces merged into them removed (run $4, cursors $5 to $6), and the runs
--- $7 no longer waiting; $8: the partition keys of the runs. Rows updated, rows deleted.
+-- $7 no longer waiting; $8: the partition keys of the runs; the runs $9 count the rows $10
+-- removed of theirs (runs.compacted_rows, 0031). Rows updated, rows deleted.
 WITH kept AS (
     UPDATE events e SET data = k.data::json
     FROM unnest($1::text[], $2::bigint[], $3::text[]) AS k (run_id, seq, data)
@@ -1170,5 +1169,9 @@ WITH kept AS (
     RETURNING 1
 ), done AS (
     DELETE FROM compactable_runs WHERE run_id = ANY ($7::text[])
+), counted AS (
+    UPDATE runs r SET compacted_rows = r.compacted_rows + c.removed
+    FROM unnest($9::text[], $10::bigint[]) AS c (run_id, removed)
+    WHERE r.id = c.run_id
 )
 SELECT (SELECT count(*) FROM kept), (SELECT count(*) FROM gone);

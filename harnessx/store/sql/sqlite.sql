@@ -785,6 +785,10 @@ UPDATE events SET data = ?1 WHERE run_id = ?2 AND seq = ?3;
 -- The pieces of run ?1 from cursor ?2 to ?3, merged into the row after them.
 DELETE FROM events WHERE run_id = ?1 AND seq >= ?2 AND seq <= ?3;
 
+-- name: count_compacted
+-- Run ?2 counts ?1 more event rows removed by compaction (migration 15).
+UPDATE runs SET compacted_rows = compacted_rows + ?1 WHERE id = ?2;
+
 -- name: forget_compactable
 -- Runs in the JSON array ?1 no longer waiting to be compacted (done, resumed, or removed).
 DELETE FROM compactable_runs WHERE run_id IN (SELECT value FROM json_each(?1));
