@@ -830,18 +830,24 @@ class Driver:
         return prepared
 
     async def _dispatch(self, state: RunState, keys: tuple[str, ...]) -> None:
-        # Dispatch intent is durable before any tool runs: a crash from here on leaves
-        # the calls 'started', which recovery settles by replay policy.
-        intent = self.engine.dispatched(state, keys)
-        if self.journal is not None:
-            self.journal.tools_dispatched(intent)
-        await self.commit(state, intent)
-        tasks: dict[asyncio.Future[Any], str] = {
-            asyncio.ensure_future(self.invoke_tool(state, key)): key for key in keys
-        }
+        tasks: dict[asyncio.Future[Any], str] = {}
+        pending: set[asyncio.Future[Any]] = set()
+
+        async def start(keys: tuple[str, ...]) -> None:
+            # Dispatch intent is durable before any tool runs: a crash from here on leaves
+            # the calls 'started', which recovery settles by replay policy.
+            intent = self.engine.dispatched(state, keys)
+            if self.journal is not None:
+                self.journal.tools_dispatched(intent)
+            await self.commit(state, intent)
+            for key in keys:
+                task = asyncio.ensure_future(self.invoke_tool(state, key))
+                tasks[task] = key
+                pending.add(task)
+
+        await start(keys)
         cancel_wait: asyncio.Future[Any] = asyncio.ensure_future(self.control.cancelled())
         try:
-            pending = set(tasks)
             while pending:
                 done, _ = await asyncio.wait(pending | {cancel_wait}, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
@@ -856,6 +862,11 @@ class Driver:
                     if self.journal is not None:
                         self.journal.tools_returned(delta)
                     await self.commit(state, delta)
+                if cancel_wait not in done and self._may_start_more():
+                    # The next serial call, or a concurrent one that waited for room.
+                    more = self.engine.startable(state)
+                    if more:
+                        await start(more)
                 if cancel_wait in done:
                     if self.journal is not None:
                         self.journal.tools_interrupted(state.tools[tasks[task]] for task in pending)
@@ -865,6 +876,16 @@ class Driver:
             for task in tasks:
                 if not task.done():
                     task.cancel()
+
+    def _may_start_more(self) -> bool:
+        """Whether a batch in flight may start its calls still waiting: not once the run
+        is to stop (a pause or a hand-off stops before the next call starts)."""
+        control = self.control
+        return (
+            self.engine.overlap_serial
+            and not (control.pause_requested or control.handoff_requested)
+            and self.held is None
+        )
 
     @overload
     async def invoke_tool(

@@ -91,7 +91,8 @@ class PrepareTools:
 
 @dataclass(frozen=True)
 class Dispatch:
-    """Commit ``dispatched(keys)``, invoke those tools, report each via ``raw_result``."""
+    """Commit ``dispatched(keys)``, invoke those tools, report each via ``raw_result``; after
+    each report, dispatch what ``Engine.startable`` names (when ``Engine.overlap_serial``)."""
 
     keys: tuple[str, ...]
 
@@ -182,6 +183,7 @@ class Engine:
         recover_empty: bool = True,
         recover_pauses: bool = True,
         remind_plan: bool = True,
+        overlap_serial: bool = True,
     ) -> None:
         """``interactive_approval`` is a plain run (ASK asks the approval callback there
         and then); otherwise ASK records an approval to wait for. ``cost_baseline`` is
@@ -203,6 +205,9 @@ class Engine:
         # An empty reply with the task list open gets PLAN_REMINDER once (False: a Temporal
         # history recorded before it, replayed as it was decided).
         self.remind_plan = remind_plan
+        # 0.9.1's batches: the serial calls of a reply take turns beside its concurrent
+        # ones (False: a Temporal history recorded before, where a serial call ran alone).
+        self.overlap_serial = overlap_serial
 
     # ----------------------------------------------------------------- deciding
 
@@ -362,7 +367,7 @@ class Engine:
         prepared = [e for e in entries if e.status is ToolStatus.PREPARED]
         if prepared:
             recheck = self._recheck_permissions(state, prepared)
-            return recheck if recheck is not None else Dispatch(self._batch(prepared))
+            return recheck if recheck is not None else Dispatch(self._batch(state, prepared))
         if any(e.status is ToolStatus.UNCERTAIN for e in entries):
             return self._wait(state)
         return self._collect(state, entries)
@@ -402,8 +407,38 @@ class Engine:
             )
         return out
 
-    def _batch(self, prepared: list[ToolEntry]) -> tuple[str, ...]:
-        """The next calls to run together: a run of concurrent tools, or one exclusive tool."""
+    def _batch(self, state: RunState, prepared: list[ToolEntry]) -> tuple[str, ...]:
+        """The calls to dispatch first."""
+        return self.startable(state) if self.overlap_serial else self.exclusive_batch(prepared)
+
+    def startable(self, state: RunState) -> tuple[str, ...]:
+        """The prepared calls of this step that may start now, beside the calls in flight
+        (``started``), in the model's order: ``concurrent=True`` calls, and the first
+        serial call if no serial call is in flight (the serial calls take turns in the
+        model's order, beside the others, as in harnessx 0.9.1); at most
+        ``Limits.tool_concurrency`` in flight. The driver asks again as each call returns."""
+        entries = state.entries()
+        running = [e for e in entries if e.status is ToolStatus.STARTED]
+        room = self.limits.tool_concurrency - len(running)
+        serial_free = all(self._is_concurrent(e) for e in running)
+        keys: list[str] = []
+        for entry in entries:
+            if room <= 0:
+                break
+            if entry.status is not ToolStatus.PREPARED:
+                continue
+            if self._is_concurrent(entry):
+                keys.append(entry.execution_key)
+                room -= 1
+            elif serial_free:
+                keys.append(entry.execution_key)
+                room -= 1
+                serial_free = False
+        return tuple(keys)
+
+    def exclusive_batch(self, prepared: list[ToolEntry]) -> tuple[str, ...]:
+        """The batches of harnessx-durable before 0.9.1's (kept for Temporal histories
+        recorded with them): a run of concurrent calls, or one serial call alone."""
         first = prepared[0]
         if not self._is_concurrent(first):
             return (first.execution_key,)

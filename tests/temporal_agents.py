@@ -11,7 +11,9 @@ token budget (the second says what budget it was given); ``recovering``, noting 
 ``hooked`` does, whose model replies empty, then cut off, then pausing its turn, then
 answers; ``condensing`` and ``overflowing``, noting their hooks too, whose conversations
 outgrow their model's window (counted before a call, or refused as too long);
-``vendor-rpm``, ``chaos.agents``' agent calling the model vendor at ``$HX_VENDOR_URL``.
+``batched``, whose model calls ``fetch_a``, ``s1``, ``fetch_b``, ``s2`` in one reply (the
+``fetch`` tools concurrent, the ``s`` tools not; all ``safe``), then answers with their
+results; ``vendor-rpm``, ``chaos.agents``' agent calling the model vendor at ``$HX_VENDOR_URL``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from harnessx import (
     ProviderResponse,
     ScriptedProvider,
     ScriptedRequest,
+    ToolCall,
     ToolRetry,
     TransientToolError,
     current_tool_context,
@@ -164,6 +167,30 @@ def _overflowing() -> Agent:
     return _noting(Agent(config=config, provider=ScriptedProvider(reply)))
 
 
+def _batched() -> Agent:
+    names = ("fetch_a", "s1", "fetch_b", "s2")
+
+    def reply(request: ScriptedRequest) -> ProviderResponse | str:
+        if request.turn == 0:
+            return ProviderResponse(tool_calls=[ToolCall(f"c{i}", n, {}) for i, n in enumerate(names)])
+        return "Done: " + ", ".join(r["content"] for r in request.tool_results)
+
+    agent = Agent(config=AgentConfig(planning=False), provider=ScriptedProvider(reply))
+    for name in names:
+
+        def tool(done: str = f"{name} did it") -> str:
+            """Do one thing."""
+            return done
+
+        agent.tools.register(
+            name=name,
+            permission=PermissionLevel.ALLOW,
+            replay_policy="safe",
+            concurrent=name.startswith("fetch"),
+        )(tool)
+    return agent
+
+
 registry = AgentRegistry()
 for _policy in LEDGER_POLICIES:
     registry.register(_policy, lambda policy=_policy: ledger_agent(policy), version="v1")
@@ -175,5 +202,6 @@ registry.register("truncated", _truncated, version="v1")
 registry.register("recovering", _recovering, version="v1")
 registry.register("condensing", _condensing, version="v1")
 registry.register("overflowing", _overflowing, version="v1")
+registry.register("batched", _batched, version="v1")
 # Calls the model vendor at $HX_VENDOR_URL as gpt-rpm (tests/fake_vendor.py; the rate limits).
 registry.register("vendor-rpm", functools.partial(vendor_agent, "gpt-rpm"), version="v1")

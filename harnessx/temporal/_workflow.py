@@ -95,6 +95,10 @@ _CONDENSING_PATCH = "harnessx-condensing-1"
 # The patch marker of reading a lost manual call's recorded outcome (a local activity)
 # before making it uncertain; earlier histories made it uncertain at once.
 _RECORDED_OUTCOME_PATCH = "harnessx-recorded-outcome-1"
+# The patch marker of 0.9.1's tool batches: a reply's serial calls take turns beside its
+# concurrent ones, and a call that waited for room starts as another returns; earlier
+# histories ran a serial call alone and each batch to its end before the next.
+_SERIAL_BESIDE_PATCH = "harnessx-serial-beside-1"
 # Everything the engine reads fits in memory; a finished run keeps only its summary.
 _SUMMARY_FIELDS = ("request_id", "message")
 
@@ -529,12 +533,28 @@ class SessionWorkflow:
         )
 
     async def dispatch(self, engine: Engine, state: RunState, keys: tuple[str, ...]) -> None:
-        # Dispatch intent first, as in every binding: the calls are 'started' before any runs.
-        await self.commit(engine.dispatched(state, keys))
-        tasks = {key: self._start_tool(state, key) for key in keys}
-        pending = dict(tasks)
-        self._tasks.extend(tasks.values())
+        prepared = [e for e in state.entries() if e.status is ToolStatus.PREPARED]
+        overlap = True
+        if keys != engine.exclusive_batch(prepared) or len(keys) < len(prepared):
+            # Where the batches differ, histories recorded before 0.9.1's batches replay
+            # with the ones they were decided with.
+            overlap = workflow.patched(_SERIAL_BESIDE_PATCH)
+            if not overlap:
+                keys = engine.exclusive_batch(prepared)
+        tasks: dict[str, Any] = {}
+        pending: dict[str, Any] = {}
+
+        async def start(keys: tuple[str, ...]) -> None:
+            # Dispatch intent first, as in every binding: the calls are 'started' before
+            # any runs.
+            await self.commit(engine.dispatched(state, keys))
+            for key in keys:
+                task = self._start_tool(state, key)
+                tasks[key] = pending[key] = task
+                self._tasks.append(task)
+
         try:
+            await start(keys)
             while pending:
                 await workflow.wait_condition(
                     lambda: any(t.done() for t in pending.values()) or self.control == "cancel"
@@ -546,6 +566,11 @@ class SessionWorkflow:
                 for key in [k for k, t in pending.items() if t.done()]:
                     task = pending.pop(key)
                     await self.commit(await self._tool_outcome(engine, state, key, task))
+                if overlap and self.control != "pause" and state.status is RunStatus.RUNNING:
+                    # The next serial call, or a concurrent one that waited for room.
+                    more = engine.startable(state)
+                    if more:
+                        await start(more)
         finally:
             for task in tasks.values():
                 self._tasks.remove(task)

@@ -384,3 +384,82 @@ def test_a_model_call_cut_off_by_a_crash_is_made_again_and_its_stream_reset() ->
     assert run.engine.recover(run.reload(), may_have_streamed=False) is None
     after = run.crash()
     assert isinstance(after.engine.next_step(after.state), CallModel)
+
+
+# ------------------------------------------------- batches: serial calls beside the others
+
+
+def batch_engine(**limits: int) -> Engine:
+    """An engine with a concurrent ``fetch`` and a serial ``note`` (both ``safe``)."""
+    tools = ToolRegistry()
+    for name, concurrent in (("fetch", True), ("note", False)):
+
+        def handler(item: str) -> str:
+            """Do the work.
+
+            Args:
+                item: What to do.
+            """
+            raise AssertionError("the engine never invokes a tool; the driver does")
+
+        tools.register(name=name, replay_policy="safe", concurrent=concurrent)(handler)
+    return Engine(tools=tools, permissions=PermissionManager(), limits=Limits(**limits))
+
+
+def batch_of(engine: Engine, *names: str) -> Committed:
+    run = Committed(engine)
+    run.commit(engine.start(run.state, "Go."))
+    calls = [ToolCall(f"call_{i}", name, {"item": str(i)}) for i, name in enumerate(names)]
+    run.commit(
+        engine.model_responded(run.state, ProviderResponse(tool_calls=calls, stop_reason=StopReason.TOOL_USE))
+    )
+    run.step()
+    return run
+
+
+def returned(run: Committed, index: int) -> None:
+    run.commit(run.engine.raw_result(run.state, key(run, index), ToolResult(f"call_{index}", "ok")))
+
+
+def test_serial_calls_start_beside_the_concurrent_ones_and_take_turns() -> None:
+    run = batch_of(batch_engine(), "fetch", "note", "fetch", "note")
+    # The first serial call starts with the concurrent ones, in the model's order.
+    assert dispatch(run) == (key(run, 0), key(run, 1), key(run, 2))
+    assert run.engine.startable(run.state) == ()
+    returned(run, 0)
+    assert run.engine.startable(run.state) == (), "the second note waits for the first"
+    returned(run, 1)
+    assert run.engine.startable(run.state) == (key(run, 3),)
+
+
+def test_a_call_that_waited_for_room_starts_as_another_returns() -> None:
+    run = batch_of(batch_engine(tool_concurrency=2), "fetch", "fetch", "fetch")
+    assert dispatch(run) == (key(run, 0), key(run, 1))
+    returned(run, 1)
+    assert run.engine.startable(run.state) == (key(run, 2),)
+
+
+def test_the_earlier_batches_stay_for_recorded_histories() -> None:
+    engine = batch_engine()
+    engine.overlap_serial = False
+    run = batch_of(engine, "fetch", "note", "fetch")
+    assert dispatch(run) == (key(run, 0),)
+    returned(run, 0)
+    run.commit(engine.completed_result(run.state, key(run, 0), ToolResult("call_0", "ok")))
+    assert dispatch(run) == (key(run, 1),), "a serial call alone"
+
+
+def test_a_crash_mid_batch_keeps_what_returned_and_runs_the_rest_again() -> None:
+    run = batch_of(batch_engine(), "fetch", "note", "fetch", "note")
+    dispatch(run)
+    returned(run, 1)
+    run.commit(run.engine.dispatched(run.state, run.engine.startable(run.state)))
+    assert [e.status for e in run.state.entries()] == [ToolStatus.STARTED, ToolStatus.RAW_COMPLETED] + [
+        ToolStatus.STARTED
+    ] * 2
+    after = run.crash()
+    # The committed raw result is kept (its middleware runs), the calls in flight are safe:
+    # prepared again, and they start together, the serial one beside the concurrent one.
+    assert after.step() == CompleteResult(key(run, 1))
+    after.commit(after.engine.completed_result(after.state, key(run, 1), ToolResult("call_1", "ok")))
+    assert dispatch(after) == (key(run, 0), key(run, 2), key(run, 3))
