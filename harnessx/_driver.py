@@ -846,6 +846,9 @@ class Driver:
                 pending.add(task)
 
         await start(keys)
+        # A failure of result middleware fails the run, but only once every call in flight
+        # has returned and its raw result is committed (nothing that ran is lost).
+        failure: Exception | None = None
         cancel_wait: asyncio.Future[Any] = asyncio.ensure_future(self.control.cancelled())
         try:
             while pending:
@@ -854,23 +857,37 @@ class Driver:
                     if task is cancel_wait:
                         continue
                     pending.discard(task)
+                    key = tasks[task]
                     outcome = task.result()
                     if isinstance(outcome, TimeoutError):
-                        delta = self.engine.timed_out(state, tasks[task], str(outcome))
+                        delta = self.engine.timed_out(state, key, str(outcome))
                     else:
-                        delta = self.engine.raw_result(state, tasks[task], outcome)
+                        delta = self.engine.raw_result(state, key, outcome)
                     if self.journal is not None:
                         self.journal.tools_returned(delta)
                     await self.commit(state, delta)
-                if cancel_wait not in done and self._may_start_more():
-                    # The next serial call, or a concurrent one that waited for room.
-                    more = self.engine.startable(state)
-                    if more:
-                        await start(more)
+                    if (
+                        failure is None
+                        and self.engine.overlap_serial
+                        and state.tools[key].status is ToolStatus.RAW_COMPLETED
+                    ):
+                        # Each call's result middleware runs as it returns (0.9.1's order):
+                        # the next serial call sees its result.
+                        try:
+                            await self._complete_result(state, key)
+                        except Exception as exc:
+                            failure = exc
                 if cancel_wait in done:
                     if self.journal is not None:
                         self.journal.tools_interrupted(state.tools[tasks[task]] for task in pending)
                     raise _Cancelled
+                if failure is None and self._may_start_more():
+                    # The next serial call, or a concurrent one that waited for room.
+                    more = self.engine.startable(state)
+                    if more:
+                        await start(more)
+            if failure is not None:
+                raise failure
         finally:
             cancel_wait.cancel()
             for task in tasks:

@@ -91,8 +91,9 @@ class PrepareTools:
 
 @dataclass(frozen=True)
 class Dispatch:
-    """Commit ``dispatched(keys)``, invoke those tools, report each via ``raw_result``; after
-    each report, dispatch what ``Engine.startable`` names (when ``Engine.overlap_serial``)."""
+    """Commit ``dispatched(keys)``, invoke those tools, report each via ``raw_result`` (and,
+    when ``Engine.overlap_serial``, its result middleware via ``completed_result`` at once),
+    then dispatch what ``Engine.startable`` names."""
 
     keys: tuple[str, ...]
 
@@ -420,7 +421,9 @@ class Engine:
         entries = state.entries()
         running = [e for e in entries if e.status is ToolStatus.STARTED]
         room = self.limits.tool_concurrency - len(running)
-        serial_free = all(self._is_concurrent(e) for e in running)
+        # A serial call's turn ends with its result middleware: the next one sees its result.
+        busy = (ToolStatus.STARTED, ToolStatus.RAW_COMPLETED)
+        serial_free = not any(e.status in busy and not self._is_concurrent(e) for e in entries)
         keys: list[str] = []
         for entry in entries:
             if room <= 0:

@@ -534,13 +534,12 @@ class SessionWorkflow:
 
     async def dispatch(self, engine: Engine, state: RunState, keys: tuple[str, ...]) -> None:
         prepared = [e for e in state.entries() if e.status is ToolStatus.PREPARED]
-        overlap = True
-        if keys != engine.exclusive_batch(prepared) or len(keys) < len(prepared):
-            # Where the batches differ, histories recorded before 0.9.1's batches replay
-            # with the ones they were decided with.
-            overlap = workflow.patched(_SERIAL_BESIDE_PATCH)
-            if not overlap:
-                keys = engine.exclusive_batch(prepared)
+        # Histories recorded before 0.9.1's batches replay with the batches they were
+        # decided with, each call's result middleware after the batch (as a batch of one
+        # call still runs: nothing differs there).
+        overlap = len(prepared) > 1 and workflow.patched(_SERIAL_BESIDE_PATCH)
+        if not overlap:
+            keys = engine.exclusive_batch(prepared)
         tasks: dict[str, Any] = {}
         pending: dict[str, Any] = {}
 
@@ -566,6 +565,13 @@ class SessionWorkflow:
                 for key in [k for k, t in pending.items() if t.done()]:
                     task = pending.pop(key)
                     await self.commit(await self._tool_outcome(engine, state, key, task))
+                    if (
+                        overlap
+                        and state.status is RunStatus.RUNNING
+                        and state.tools[key].status is ToolStatus.RAW_COMPLETED
+                    ):
+                        # Each call's result middleware as it returns, as the driver does.
+                        await self.complete_result(engine, state, key)
                 if overlap and self.control != "pause" and state.status is RunStatus.RUNNING:
                     # The next serial call, or a concurrent one that waited for room.
                     more = engine.startable(state)

@@ -45,9 +45,12 @@ def _scheduled_before_a_completion(history: WorkflowHistory) -> int:
     for event in history.events:
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED and count:
             break
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            if event.activity_task_scheduled_event_attributes.activity_type.name == "harnessx.tool.v1":
-                count += 1
+        scheduled = event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        if (
+            scheduled
+            and event.activity_task_scheduled_event_attributes.activity_type.name == "harnessx.tool.v1"
+        ):
+            count += 1
     return count
 
 

@@ -421,6 +421,10 @@ def returned(run: Committed, index: int) -> None:
     run.commit(run.engine.raw_result(run.state, key(run, index), ToolResult(f"call_{index}", "ok")))
 
 
+def completed(run: Committed, index: int) -> None:
+    run.commit(run.engine.completed_result(run.state, key(run, index), ToolResult(f"call_{index}", "ok")))
+
+
 def test_serial_calls_start_beside_the_concurrent_ones_and_take_turns() -> None:
     run = batch_of(batch_engine(), "fetch", "note", "fetch", "note")
     # The first serial call starts with the concurrent ones, in the model's order.
@@ -429,6 +433,8 @@ def test_serial_calls_start_beside_the_concurrent_ones_and_take_turns() -> None:
     returned(run, 0)
     assert run.engine.startable(run.state) == (), "the second note waits for the first"
     returned(run, 1)
+    assert run.engine.startable(run.state) == (), "nor before the first one's result middleware"
+    completed(run, 1)
     assert run.engine.startable(run.state) == (key(run, 3),)
 
 
@@ -445,7 +451,7 @@ def test_the_earlier_batches_stay_for_recorded_histories() -> None:
     run = batch_of(engine, "fetch", "note", "fetch")
     assert dispatch(run) == (key(run, 0),)
     returned(run, 0)
-    run.commit(engine.completed_result(run.state, key(run, 0), ToolResult("call_0", "ok")))
+    completed(run, 0)
     assert dispatch(run) == (key(run, 1),), "a serial call alone"
 
 
@@ -453,13 +459,18 @@ def test_a_crash_mid_batch_keeps_what_returned_and_runs_the_rest_again() -> None
     run = batch_of(batch_engine(), "fetch", "note", "fetch", "note")
     dispatch(run)
     returned(run, 1)
+    completed(run, 1)
     run.commit(run.engine.dispatched(run.state, run.engine.startable(run.state)))
-    assert [e.status for e in run.state.entries()] == [ToolStatus.STARTED, ToolStatus.RAW_COMPLETED] + [
-        ToolStatus.STARTED
-    ] * 2
+    returned(run, 3)
+    assert [e.status for e in run.state.entries()] == [
+        ToolStatus.STARTED,
+        ToolStatus.COMPLETED,
+        ToolStatus.STARTED,
+        ToolStatus.RAW_COMPLETED,
+    ]
     after = run.crash()
-    # The committed raw result is kept (its middleware runs), the calls in flight are safe:
-    # prepared again, and they start together, the serial one beside the concurrent one.
-    assert after.step() == CompleteResult(key(run, 1))
-    after.commit(after.engine.completed_result(after.state, key(run, 1), ToolResult("call_1", "ok")))
-    assert dispatch(after) == (key(run, 0), key(run, 2), key(run, 3))
+    # The committed results are kept (the raw one's middleware runs), the calls in flight
+    # are safe: prepared again, and they start together.
+    assert after.step() == CompleteResult(key(run, 3))
+    completed(after, 3)
+    assert dispatch(after) == (key(run, 0), key(run, 2))
