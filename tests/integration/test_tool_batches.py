@@ -16,9 +16,11 @@ from durable_support import BackendTarget
 from harnessx import (
     Agent,
     AgentRuntime,
+    Middleware,
     PermissionLevel,
     ProviderResponse,
     RunEventType,
+    RunStatus,
     ScriptedProvider,
     ScriptedRequest,
     ToolCall,
@@ -99,3 +101,42 @@ async def test_serial_calls_take_turns_in_the_models_order_on_each_backend(targe
     )
     # The model reads the results in its own order.
     assert [r["tool_use_id"] for r in batch.requests[1].tool_results] == ["c0", "c1", "c2", "c3"]
+
+
+async def test_a_failing_result_middleware_waits_for_the_calls_in_flight(target: BackendTarget) -> None:
+    """The result middleware of ``quick`` raises while ``slow`` still runs: the run fails,
+    but only once ``slow`` has returned and its raw result is committed (cancelling it
+    would leave it dispatched with no result, to run again or to ask a person about)."""
+    broke = asyncio.Event()
+    ran: list[str] = []
+    script = [ProviderResponse(tool_calls=[ToolCall("a", "quick", {}), ToolCall("b", "slow", {})]), "done"]
+    agent = Agent(provider=ScriptedProvider(script))
+
+    @agent.tools.register(permission=PermissionLevel.ALLOW)
+    async def quick() -> str:
+        """Return at once."""
+        return "quick"
+
+    @agent.tools.register(permission=PermissionLevel.ALLOW)
+    async def slow() -> str:
+        """Return once quick's middleware has failed."""
+        await asyncio.wait_for(broke.wait(), LIMIT)
+        await asyncio.sleep(0.05)
+        ran.append("slow")
+        return "slow"
+
+    class Fails(Middleware):
+        async def after_tool_execution(self, result: Any) -> Any:
+            if result.content == "quick":
+                broke.set()
+                raise ValueError("the middleware broke")
+            return result
+
+    agent.middleware.add(Fails())
+    async with target.open() as backend, AgentRuntime(agent, backend=backend) as runtime:
+        result = await asyncio.wait_for(runtime.run("go"), 2 * LIMIT)
+        assert result.status is RunStatus.FAILED and "the middleware broke" in str(result.error)
+        record = await backend.latest_run(result.session_id)
+    statuses = {t["call"]["name"]: t["status"] for t in record["tools"]}
+    assert statuses == {"quick": "raw_completed", "slow": "raw_completed"}
+    assert ran == ["slow"]
