@@ -49,7 +49,6 @@ from typing import Any, TypeVar
 from harnessx._errors import (
     ConfigurationError,
     CorruptStateError,
-    StorageError,
 )
 from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
@@ -227,7 +226,12 @@ class PostgresBackend(
             if self._pool is not None:
                 return
             if self._closed:
-                raise StorageError("this PostgresBackend is closed; create a new one")
+                # Opened again after aclose() (a second ``async with``, as harnessx 0.9.1
+                # allows): as a new process, so that the leases this one held before it
+                # closed count as a dead holder's and are recovered, not taken for live ones.
+                self._closed = False
+                self.process_id = uuid.uuid4().hex
+                self._progress.clear()
             logger.info("connecting to %s (connect timeout %g s)", self._where, self.connect_timeout)
             try:
                 self._pool = await self._with_retries("connecting", self._create_pool)

@@ -10,6 +10,7 @@ import fcntl
 import os
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -77,7 +78,11 @@ class SQLiteFile(StoreCore):
         if self._conn is not None:
             return
         if self._closed:
-            raise StorageError("this SQLiteBackend is closed; create a new one")
+            # Opened again after aclose() (a second ``async with``, as harnessx 0.9.1
+            # allows): as a new process, so that the leases this one held before it closed
+            # count as a dead holder's and are recovered, not taken for live ones.
+            self._closed = False
+            self.process_id = uuid.uuid4().hex
         if self.auto_migrate:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         elif not self.path.exists():

@@ -206,3 +206,20 @@ async def test_importing_from_a_database_without_the_original_says_so(target: Ba
         await migrate_from_original(store)
     if isinstance(store, PostgresBackend):
         await store.aclose()
+
+
+async def test_a_backend_closed_by_async_with_opens_again_with_another(target: BackendTarget) -> None:
+    """As in harnessx 0.9.1: ``async with backend:`` twice on one backend. It opens again as
+    another process: what it held before it closed counts as a dead holder's (recovered by
+    others), not as a live one's."""
+    backend = target.open()
+    async with backend, AgentRuntime(Agent(provider=ScriptedProvider(["Done."])), backend=backend) as runtime:
+        first = await runtime.run("One.")
+    before = backend.owner_for("runtime")
+    async with backend:
+        assert (await backend.get_run(first.run_id))["status"] == "completed"
+        assert not await backend.process_alive(before)
+        assert await backend.process_alive(backend.owner_for("runtime"))
+        async with AgentRuntime(Agent(provider=ScriptedProvider(["Again."])), backend=backend) as runtime:
+            assert (await runtime.run("Two.")).output == "Again."
+    await backend.aclose()  # closing a closed backend does nothing
