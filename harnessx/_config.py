@@ -219,6 +219,34 @@ class RetryPolicy:
         """Calls allowed for one step: a rate limit gets the deeper ``rate_limit_attempts``."""
         return max(self.attempts, self.rate_limit_attempts) if rate_limited else self.attempts
 
+    def spent(self, attempt: int, *, rate_limited: bool, waited: float = 0.0, next_wait: float = 0.0) -> bool:
+        """Whether failed call number ``attempt`` (1-based) of a step was the last one allowed.
+        Past ``attempts``, only a rate limit is tried again (up to ``rate_limit_attempts``),
+        and only while the time slept between the step's calls (``waited``, plus
+        ``next_wait`` before the next) stays within ``rate_limit_budget_seconds``."""
+        if attempt >= self.attempts_for(rate_limited=rate_limited):
+            return True
+        budget = self.rate_limit_budget_seconds
+        return (
+            rate_limited and attempt >= self.attempts and budget is not None and waited + next_wait > budget
+        )
+
+    def first_event_timeout(self, request_tokens: int, attempt: int = 1) -> float | None:
+        """How long call number ``attempt`` (1-based) of a step may wait for the first event
+        of a streamed reply to a request of ``request_tokens``: ``stream_first_event_timeout_seconds``
+        plus 10 s per 100,000 tokens, times ``stream_first_event_growth`` for each attempt
+        before it (a slow server gets through on a later try; a dead one is still left at
+        the first deadline), never past ``stream_idle_timeout_seconds`` (``None``: no bound).
+        Without a first-event deadline, the idle limit."""
+        first = self.stream_first_event_timeout_seconds
+        if first is None:
+            return self.stream_idle_timeout_seconds
+        deadline = (first + 10.0 * max(0, request_tokens) / 100_000) * float(
+            self.stream_first_event_growth
+        ) ** max(0, int(attempt) - 1)
+        idle = self.stream_idle_timeout_seconds
+        return deadline if idle is None else min(deadline, idle)
+
     def effective_call_timeout(self, max_tokens: int | None) -> float:
         if self.call_timeout_seconds is not None:
             return float(self.call_timeout_seconds)

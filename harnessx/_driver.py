@@ -714,10 +714,7 @@ class Driver:
         if not is_transient(exc, provider) or (_timed_out(exc) and not retry.retry_on_timeout):
             return True
         limited = is_rate_limited(exc, provider)
-        if attempt >= retry.attempts_for(rate_limited=limited):
-            return True
-        budget = retry.rate_limit_budget_seconds
-        return limited and attempt >= retry.attempts and budget is not None and waited + wait > budget
+        return retry.spent(attempt, rate_limited=limited, waited=waited, next_wait=wait)
 
     def _known_provider(self) -> LLMProvider | None:
         """The provider, or None when there is none to be had (the model call failed on it)."""

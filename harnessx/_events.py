@@ -13,8 +13,9 @@ Each event type carries one kind of payload (``RunEvent.data``), as in harnessx 
 ``approval_required``, ``recovery_required``                    the pending call as a dict (the
                                                                 keys of ``PendingTool.to_dict()``)
 ``attempt_reset``                                               ``{"attempt": int}``
-``waiting``                                                     ``{"on": "model"|"tool"|"retry",
-                                                                "seconds": float, ...}``
+``waiting``                                                     ``{"on": "model"|"tool"|"retry"|
+                                                                "rate_limit", "seconds": float,
+                                                                ...}``
 ``todos_updated``, ``gap``                                      a dict
 =============================================================  ==================================
 
@@ -149,6 +150,9 @@ class RunEvent:
         )
 
 
+_WAITING_ON = ("model", "tool", "retry", "rate_limit")
+
+
 def _check_payload(kind: RunEventType, payload: Any) -> None:
     expected = _PAYLOAD.get(kind, dict)
     if not isinstance(payload, expected):
@@ -160,8 +164,17 @@ def _check_payload(kind: RunEventType, payload: Any) -> None:
         raise ValueError(f"a {kind.value} event needs 'execution_key' and 'call'")
     if kind is RunEventType.ATTEMPT_RESET and type(data.get("attempt")) is not int:
         raise ValueError("an attempt_reset event needs an int 'attempt'")
-    if kind is RunEventType.WAITING and not isinstance(data.get("on"), str):
-        raise ValueError("a waiting event says what it waits on ('on': 'model', 'tool' or 'retry')")
+    if kind is RunEventType.WAITING:
+        # The payload is what a consumer words its notice from (0.9.1's contract, plus
+        # this project's rate-limit waits).
+        if data.get("on") not in _WAITING_ON:
+            raise ValueError(
+                "a waiting event says what it waits on ('on': 'model', 'tool', 'retry' or 'rate_limit'), "
+                f"not {data.get('on')!r}"
+            )
+        seconds = data.get("seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise ValueError("a waiting event says how long it has waited ('seconds': a number)")
 
 
 def encode_data(kind: RunEventType, data: Any) -> Any:
@@ -185,4 +198,7 @@ def decode_data(kind: RunEventType, value: Any) -> Any:
         return ToolResult.from_dict(value)
     if kind is RunEventType.RUN_RESULT:
         return RunResult.from_dict(value)
+    if kind is RunEventType.WAITING and isinstance(value, dict) and "seconds" not in value:
+        # Stored before waiting events had to say how long (none are written so now).
+        return {**value, "seconds": 0.0}
     return value

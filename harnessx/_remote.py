@@ -9,7 +9,7 @@ such a backend is a ``RemoteRuntime``; everything a program calls is the same.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
@@ -27,6 +27,7 @@ from harnessx.store._records import ControlRequest
 
 if TYPE_CHECKING:
     from harnessx._recorder import BundleLimits, ExportPolicy
+    from harnessx._tools import ToolRegistry
 
 __all__ = ["RemoteBackend", "RemoteRuntime"]
 
@@ -74,9 +75,15 @@ class RemoteRuntime(AgentRuntime):
         runtime_config: RuntimeConfig | None = None,
         execution: Literal["local", "pool"] = "local",
         recording: bool | None = None,
+        tool_registrar: Callable[[ToolRegistry], object] | None = None,
     ) -> None:
         if backend is None or not is_remote(backend):  # pragma: no cover - AgentRuntime chooses
             raise ConfigurationError("RemoteRuntime needs a remote backend")
+        if tool_registrar is not None:
+            raise ConfigurationError(
+                "tool_registrar does not apply here: the workers define the agent; register its tools "
+                "in their AgentRegistry factory"
+            )
         if not isinstance(agent, AgentRef):
             raise ConfigurationError(
                 f"{type(backend).__name__} runs agents on its workers, built from their registry: pass "

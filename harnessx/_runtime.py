@@ -14,7 +14,7 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast, overload
@@ -61,6 +61,7 @@ from harnessx.store._sqlite import SQLiteBackend
 
 if TYPE_CHECKING:
     from harnessx._remote import RemoteBackend
+    from harnessx._tools import ToolRegistry
 
 __all__ = ["AgentRuntime", "RuntimeConfig"]
 
@@ -131,7 +132,11 @@ class AgentRuntime:
         runtime_config: RuntimeConfig | None = None,
         execution: Literal["local", "pool"] = "local",
         recording: bool | None = None,
+        tool_registrar: Callable[[ToolRegistry], object] | None = None,
     ) -> None:
+        """``tool_registrar`` (0.9.1's): with no ``agent``, called with the tools of the
+        agent this runtime builds (from ``agent_config``) before it first uses it; if it
+        raises, the agent is closed and the error raised from that first use (``start()``)."""
         if recording is not None and not isinstance(recording, bool):
             raise ConfigurationError(f"recording must be True, False or None, got {recording!r}")
         if execution not in ("local", "pool"):
@@ -148,8 +153,12 @@ class AgentRuntime:
         self._agent = agent if isinstance(agent, Agent) else None
         if agent is None:
             self._agent = Agent(config=agent_config)
-        elif agent_config is not None:
-            raise ConfigurationError("pass agent_config only when no agent is given")
+        elif agent_config is not None or tool_registrar is not None:
+            raise ConfigurationError(
+                "pass agent_config and tool_registrar only when no agent is given: configure an Agent "
+                "or AgentRef where it is defined"
+            )
+        self._registrar = tool_registrar
         self._registry = registry or agents
         self._owns_backend = backend is None
         assert not is_remote(backend), "AgentRuntime.__new__ makes a RemoteRuntime for a remote backend"
@@ -225,6 +234,13 @@ class AgentRuntime:
         if self._state is RuntimeState.STOPPED:
             raise RuntimeStateError("this runtime is stopped; create a new AgentRuntime")
         if not self._ready_done:
+            registrar, self._registrar = self._registrar, None
+            if registrar is not None and self._agent is not None:
+                try:
+                    registrar(self._agent.tools)
+                except BaseException:
+                    await self._agent.aclose()  # this runtime built it: nobody else closes it
+                    raise
             await self._backend.initialize()
             self._keeper = LeaseKeeper(self._backend, self.config.renew_interval)
             self._executor = RunExecutor(

@@ -94,6 +94,7 @@ class AnthropicProvider(HTTPProvider):
     tools the API wants them back unchanged in the assistant turn.
     """
 
+    name = "anthropic"
     provider_name = "Anthropic"
     api_key_env = "ANTHROPIC_API_KEY"
     base_url_env = "ANTHROPIC_BASE_URL"

@@ -251,6 +251,10 @@ class LLMProvider(ABC):
     may ignore it.
     """
 
+    # The provider's registry name ("anthropic", "openai"; "" for a custom one), as 0.9.1's:
+    # what a RETRY hook names as the provider that failed.
+    name: str = ""
+
     @abstractmethod
     async def create(
         self,

@@ -87,6 +87,7 @@ class OpenAIProvider(HTTPProvider):
     ``parallel_tool_calls``, ``seed``, ``reasoning_effort``, ...); see ``_vendor_fields``.
     """
 
+    name = "openai"
     provider_name = "OpenAI"
     # OpenAI caches long prompt prefixes by itself; ``prompt_cache_key`` (the prompt-cache
     # hint's prefix key, as harnessx 0.9.1 sends it) routes requests that share a prefix to

@@ -40,6 +40,10 @@ KNOWN: dict[str, str] = {
     ),
     "example_recorder:record_count": "deliberate: one checkpoint record per commit (0.9.1: one per phase)",
     "example_recorder:seqs_of_model_and_tool_records": "follows from example_recorder:record_count",
+    "public_checks:binding.openai_as_anthropic": (
+        "deliberate: an injected built-in provider is not refused for the config's provider name"
+    ),
+    "public_checks:binding.openai_without_config": "follows from public_checks:binding.openai_as_anthropic",
 }
 
 

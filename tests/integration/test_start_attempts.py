@@ -17,7 +17,9 @@ async def queued_run(store: object, session_id: str = "s", run_id: str = "r1") -
 
 
 def notice(text: str) -> RunEvent:
-    return RunEvent(RunEventType.WAITING, {"on": "retry", "reason": text}, "s", "r1", "run", "run")
+    return RunEvent(
+        RunEventType.WAITING, {"on": "retry", "seconds": 0.0, "reason": text}, "s", "r1", "run", "run"
+    )
 
 
 async def test_a_deferred_run_is_counted_held_back_then_claimable(target: BackendTarget) -> None:
