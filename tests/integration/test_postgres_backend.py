@@ -1512,3 +1512,14 @@ async def test_workers(pg_database: str) -> None:
         assert seen.heartbeat_at >= seen.started_at > 0
         await b.stop_worker(worker.id)
         assert await a.running_workers() == []
+
+
+async def test_every_connection_runs_without_jit(pg_database: str) -> None:
+    """JIT compiling one of these short statements (a generic plan costed over
+    jit_above_cost on a large table) takes longer than running it."""
+    async with backends(pg_database, 1) as (store,):
+        await store.get_session("none")  # the pool has opened its connections
+        assert store._pool is not None
+        async with store._pool.acquire() as conn:
+            assert await conn.fetchval("SHOW jit") == "off"
+        assert await sql(pg_database, "SHOW jit") == [("on",)]  # the server's default stays
