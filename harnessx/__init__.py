@@ -35,6 +35,7 @@ from harnessx._errors import (
     UnknownExecutionKey,
 )
 from harnessx._events import RunEvent, RunEventType
+from harnessx._extensions import Extension, ExtensionContext
 from harnessx._handle import RunHandle
 from harnessx._hooks import HookContext, HookEvent, HookManager, Hooks, Registration
 from harnessx._journal import RecordingError
@@ -64,6 +65,7 @@ from harnessx._recorder import (
     export_incident,
 )
 from harnessx._registry import AgentRef, AgentRegistry, agents
+from harnessx._result_spill import ResultSpillExtension
 from harnessx._results import PendingTool, RunResult, RunStatus, ToolResult
 from harnessx._runtime import AgentRuntime, RuntimeConfig
 from harnessx._sessions import CheckpointData, PersistentMemory, RuntimeStatus, SessionState
@@ -120,6 +122,8 @@ __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
     "DEFAULT_TOOL_TIMEOUT_SECONDS",
     "ExportPolicy",
+    "Extension",
+    "ExtensionContext",
     "Fallback",
     "FallbackProvider",
     "HarnessError",
@@ -156,6 +160,7 @@ __all__ = [
     "Registration",
     "ReplayPolicy",
     "ResolutionError",
+    "ResultSpillExtension",
     "RetryPolicy",
     "RunAwaitingInput",
     "RunCancelled",

@@ -21,7 +21,8 @@ from harnessx._config import AgentConfig
 from harnessx._driver import Driver, RunSettings
 from harnessx._engine import Engine
 from harnessx._errors import ConfigurationError, RuntimeStateError
-from harnessx._hooks import HookManager
+from harnessx._extensions import close_extensions, extension_name, install_extensions
+from harnessx._hooks import HookManager, Registration
 from harnessx._ids import uuid7
 from harnessx._memory import ConversationMemory
 from harnessx._messages import close_open_calls
@@ -31,7 +32,7 @@ from harnessx._rate_gate import RateGate
 from harnessx._results import RunResult
 from harnessx._runlog import MemoryRunLog
 from harnessx._sessions import PersistentMemory, SessionState
-from harnessx._snapshot import extension_name, restore, snapshot
+from harnessx._snapshot import restore, snapshot
 from harnessx._state import RunState
 from harnessx._stream import OnReset, RunStream
 from harnessx._tools import ToolDefinition, ToolRegistry, normalize_tool_registry
@@ -146,10 +147,14 @@ class Agent:
         )
         self.hooks = hooks or HookManager()
         self.middleware = middleware or MiddlewarePipeline()
-        self.extensions = list(extensions or [])
         install_builtin_tools(self.tools, planning=self.config.planning)
         self._session_id = uuid7()
         self.session_metadata: dict[str, Any] = {}
+        # Texts appended to the system prompt of each model call (extensions register them).
+        self.prompt_providers: list[Callable[[], str]] = []
+        self._extension_registrations: dict[str, list[Registration]] = {}
+        self._close_errors: list[Exception] = []
+        self.extensions: list[Any] = install_extensions(self, extensions or [])
         self.total_usage = TokenUsage()
         self.lifetime_iterations = 0
         self._busy = False
@@ -225,14 +230,19 @@ class Agent:
         return self._busy
 
     async def aclose(self) -> None:
-        """Close a provider the agent built itself (an injected one is the caller's)."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._owns_provider and self._provider is not None:
-            await self._provider.aclose()
-        if self._owns_memory:
-            await self.memory.aclose()
+        """Tear the extensions down (undoing what they registered), then close a provider
+        the agent built itself (an injected one is the caller's). Extensions whose
+        ``teardown`` failed are reported in an ``ExceptionGroup`` once the rest is closed
+        (and again by a later ``aclose()``)."""
+        if not self._closed:
+            self._closed = True
+            self._close_errors = await close_extensions(self)
+            if self._owns_provider and self._provider is not None:
+                await self._provider.aclose()
+            if self._owns_memory:
+                await self.memory.aclose()
+        if self._close_errors:
+            raise ExceptionGroup("extension teardown failed", self._close_errors)
 
     async def __aenter__(self) -> Agent:
         return self

@@ -49,6 +49,7 @@ from harnessx._errors import (
     StorageError,
 )
 from harnessx._events import RunEvent, RunEventType
+from harnessx._extensions import prompt_additions, turn_completed, turn_ended, turn_started
 from harnessx._hooks import HookEvent, HookManager
 from harnessx._journal import RunJournal
 from harnessx._messages import request_messages
@@ -300,11 +301,14 @@ class Driver:
         return isinstance(exc, _Cancelled)
 
     async def drive(self, state: RunState) -> RunResult:
-        if _fresh(state):
-            await self._hook(
-                HookEvent.AGENT_START, message=state.messages[state.history_length].get("content")
-            )
+        fresh = _fresh(state)
+        message = state.messages[state.history_length].get("content") if fresh else None
+        if fresh:
+            await self._hook(HookEvent.AGENT_START, message=message)
         try:
+            if fresh:
+                # Inside the try: an extension that cannot start the turn fails the run.
+                await turn_started(self.settings.agent, message if isinstance(message, str) else "")
             await self._loop(state)
             if state.status in (RunStatus.PAUSED, RunStatus.AWAITING_INPUT) and (
                 self.control.cancel_requested or await self.committer.pending_cancel()
@@ -332,7 +336,9 @@ class Driver:
         result = state.result()
         if result.status.finished:
             if result.status is RunStatus.COMPLETED:
+                await turn_ended(self.settings.agent, result.output)
                 await self._hook(HookEvent.LOOP_ITERATION_END, iteration=state.iteration + 1)
+            await turn_completed(self.settings.agent, result)
             await self._hook(HookEvent.AGENT_END, result=result)
         return result
 
@@ -414,6 +420,8 @@ class Driver:
         """The next request's system prompt and the tools it offers."""
         settings = self.settings
         system = system_prompt_with_guidance(settings.system_prompt, settings.tools)
+        if settings.agent is not None and settings.agent.prompt_providers:
+            system = prompt_additions(system, settings.agent.prompt_providers)
         # The one last call of a run at its limit is asked for an answer, not more work.
         offered = [] if self.engine.final_call(state) else settings.tools.specs(settings.offered_tools)
         return system, offered

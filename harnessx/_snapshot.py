@@ -18,6 +18,7 @@ import contextlib
 import copy
 from typing import TYPE_CHECKING, Any
 
+from harnessx._extensions import ExtensionContext, extension_name
 from harnessx._model_limits import PROVIDER_CACHE
 from harnessx.providers._base import TokenUsage
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from harnessx._agent import Agent
 
 __all__ = [
-    "extension_name",
     "provider_state",
     "restore",
     "restore_extensions",
@@ -95,10 +95,6 @@ async def restore(agent: Agent, state: dict[str, Any]) -> None:
     await restore_extensions(agent, dict(state.get("extensions") or {}))
 
 
-def extension_name(extension: Any) -> str:
-    return str(getattr(extension, "name", None) or type(extension).__name__)
-
-
 async def _extension_state(agent: Agent) -> dict[str, Any]:
     """State of extensions that save any: ``on_save_session(context)`` (the original's
     protocol, sync or async) or ``export_state()``."""
@@ -107,7 +103,7 @@ async def _extension_state(agent: Agent) -> dict[str, Any]:
         name = extension_name(extension)
         hook = getattr(extension, "on_save_session", None)
         if callable(hook):
-            value = hook(_ExtensionContext(agent, name))
+            value = hook(ExtensionContext(agent, name))
             saved[name] = await value if asyncio.iscoroutine(value) else value
         elif callable(getattr(extension, "export_state", None)):
             saved[name] = extension.export_state()
@@ -121,16 +117,8 @@ async def restore_extensions(agent: Agent, saved: dict[str, Any]) -> None:
             continue
         hook = getattr(extension, "on_load_session", None)
         if callable(hook):
-            value = hook(_ExtensionContext(agent, name), saved[name])
+            value = hook(ExtensionContext(agent, name), saved[name])
             if asyncio.iscoroutine(value):
                 await value
         elif callable(getattr(extension, "import_state", None)):
             extension.import_state(saved[name])
-
-
-class _ExtensionContext:
-    """What an extension's session hooks receive: the agent and the extension's name."""
-
-    def __init__(self, agent: Agent, name: str) -> None:
-        self.agent = agent
-        self.name = name

@@ -35,9 +35,9 @@ FEATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "built-in tool bundles (filesystem, bash, web, memory, ask)": ((), ("harnessx.builtin",)),
     "evals": (("evaluate_agent", "evaluate_agent_async"), ("harnessx.evals",)),
-    "extensions (the Extension base class, LangSmith tracing, result spilling)": (
-        ("Extension", "ExtensionContext", "LangSmithExtension", "ResultSpillExtension"),
-        ("harnessx.extensions",),
+    "LangSmith tracing (the Extension base class and ResultSpillExtension are here)": (
+        ("LangSmithExtension",),
+        ("harnessx.extensions.langsmith",),
     ),
     "the Gemini, OpenRouter and Azure OpenAI providers": (
         (),
