@@ -28,7 +28,7 @@ from harnessx._builtin_tools import (
 )
 from harnessx._condense import view
 from harnessx._config import Limits, RetryPolicy
-from harnessx._context_fit import fit_context
+from harnessx._context_fit import estimated_tokens, fit_context
 from harnessx._engine import (
     AskApproval,
     CallModel,
@@ -43,6 +43,7 @@ from harnessx._engine import (
 )
 from harnessx._errors import (
     ContextOverflowError,
+    IncompleteStreamError,
     LeaseLostError,
     MalformedToolInputError,
     ProviderError,
@@ -78,6 +79,7 @@ from harnessx.providers._base import (
     ToolCall,
     ToolCallDelta,
     call_create,
+    streams_natively,
 )
 from harnessx.store._records import ControlRequest
 
@@ -267,6 +269,9 @@ class Driver:
         # The size the provider reported for the last request and its reply (input plus
         # output tokens), so that a request clearly within the window is not counted again.
         self.last_measured: int | None = None
+        # The longest a reply of this run took to start (a provider that sends its first
+        # event promptly): later calls wait stream_first_event_growth times that for theirs.
+        self.slowest_first_event: float | None = None
         # The provider's count of the next request, when it was counted (_overflow).
         self.counted_tokens: int | None = None
 
@@ -741,13 +746,21 @@ class Driver:
         """The model's reply; streamed text goes to the committer as provisional events."""
         provider = self._provider()
         kwargs = request.provider_kwargs()
-        if not self.stream:
+        promptly = bool(getattr(provider, "first_event_promptly", False))
+        # A provider that sends its first event as soon as the model starts is streamed even
+        # when nobody follows the reply, so that the stall deadlines bound run() too (as
+        # 0.9.1); others keep create() there (a gateway or a test double may have only that).
+        if not self.stream and not (promptly and streams_natively(provider)):
             return await self._noticed(
                 state, call_create(provider, **offer_cache(provider.create, kwargs, request.cache))
             )
-        deltas = not self.settings.middleware.rewrites_responses
+        deltas = self.stream and not self.settings.middleware.rewrites_responses
         response: ProviderResponse | None = None
-        chunks = provider.stream(**offer_cache(provider.stream, kwargs, request.cache))
+        chunks = self._deadlined(
+            provider.stream(**offer_cache(provider.stream, kwargs, request.cache)),
+            first=self._first_event_deadline(state, request, promptly, streams_natively(provider)),
+            idle=self.settings.retry.stream_idle_timeout_seconds if streams_natively(provider) else None,
+        )
         async for chunk in self._noticed_stream(state, chunks):
             if chunk.kind == "response":
                 response = chunk.data
@@ -762,6 +775,68 @@ class Driver:
                 f"{type(provider).__name__}.stream() ended without a 'response' chunk", retryable=True
             )
         return response
+
+    def _first_event_deadline(
+        self, state: RunState, request: ModelRequest, promptly: bool, native: bool
+    ) -> float | None:
+        """How long this attempt may wait for the stream's first event: the idle limit,
+        unless the provider sends one as soon as the model starts (``first_event_promptly``;
+        a quiet start elsewhere may be a model thinking). Then ``RetryPolicy.first_event_timeout``
+        for the request's size and the attempt, or longer after a slow start seen in this run."""
+        retry = self.settings.retry
+        if not native:
+            return None  # the base stream() awaits create(): nothing arrives before the end
+        if not promptly:
+            return retry.stream_idle_timeout_seconds
+        size = estimated_tokens(request.messages, request.system, request.tools)
+        deadline = retry.first_event_timeout(size, max(1, state.attempt))
+        growth = float(retry.stream_first_event_growth)
+        if deadline is None or not self.slowest_first_event or growth <= 1.0:
+            return deadline
+        learned = self.slowest_first_event * growth
+        idle = retry.stream_idle_timeout_seconds
+        return max(deadline, learned if idle is None else min(learned, idle))
+
+    async def _deadlined(
+        self, chunks: AsyncIterator[StreamChunk], *, first: float | None, idle: float | None
+    ) -> AsyncIterator[StreamChunk]:
+        """``chunks``, ended with ``IncompleteStreamError`` (retried like a dropped
+        connection) when the first chunk takes longer than ``first`` or a later one longer
+        than ``idle`` after the one before. Only the wait for the provider is timed, never
+        the consumer's work between chunks."""
+        iterator = chunks.__aiter__()
+        if first is None and idle is None:
+            try:
+                async for chunk in iterator:
+                    yield chunk
+            finally:
+                await _aclose(iterator)
+            return
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        limit, waiting_first = first, True
+        try:
+            while True:
+                timer = asyncio.timeout(limit)
+                try:
+                    async with timer:
+                        chunk = await anext(iterator)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    if not timer.expired():
+                        raise  # the provider's own timeout, not a stall
+                    where = "of the request" if waiting_first else "of the previous chunk"
+                    raise IncompleteStreamError(
+                        f"the model's stream stalled: nothing arrived within {limit:g} s {where}"
+                    ) from None
+                if waiting_first:
+                    took = loop.time() - started
+                    self.slowest_first_event = max(self.slowest_first_event or 0.0, took)
+                    limit, waiting_first = idle, False
+                yield chunk
+        finally:
+            await _aclose(iterator)
 
     async def _noticed(self, state: RunState, work: Awaitable[T], *, on: str = "model") -> T:
         """Await a model call (or the wait before the next attempt, ``on="retry"``), adding

@@ -40,6 +40,7 @@ __all__ = [
     "ToolCall",
     "ToolCallDelta",
     "call_create",
+    "streams_natively",
 ]
 
 
@@ -254,6 +255,12 @@ class LLMProvider(ABC):
     # The provider's registry name ("anthropic", "openai"; "" for a custom one), as 0.9.1's:
     # what a RETRY hook names as the provider that failed.
     name: str = ""
+    # True when stream() yields an event (a "progress" chunk will do) as soon as the model
+    # starts, before any thinking or text: a stream silent past
+    # RetryPolicy.first_event_timeout is then stuck, and is abandoned and retried (and run()
+    # streams too, to apply that deadline). False: a quiet start may be a model thinking,
+    # and only stream_idle_timeout_seconds bounds it.
+    first_event_promptly: bool = False
 
     @abstractmethod
     async def create(
@@ -329,6 +336,16 @@ class LLMProvider(ABC):
         """The model's limits as the vendor states them (may be a coroutine function);
         ``None``, the default, leaves them to ``harnessx.models``' table."""
         return None
+
+
+def streams_natively(provider: Any) -> bool:
+    """Whether ``provider`` streams replies itself: the base ``stream()`` awaits ``create()``
+    and yields the whole reply at the end, so no stall deadline can apply to it. A chain
+    answers for its members (``streams_natively`` attribute)."""
+    declared = getattr(provider, "streams_natively", None)
+    if isinstance(declared, bool):
+        return declared
+    return getattr(type(provider), "stream", None) not in (None, LLMProvider.stream)
 
 
 async def call_create(provider: LLMProvider, **kwargs: Any) -> ProviderResponse:

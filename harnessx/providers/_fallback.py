@@ -19,7 +19,7 @@ from typing import Any
 from harnessx._errors import ConfigurationError
 from harnessx._policies import Fallback, PromptCacheHint
 from harnessx._prompt_cache import offer_cache
-from harnessx.providers._base import LLMProvider, ProviderResponse, StreamChunk, call_create
+from harnessx.providers._base import LLMProvider, ProviderResponse, StreamChunk, call_create, streams_natively
 
 __all__ = ["FallbackProvider"]
 
@@ -91,6 +91,10 @@ class FallbackProvider(LLMProvider):
         if isinstance(cooldown_seconds, bool) or cooldown_seconds < 0:
             raise ConfigurationError("cooldown_seconds must not be negative")
         self._members = [_Member(spec) for spec in (primary, *fallbacks)]
+        # The stall deadlines of a chain are those every member can keep.
+        promptly = [getattr(m.provider, "first_event_promptly", False) for m in self._members]
+        self.first_event_promptly = all(promptly)
+        self.streams_natively = all(streams_natively(m.provider) for m in self._members)
         self.switch_after = switch_after
         self.cooldown_seconds = float(cooldown_seconds)
         self.last_served: str | None = None

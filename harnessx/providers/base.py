@@ -10,6 +10,7 @@ from harnessx.providers._base import (
     StreamChunk,
     TokenUsage,
     ToolCall,
+    streams_natively,
 )
 from harnessx.providers._http import marked_tool_arguments as parse_tool_arguments
 from harnessx.providers._registry import make_provider
@@ -24,4 +25,8 @@ __all__ = [
     "ToolCall",
     "make_provider",
     "parse_tool_arguments",
+    "streams",
 ]
+
+# 0.9.1's name: whether a provider streams replies itself (the stall deadlines apply).
+streams = streams_natively
