@@ -36,6 +36,7 @@ from harnessx._errors import (
 )
 from harnessx._events import RunEvent, RunEventType
 from harnessx._extensions import Extension, ExtensionContext
+from harnessx._guardrails import GuardrailsEngine
 from harnessx._handle import RunHandle
 from harnessx._hooks import HookContext, HookEvent, HookManager, Hooks, Registration
 from harnessx._journal import RecordingError
@@ -126,6 +127,7 @@ __all__ = [
     "ExtensionContext",
     "Fallback",
     "FallbackProvider",
+    "GuardrailsEngine",
     "HarnessError",
     "HookContext",
     "HookEvent",

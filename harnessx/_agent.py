@@ -22,6 +22,7 @@ from harnessx._driver import Driver, RunSettings
 from harnessx._engine import Engine
 from harnessx._errors import ConfigurationError, RuntimeStateError
 from harnessx._extensions import close_extensions, extension_name, install_extensions
+from harnessx._guardrails import GuardrailsEngine
 from harnessx._hooks import HookManager, Registration
 from harnessx._ids import uuid7
 from harnessx._memory import ConversationMemory
@@ -155,8 +156,9 @@ class Agent:
         self._extension_registrations: dict[str, list[Registration]] = {}
         self._close_errors: list[Exception] = []
         self.extensions: list[Any] = install_extensions(self, extensions or [])
-        self.total_usage = TokenUsage()
-        self.lifetime_iterations = 0
+        # The agent's account of iterations, tokens and cost (0.9.1's agent.guardrails):
+        # total_usage and lifetime_iterations are kept there.
+        self.guardrails = GuardrailsEngine.from_limits(self.config.limits)
         self._busy = False
         self._closed = False
         self._rates: RateGate | None = None
@@ -183,6 +185,24 @@ class Agent:
     @session_id.setter
     def session_id(self, value: str) -> None:
         self._session_id = value
+
+    @property
+    def total_usage(self) -> TokenUsage:
+        """Tokens this agent's plain runs have used (restored with a session)."""
+        return self.guardrails.total_usage
+
+    @total_usage.setter
+    def total_usage(self, value: TokenUsage) -> None:
+        self.guardrails._restore(usage=value)
+
+    @property
+    def lifetime_iterations(self) -> int:
+        """Model-call iterations of this agent's plain runs (restored with a session)."""
+        return self.guardrails.lifetime_iterations
+
+    @lifetime_iterations.setter
+    def lifetime_iterations(self, value: int) -> None:
+        self.guardrails._restore(lifetime_iterations=value)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -253,13 +273,15 @@ class Agent:
     # ------------------------------------------------------------ definition
 
     def engine(self, *, durable: bool) -> Engine:
-        """The step rules for this agent; durable runs record approvals instead of asking."""
+        """The step rules for this agent; durable runs record approvals instead of asking.
+        A plain run's cost limit also counts what the agent spent before it, as 0.9.1's."""
         return Engine(
             tools=self.tools,
             permissions=self.permissions,
             limits=self.config.limits,
             allowed_tools=self.config.offered_tools,
             interactive_approval=not durable,
+            cost_baseline=None if durable else self.total_usage,
         )
 
     def run_settings(self) -> RunSettings:
@@ -369,7 +391,7 @@ class Agent:
                 final = entry.result or entry.raw_result
                 if final is not None and len(final.content) > self.config.limits.max_result_chars:
                     self.memory.keep_result(entry.call.id, final.content)
-            self.total_usage = self.total_usage + result.usage
+            self.guardrails.track_usage(result.usage)
             self.lifetime_iterations += state.iteration + 1
             return result
         finally:

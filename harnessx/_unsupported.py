@@ -55,7 +55,6 @@ FEATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (),
     ),
     "structured decisions (JEV)": ((), ("harnessx.decisions",)),
-    "the guardrails engine": (("GuardrailsEngine",), ()),
     "the tool_choice option (use the providers' extra_body)": (("ToolChoice",), ()),
 }
 
