@@ -18,7 +18,7 @@ from harnessx._builtin_tools import (
     todos_of,
 )
 from harnessx._config import AgentConfig
-from harnessx._driver import Driver, RunSettings
+from harnessx._driver import Driver, RunControl, RunSettings
 from harnessx._engine import Engine
 from harnessx._errors import ConfigurationError, RuntimeStateError
 from harnessx._extensions import close_extensions, extension_name, install_extensions
@@ -316,8 +316,15 @@ class Agent:
 
     async def run(self, message: str) -> RunResult:
         """Run the agent on ``message`` and wait for the result. A failure (no model
-        configured, say) is in ``result.error``, not raised."""
-        return await self._stream(message, stream=False).result()
+        configured, say) is in ``result.error``, not raised. Cancelling the call cancels
+        the run (it ends ``cancelled``, its hooks and extensions told) and raises
+        ``CancelledError``."""
+        stream = self._stream(message, stream=False)
+        try:
+            return await stream.result()
+        except asyncio.CancelledError:
+            await stream.aclose()
+            raise
 
     def run_stream(self, message: str) -> RunStream:
         """Run the agent on ``message``, yielding typed events as they happen (text deltas
@@ -327,23 +334,34 @@ class Agent:
 
     def _stream(self, message: str, *, stream: bool) -> RunStream:
         log = MemoryRunLog()
+        control = RunControl()
         outcome: asyncio.Future[RunResult] | None = None
 
         def start() -> None:
             nonlocal outcome
             self._claim()
-            outcome = asyncio.ensure_future(self._drive(message, log, stream=stream))
+            outcome = asyncio.ensure_future(self._drive(message, log, control, stream=stream))
 
         async def result() -> RunResult:
             assert outcome is not None
             return await asyncio.shield(outcome)
 
         async def cancel() -> None:
-            # The stream closed before the run ended: the run ends too, and the agent is
-            # free again once it has.
-            if outcome is not None and not outcome.done():
-                outcome.cancel()
-                await asyncio.gather(outcome, return_exceptions=True)
+            # The stream closed (or run() was cancelled) before the run ended: the run is
+            # cancelled as any run is, so that it ends `cancelled` with its hooks and
+            # extensions told and the conversation kept; the agent is free once it has.
+            if outcome is None or outcome.done():
+                return
+            control.request_cancel()
+            try:
+                await asyncio.shield(outcome)
+            except asyncio.CancelledError:
+                if not outcome.done():  # cancelled again while waiting: stop it outright
+                    outcome.cancel()
+                    await asyncio.gather(outcome, return_exceptions=True)
+                raise
+            except Exception:
+                pass  # the run's own failure is in its result, which nobody asks for now
 
         return RunStream(log.follow, result, start=start, cancel=cancel)
 
@@ -363,7 +381,9 @@ class Agent:
             )
         self._busy = True
 
-    async def _drive(self, message: str, log: MemoryRunLog, *, stream: bool) -> RunResult:
+    async def _drive(
+        self, message: str, log: MemoryRunLog, control: RunControl, *, stream: bool
+    ) -> RunResult:
         try:
             history = self.memory.history()
             state = RunState(
@@ -380,6 +400,7 @@ class Agent:
                 # result.error) instead of raising from run().
                 provider=lambda: self.provider,
                 committer=log,
+                control=control,
                 rates=self._rates,
                 stream=stream,
                 checkpoints=False,

@@ -34,7 +34,9 @@ from harnessx._errors import (
 )
 from harnessx._events import RunEvent, RunEventType
 from harnessx._executor import Execution, RunExecutor
+from harnessx._extensions import turn_completed
 from harnessx._handle import RunHandle
+from harnessx._hooks import HookEvent
 from harnessx._ids import uuid7
 from harnessx._journal import JournalRecord, RunJournal
 from harnessx._leases import LeaseKeeper
@@ -717,6 +719,12 @@ class AgentRuntime:
             await self._executor.commit_once(
                 self.agent, lease, state, delta, record.event_count, journal=journal
             )
+            if state.status.finished:
+                # A waiting run ended here, not by a driver: its end is announced as a
+                # driven run's is (AGENT_END, the extensions' on_turn_complete).
+                result = state.result()
+                await turn_completed(self.agent, result)
+                await self.agent.hooks.fire(HookEvent.AGENT_END, self.agent, result=result)
         finally:
             with contextlib.suppress(StorageError):
                 await store.release(lease)
@@ -781,6 +789,12 @@ class AgentRuntime:
             await self._executor.commit_once(
                 self.agent, lease, state, delta, record.event_count, journal=journal
             )
+            if state.status.finished:
+                # A waiting run ended here, not by a driver: its end is announced as a
+                # driven run's is (AGENT_END, the extensions' on_turn_complete).
+                result = state.result()
+                await turn_completed(self.agent, result)
+                await self.agent.hooks.fire(HookEvent.AGENT_END, self.agent, result=result)
         finally:
             with contextlib.suppress(StorageError):
                 await store.release(lease)

@@ -4,6 +4,7 @@ callbacks, prompt providers, and ``ResultSpillExtension``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from harnessx import (
     Extension,
     ExtensionContext,
     HookEvent,
+    LLMProvider,
     Middleware,
     ProviderResponse,
     ResultSpillExtension,
@@ -284,4 +286,70 @@ async def test_spilled_results_survive_a_session_snapshot(tmp_path: Path) -> Non
     answer = json.loads(restored._read_result(envelope["result_id"], {"kind": "tail", "n": 1}))
     assert answer["rows"] == [{"v": 2}]
     await loaded.aclose()
+    await agent.aclose()
+
+
+# ----------------------------------------------------------------- cancellation
+
+
+class Hangs(LLMProvider):
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+
+    async def create(self, **kwargs: Any) -> ProviderResponse:
+        self.entered.set()
+        await asyncio.Event().wait()
+        raise AssertionError("never answers")
+
+    async def count_tokens(self, **kwargs: Any) -> int:
+        return 0
+
+
+async def test_cancelling_run_cancels_the_run_and_says_so() -> None:
+    log: list[Any] = []
+    ends: list[RunStatus] = []
+    provider = Hangs()
+    agent = Agent(provider=provider, extensions=[Probe("p", log)])
+    agent.hooks.on(HookEvent.AGENT_END, lambda ctx: ends.append(ctx.data["result"].status))
+    task = asyncio.create_task(agent.run("hello"))
+    await provider.entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # Before: the run went on in the background, the agent stayed busy, nobody was told.
+    assert ends == [RunStatus.CANCELLED] and ("p", "complete", RunStatus.CANCELLED) in log
+    assert not agent.busy and [m["role"] for m in agent.memory.get_messages()] == ["user"]
+    await agent.aclose()
+
+
+async def test_leaving_a_stream_early_cancels_the_run_the_same_way() -> None:
+    ends: list[RunStatus] = []
+    provider = Hangs()
+    agent = Agent(provider=provider)
+    agent.hooks.on(HookEvent.AGENT_END, lambda ctx: ends.append(ctx.data["result"].status))
+    async with agent.run_stream("hello"):
+        await provider.entered.wait()
+    assert ends == [RunStatus.CANCELLED] and not agent.busy
+    await agent.aclose()
+
+
+async def test_cancelling_a_waiting_durable_run_tells_hooks_and_extensions_once(tmp_path: Path) -> None:
+    log: list[Any] = []
+    ends: list[RunStatus] = []
+    asks = ProviderResponse(tool_calls=[ToolCall("t", "ask", {})], stop_reason="tool_use")
+    agent = Agent(provider=ScriptedProvider([asks]), extensions=[Probe("p", log)])
+    agent.tools.register(name="ask", permission="ask")(lambda: "unused")
+    agent.hooks.on(HookEvent.AGENT_END, lambda ctx: ends.append(ctx.data["result"].status))
+    async with SQLiteBackend(tmp_path / "runs.db") as store:
+        runtime = AgentRuntime(agent, backend=store)
+        await runtime.start()
+        try:
+            assert (await runtime.run("hello")).status is RunStatus.AWAITING_INPUT
+            assert ends == []
+            await runtime.cancel()
+            await runtime.cancel()
+        finally:
+            await runtime.stop()
+    assert ends == [RunStatus.CANCELLED]
+    assert log.count(("p", "complete", RunStatus.CANCELLED)) == 1
     await agent.aclose()
