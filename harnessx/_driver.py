@@ -1029,7 +1029,20 @@ class Driver:
         try:
             with tool_context_scope(context), run_view_scope(view):
                 if try_number is None:
-                    result = await tool.invoke(entry.call.input, entry.call.id)
+
+                    async def retrying(attempt: int, wanted: RetryWanted) -> None:
+                        await self._hook(
+                            HookEvent.RETRY,
+                            kind="tool",
+                            name=tool.name,
+                            attempt=attempt,
+                            next_attempt=attempt + 1,
+                            wait_seconds=wanted.delay,
+                            error=wanted.message,
+                            provider=None,
+                        )
+
+                    result = await tool.invoke(entry.call.input, entry.call.id, on_retry=retrying)
                 else:
                     outcome = await tool.try_once(entry.call.input, entry.call.id, attempt=try_number)
                     if isinstance(outcome, RetryWanted):

@@ -19,7 +19,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -243,8 +243,15 @@ class ToolDefinition:
             return None
         return self.retry or ToolRetry()
 
-    async def invoke(self, arguments: dict[str, Any], call_id: str = "") -> ToolResult:
-        """Call the handler, retrying a transient failure when ``effective_retry`` allows.
+    async def invoke(
+        self,
+        arguments: dict[str, Any],
+        call_id: str = "",
+        *,
+        on_retry: Callable[[int, RetryWanted], Awaitable[None]] | None = None,
+    ) -> ToolResult:
+        """Call the handler, retrying a transient failure when ``effective_retry`` allows;
+        ``on_retry(attempt, wanted)`` is awaited before the wait after failed try ``attempt``.
 
         A handler's exception becomes an error result; a timeout raises ``TimeoutError``
         (the caller decides what an unknown outcome means); cancellation propagates.
@@ -255,6 +262,8 @@ class ToolDefinition:
             outcome = await self.try_once(arguments, call_id, attempt=attempt)
             if isinstance(outcome, ToolResult):
                 return outcome
+            if on_retry is not None:
+                await on_retry(attempt, outcome)
             await asyncio.sleep(outcome.delay)
 
     async def try_once(

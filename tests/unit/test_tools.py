@@ -7,6 +7,7 @@ import pytest
 from harnessx import (
     Agent,
     ConfigurationError,
+    HookEvent,
     PermissionLevel,
     PermissionManager,
     ProviderResponse,
@@ -14,6 +15,8 @@ from harnessx import (
     ScriptedProvider,
     ToolCall,
     ToolRegistry,
+    ToolRetry,
+    TransientToolError,
 )
 
 
@@ -214,3 +217,39 @@ def test_resolve_tool_does_not_guess_a_name_that_could_mean_two_tools_or_none(as
         tools.resolve_tool(asked)
     with pytest.raises(ToolNotFoundError, match="Available tools: read_file"):
         tools.resolve_tool("do_it", among=["read_file"])  # only those offered
+
+
+async def test_a_tool_retry_fires_the_retry_hook() -> None:
+    tries = 0
+
+    def flaky() -> str:
+        nonlocal tries
+        tries += 1
+        if tries < 3:
+            raise TransientToolError(f"throttled (try {tries})")
+        return "third time"
+
+    call = ProviderResponse(tool_calls=[ToolCall("c1", "flaky", {})])
+    agent = Agent(provider=ScriptedProvider([call, "done"]))
+    agent.tools.register_tool(
+        flaky,
+        permission=PermissionLevel.ALLOW,
+        replay_policy="safe",
+        retry=ToolRetry(attempts=3, backoff_seconds=1, max_backoff_seconds=0.01),
+    )
+    retries: list[dict[str, object]] = []
+    agent.hooks.on(HookEvent.RETRY, lambda ctx: retries.append(dict(ctx.data)))
+    assert (await agent.run("go")).ok and tries == 3
+    # As 0.9.1's: one RETRY per failed try, its wait bounded by the tool's cap.
+    assert retries == [
+        {
+            "kind": "tool",
+            "name": "flaky",
+            "attempt": n,
+            "next_attempt": n + 1,
+            "wait_seconds": 0.01,
+            "error": f"throttled (try {n})",
+            "provider": None,
+        }
+        for n in (1, 2)
+    ]
