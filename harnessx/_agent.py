@@ -231,10 +231,11 @@ class Agent:
     @property
     def provider(self) -> LLMProvider:
         """The model provider: the one given, else built from the configuration with the agent
-        (on first use when none was configured then)."""
-        if self._closed:
-            raise RuntimeStateError("this agent is closed; create a fresh Agent")
+        (on first use when none was configured then). A closed agent still shows the
+        provider it had (closed, if the agent owned it)."""
         if self._provider is None:
+            if self._closed:  # never build one for a closed agent (nothing would close it)
+                raise RuntimeStateError("this agent is closed; create a fresh Agent")
             self._provider = build_provider(self.config)
             self._owns_provider = True
         return self._provider

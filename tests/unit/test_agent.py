@@ -560,3 +560,5 @@ async def test_injected_provider_not_closed_but_built_one_is(monkeypatch: pytest
     await built.aclose()
     await built.aclose()  # idempotent
     assert built._owns_provider and provider is not None
+    # A closed agent still shows the provider it closed (0.9.1's programs read it then).
+    assert built.provider is provider
