@@ -59,6 +59,7 @@ from harnessx import (
     ScriptedRequest,
     ToolCall,
     ToolResult,
+    UnknownExecutionKey,
     current_tool_context,
 )
 
@@ -327,6 +328,28 @@ async def _retrying(what: str, call: Any, deadline: float) -> Any:
             await asyncio.sleep(0.25)
 
 
+async def _reconcile(runtime: AgentRuntime, key: str, deadline: float) -> None:
+    """Settle an uncertain call by hand, as an operator would.
+
+    A server restart can cut off the answer to a decision the workflow has already taken;
+    the retry then finds nothing waiting under the key. Only after such a cut-off does that
+    mean done (nothing else here settles the call): on a first attempt it is a failure."""
+    in_doubt = False
+    while True:
+        try:
+            await runtime.resolve_tool(key, result=ToolResult(content="reconciled by hand"))
+            return
+        except UnknownExecutionKey:
+            if in_doubt:
+                return
+            raise
+        except HarnessError as exc:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"resolve kept failing: {exc}") from exc
+            in_doubt = True
+            await asyncio.sleep(0.25)
+
+
 async def _one_run(backend: Any, index: int, policy: str, outcome: Outcome, deadline: float) -> None:
     runtime = AgentRuntime(AgentRef(policy, "v1"), backend=backend)
     await _retrying("start", runtime.start, deadline)
@@ -342,11 +365,7 @@ async def _one_run(backend: Any, index: int, policy: str, outcome: Outcome, dead
             break
         for pending in result.pending:
             outcome.uncertain_keys.add(pending.execution_key)
-
-            async def resolve(key: str = pending.execution_key) -> None:
-                await runtime.resolve_tool(key, result=ToolResult(content="reconciled by hand"))
-
-            await _retrying("resolve", resolve, deadline)
+            await _reconcile(runtime, pending.execution_key, deadline)
 
         async def resume(session_id: str = result.session_id) -> Any:
             return await runtime.resume(session_id)

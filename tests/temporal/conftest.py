@@ -8,13 +8,15 @@ Without the temporal CLI or redis-server the tests are skipped with the reason, 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from temporal_agents import registry
 from temporal_support import TemporalSetup
 
+from harnessx.temporal import TemporalBackend
 from harnessx.testing import RedisServer, ServiceError, TemporalDevServer
 
 
@@ -56,3 +58,14 @@ def setup(
         yield setup
     finally:
         setup.stop_all()
+
+
+@pytest.fixture
+async def backend(setup: TemporalSetup) -> AsyncIterator[TemporalBackend]:
+    """A TemporalBackend over the test agents, with a worker polling its task queue."""
+    backend = await setup.backend(registry)
+    try:
+        async with await backend.worker():
+            yield backend
+    finally:
+        await backend.aclose()

@@ -5,13 +5,11 @@ recorded before replay as they were decided (patch marker ``harnessx-serial-besi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporal_agents import registry
-from temporal_support import TemporalSetup
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
@@ -22,16 +20,6 @@ pytestmark = pytest.mark.timeout(120)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "temporal"
 BATCHED = AgentRef("batched", "v1")
-
-
-@pytest.fixture
-async def backend(setup: TemporalSetup) -> AsyncIterator[TemporalBackend]:
-    backend = await setup.backend(registry)
-    try:
-        async with await backend.worker():
-            yield backend
-    finally:
-        await backend.aclose()
 
 
 def _tool_events(events: list[Any]) -> list[tuple[str, str]]:

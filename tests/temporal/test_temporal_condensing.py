@@ -9,28 +9,16 @@ SQLite, and the history replays.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporal_agents import registry
-from temporal_support import TemporalSetup
 
 from harnessx import AgentRef, AgentRuntime, RunResult, SQLiteBackend
 from harnessx.temporal import TemporalBackend, replayer
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-async def backend(setup: TemporalSetup) -> AsyncIterator[TemporalBackend]:
-    backend = await setup.backend(registry)
-    try:
-        async with await backend.worker():
-            yield backend
-    finally:
-        await backend.aclose()
 
 
 def _noted(path: Path) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -37,16 +36,6 @@ from harnessx.temporal._backend import _update_cut_off
 pytestmark = pytest.mark.timeout(120)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "temporal"
-
-
-@pytest.fixture
-async def backend(setup: TemporalSetup) -> AsyncIterator[TemporalBackend]:
-    backend = await setup.backend(registry)
-    try:
-        async with await backend.worker():
-            yield backend
-    finally:
-        await backend.aclose()
 
 
 async def test_a_run_with_a_tool_and_an_answer(backend: TemporalBackend) -> None:
