@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
+import pytest
 
 from harnessx._state import Delta, Phase
 from harnessx.store import PostgresBackend
@@ -238,6 +239,34 @@ async def test_a_claim_locks_only_the_runs_it_looks_at_and_another_goes_elsewher
         await second.close()
 
 
+async def test_a_claim_naming_its_agents_passes_over_runs_another_claim_holds(pg_database: str) -> None:
+    # Schema 33 reads a named agent's next runs without locking them, then locks them with
+    # SKIP LOCKED: a run another claim holds is passed over and the next one read, so the
+    # second claim neither takes the same run nor comes back empty.
+    async with PostgresBackend(pg_database) as store:
+        for n, agent in enumerate(["sales:v1", "batch:v1", "sales:v1", "sales:v1"]):
+            await store.create_session(f"s{n}", agent, {})
+            lease = await store.claim(f"s{n}", "submitter")
+            await store.create_run(
+                lease, f"r{n}", None, "queued", Delta(Phase.PREPARE_MODEL_CALL), queued=True
+            )
+    settings = {"search_path": quote_ident(SCHEMA)}
+    first = await asyncpg.connect(pg_database, server_settings=settings)
+    second = await asyncpg.connect(pg_database, server_settings=settings)
+    try:
+        claim = (
+            "SELECT run_id FROM harnessx_claim_runs($1, '{sales:v1}', $2, 30, $3) WHERE run_id IS NOT NULL"
+        )
+        async with first.transaction():
+            assert [row[0] for row in await first.fetch(claim, "w/1", 1, "c1")] == ["r0"]  # not committed
+            async with second.transaction():
+                meanwhile = await asyncio.wait_for(second.fetch(claim, "w/2", 2, "c2"), 10)
+                assert [row[0] for row in meanwhile] == ["r2", "r3"]
+    finally:
+        await first.close()
+        await second.close()
+
+
 async def test_a_claim_finding_its_only_tenant_busy_waits_for_it_instead_of_coming_back_empty(
     pg_database: str,
 ) -> None:
@@ -316,3 +345,58 @@ async def test_a_claim_through_tenants_and_a_key_limit_runs_a_known_number_of_st
         report.split("Query Text:", 1)[-1].strip().split("\n")[0] for report in reports if "plan:" in report
     ]
     assert len(statements) == 14, "\n".join(statements)
+
+
+@pytest.mark.parametrize("own", [True, False], ids=["own-run", "none-own"])
+@pytest.mark.parametrize("tenant", ["", "acme"], ids=["untenanted", "tenant"])
+async def test_a_claim_naming_its_agents_does_not_read_other_agents_backlog(
+    pg_database: str, tenant: str, own: bool
+) -> None:
+    # A worker names the agents it serves (`p_agents`). Through schema 32 its claim read the
+    # queue in rank order and passed over every run of other agents ranked before its own:
+    # 1,256 buffers a claim with 20,000 of another agent's runs queued. Schema 33 reads each named agent's
+    # queue through its own index and merges them by rank, on the single-statement path
+    # (untenanted) and in a tenant's alike; also when no run of its agents waits, when the
+    # statistics know one agent only (a plan that took the tenant's queue index for as good).
+    schedule = Schedule(tenant=tenant or None)
+    queued_runs = [("other", "batch:v1", "r")] + ([("mine", "sales:v1", "own")] if own else [])
+    async with PostgresBackend(pg_database) as store:
+        for session, agent, run in queued_runs:
+            # The worker's own run is queued last: ranked behind all the others'.
+            await store.create_session(session, agent, {})
+            lease = await store.claim(session, "submitter")
+            await store.create_run(
+                lease, run, None, "queued", Delta(Phase.PREPARE_MODEL_CALL), queued=True, schedule=schedule
+            )
+    conn = await asyncpg.connect(pg_database, server_settings={"search_path": quote_ident(SCHEMA)})
+    read: dict[int, int] = {}
+    try:
+        for queued in (200, 5_000):
+            await queue_copies(conn, "r", queued)
+            # Copied in one transaction, the runs' counting into their tenant's row left as
+            # many versions of it as runs (submissions one by one leave it a page: pruned).
+            await conn.execute("VACUUM FULL fair_shares")
+            for _ in range(2):  # the first call plans the function's statements
+                transaction = conn.transaction()
+                await transaction.start()
+                try:
+                    [plan] = json.loads(
+                        await conn.fetchval(
+                            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+                            "SELECT * FROM harnessx_claim_runs('w/x', '{sales:v1}', 1, 30, 'c1')"
+                        )
+                    )
+                    taken = await conn.fetchval(
+                        "SELECT array_agg(run_id) FROM harnessx_claim_runs('w/x', '{sales:v1}', 1, 30, 'c2')"
+                    )
+                finally:
+                    await transaction.rollback()
+                assert plan["Plan"]["Actual Rows"] == (1 if own else 0)
+                assert taken is None  # the first claim took the worker's only run, if any
+                read[queued] = plan["Plan"]["Shared Hit Blocks"] + plan["Plan"]["Shared Read Blocks"]
+    finally:
+        await conn.close()
+    # Schema 33: 81 and 76 buffers untenanted, 74 and 91 in a tenant (a claim there writes its
+    # run by a statement of its own, into indexes a level deeper); 4 and 4, 8 and 9 with none
+    # of the worker's runs queued. Schema 32: 65 and 326, 79 and 341; 13 and 259, 17 and 265.
+    assert read[5_000] < 1.5 * read[200], read

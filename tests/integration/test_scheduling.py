@@ -110,6 +110,33 @@ async def test_an_agents_registered_priority_is_its_runs_default(target: Backend
         assert schedule is not None and schedule.priority == 7
 
 
+@pytest.mark.parametrize(
+    ("tenant", "paused"),
+    [(None, False), ("acme", False), (None, True)],
+    ids=["untenanted", "tenant", "limited"],
+)
+async def test_a_worker_naming_its_agents_takes_their_runs_by_priority_across_them(
+    target: BackendTarget, tenant: str | None, paused: bool
+) -> None:
+    # A worker names the agents it serves; their runs are read by agent (PostgreSQL schema
+    # 33) and must still come in effective priority order across them, past other agents'.
+    async with target.open() as store:
+        if paused:
+            await store.set_concurrency_limit("agent:a@v1", 0)  # a's runs wait, b's go
+        await queue(store, "other", agent="x@v1", priority=9, tenant=tenant)
+        await queue(store, "a_plain", agent="a@v1", tenant=tenant)
+        await queue(store, "b_high", agent="b@v1", priority=5, tenant=tenant)
+        await queue(store, "a_later", agent="a@v1", priority=20, delay=3600, tenant=tenant)
+        await queue(store, "b_low", agent="b@v1", priority=-1, tenant=tenant)
+        order = []
+        while claimed := await store.claim_queued("w", ["a@v1", "b@v1", "a@v1"], 1):
+            [(lease, run_id)] = claimed
+            order.append(run_id)
+            await store.release(lease)
+        assert order == (["b_high", "b_low"] if paused else ["b_high", "a_plain", "b_low"])
+        assert await claim_all(store, agents=["x@v1"]) == ["other"]
+
+
 # ----------------------------------------------------------------- delayed runs
 
 
