@@ -337,6 +337,7 @@ UNDO_MIGRATION = {
     "DROP TRIGGER runs_queued_delete ON runs; DROP FUNCTION harnessx_count_queued(); "
     "DROP FUNCTION harnessx_claim_runs(text, text[], integer, double precision, text); "
     "DROP FUNCTION IF EXISTS harnessx_limit_of(text); DROP VIEW runs_now; DROP INDEX runs_tenant_queue; "
+    "DROP INDEX runs_agent_queue; "  # schema 33's, on the rank function
     "DROP FUNCTION harnessx_queue_rank(timestamptz, timestamptz, integer); "
     "DROP TABLE run_claims, concurrency_limits, agent_defaults, fair_shares, rate_limits, rate_buckets; "
     "ALTER TABLE runs DROP COLUMN concurrency_key, DROP COLUMN tenant, DROP COLUMN claimed_at, "
