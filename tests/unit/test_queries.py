@@ -68,6 +68,7 @@ SQLITE_ONLY_QUERIES = {
             "claim_setup",
             "waiting_tenants",
             "tenant_queue",
+            "agent_queue",
             "limit_of",
             "driving_key",
             "driving_agent",

@@ -260,14 +260,25 @@ LIMIT ?2;
 
 -- name: tenant_queue
 -- A tenant's queued runs whose session no unexpired lease holds, whose not_before has passed
--- (?2: now), of the given agent refs (?3: a JSON array, NULL: any), in rank order: the time
--- a run became claimable less a minute per point of priority.
-SELECT r.id, r.session_id, r.concurrency_key, r.agent_ref
+-- (?2: now), in rank order: the time a run became claimable less a minute per point of
+-- priority (runs_tenant_queue).
+SELECT r.id, r.session_id, r.concurrency_key, r.agent_ref,
+       max(r.queued_at, coalesce(r.not_before, r.queued_at)) - r.priority * 60.0
 FROM runs r JOIN sessions s ON s.id = r.session_id
 WHERE r.queued_at IS NOT NULL AND r.tenant = ?1
   AND (s.lease_owner IS NULL OR s.lease_expires_at <= ?2)
   AND (r.not_before IS NULL OR r.not_before <= ?2)
-  AND (?3 IS NULL OR r.agent_ref IN (SELECT value FROM json_each(?3)))
+ORDER BY max(r.queued_at, coalesce(r.not_before, r.queued_at)) - r.priority * 60.0;
+
+-- name: agent_queue
+-- The same of one agent (?3) only, through runs_agent_queue: a worker that names its agents
+-- merges theirs by rank, never reading other agents' runs.
+SELECT r.id, r.session_id, r.concurrency_key, r.agent_ref,
+       max(r.queued_at, coalesce(r.not_before, r.queued_at)) - r.priority * 60.0
+FROM runs r JOIN sessions s ON s.id = r.session_id
+WHERE r.queued_at IS NOT NULL AND r.tenant = ?1 AND r.agent_ref = ?3
+  AND (s.lease_owner IS NULL OR s.lease_expires_at <= ?2)
+  AND (r.not_before IS NULL OR r.not_before <= ?2)
 ORDER BY max(r.queued_at, coalesce(r.not_before, r.queued_at)) - r.priority * 60.0;
 
 -- name: limit_of
