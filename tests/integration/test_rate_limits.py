@@ -236,6 +236,54 @@ async def test_a_reservation_commits_without_waiting_for_the_disk_and_nothing_el
         await conn.close()
 
 
+@pytest.mark.parametrize("target", ["postgres"], indirect=True)  # SQLite's is a Python transaction
+async def test_a_reservation_writes_its_buckets_row_once_and_takes_a_hold_once(target: BackendTarget) -> None:
+    # Schema 34: the bucket's row is locked by the SELECT that reads the limit, not by an
+    # upsert that writes a row version only to lock it (then the UPDATE wrote another).
+    # Counted from the server's own statistics of the transaction, which do not depend on
+    # timing.
+    async with target.open() as store:
+        await store.set_rate_limit("openai/*", 60_000, 6_000_000)
+        assert await store.reserve_rate("openai/gpt-4o", 10) is not None  # its row exists
+        runtime, handle = await held_back(store, "openai/gpt-4o")
+        try:
+            conn = await asyncpg.connect(target.location, server_settings={"search_path": "harness_x"})
+            try:
+                # The backend's counts not yet reported (they may span transactions): read
+                # before and after the call, in one transaction.
+                counting = (
+                    "SELECT b.n_tup_ins, b.n_tup_upd, h.n_tup_del FROM pg_stat_xact_user_tables b, "
+                    "pg_stat_xact_user_tables h WHERE b.relname = 'rate_buckets' AND h.relname = 'rate_holds'"
+                )
+
+                async def writes(call: str) -> tuple[tuple[int, ...], tuple[Any, ...]]:
+                    async with conn.transaction():
+                        before = await conn.fetchrow(counting)
+                        row = await conn.fetchrow(call)
+                        after = await conn.fetchrow(counting)
+                    return tuple(a - b for a, b in zip(after, before, strict=True)), tuple(row)
+
+                mini = "SELECT * FROM harnessx_reserve_rate('openai/gpt-4o-mini', 10, {}, NULL)"
+                first, _ = await writes(mini.format(0))
+                assert first == (1, 1, 0)  # the bucket's first row, then its times
+                again, taken = await writes(mini.format(5))
+                assert again == (0, 1, 0) and taken[-1] is False
+                kept, taken = await writes(
+                    f"SELECT * FROM harnessx_reserve_rate('openai/gpt-4o', 10, 0, '{handle.run_id}')"
+                )
+                assert kept == (0, 1, 1) and taken[-1] is True  # the run's hold, taken once
+                after, taken = await writes(
+                    f"SELECT * FROM harnessx_reserve_rate('openai/gpt-4o', 10, 0, '{handle.run_id}')"
+                )
+                assert after == (0, 1, 0) and taken[-1] is False and taken[0] < 1  # a new one
+            finally:
+                await conn.close()
+        finally:
+            await runtime.cancel()
+            await asyncio.wait_for(handle.result(), 30)
+            await runtime.stop()
+
+
 async def test_the_gate_settles_a_calls_tokens_off_its_path_within_a_bound(target: BackendTarget) -> None:
     from harnessx._middleware import ModelRequest
     from harnessx._rate_gate import RateGate
