@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-from harnessx._errors import ConfigurationError, ProviderError
+from harnessx._errors import ConfigurationError, IncompleteStreamError, ProviderError
+from harnessx._model_limits import ModelLimits
 from harnessx._policies import PromptCacheHint
 from harnessx.providers._base import ProviderResponse, StopReason, StreamChunk, TokenUsage, ToolCall
 from harnessx.providers._http import (
+    ChunkParser,
     HTTPProvider,
     SSEEvent,
     as_dict,
@@ -23,6 +28,15 @@ from harnessx.providers._http import (
     decode_event_json,
     error_message_from_body,
     parse_tool_arguments,
+)
+from harnessx.providers._sdk_client import (
+    attributes,
+    await_sdk,
+    call_sdk,
+    jsonable,
+    model_and_client,
+    sdk_kwargs,
+    sse,
 )
 from harnessx.providers._vendor_fields import JSONValue, checked_extra_body, merge_extra_body
 
@@ -92,6 +106,14 @@ class AnthropicProvider(HTTPProvider):
     The reply's content blocks are kept in order on ``ProviderResponse.content``, thinking
     blocks with their signatures and redacted thinking included: with extended thinking and
     tools the API wants them back unchanged in the assistant turn.
+
+    ``client=`` takes an ``anthropic.AsyncAnthropic`` (or any object of its shape), as 0.9.1's
+    provider did: requests then go through ``client.messages.create`` / ``.stream`` /
+    ``.count_tokens``, which choose the endpoint, key, API version and retries (``api_key``,
+    ``base_url``, ``anthropic_version`` and ``http_client`` are not used). A ``temperature``
+    is sent, and sent once more without it if the client or the API refuses it; the model's
+    limits are asked of ``client.models.retrieve`` once per model. ``aclose()`` closes the
+    client, as 0.9.1's did.
     """
 
     name = "anthropic"
@@ -112,7 +134,9 @@ class AnthropicProvider(HTTPProvider):
         extra_headers: Mapping[str, str] | None = None,
         default_max_tokens: int | None = None,
         extra_body: Mapping[str, JSONValue] | None = None,
+        client: object | None = None,
     ) -> None:
+        model, client = model_and_client("AnthropicProvider", model, client)
         super().__init__(
             model,
             api_key=api_key,
@@ -120,7 +144,9 @@ class AnthropicProvider(HTTPProvider):
             timeout=timeout,
             http_client=http_client,
             extra_headers=extra_headers,
+            client=client,
         )
+        self._models_api: dict[str, ModelLimits | None] = {}
         if default_max_tokens is not None and default_max_tokens < 1:
             raise ConfigurationError(f"default_max_tokens must be positive, got {default_max_tokens}")
         self.anthropic_version = anthropic_version
@@ -141,8 +167,31 @@ class AnthropicProvider(HTTPProvider):
 
     @property
     def accepts_sampling(self) -> bool:
-        """Whether the API version still takes ``temperature`` (versions before 2026-10-21)."""
-        return self.anthropic_version < _NO_SAMPLING_FROM
+        """Whether the API version still takes ``temperature`` (versions before 2026-10-21).
+        With an SDK client the client chooses the version: sent, and dropped if refused."""
+        return self.client is not None or self.anthropic_version < _NO_SAMPLING_FROM
+
+    def model_limits(self, model: str) -> ModelLimits | Awaitable[ModelLimits | None] | None:
+        """With an SDK client, the limits its Models API states (asked once per model; no
+        answer leaves the table's); without one, the table's (``harnessx.models``)."""
+        if self.client is None:
+            return None
+        if model in self._models_api:
+            return self._models_api[model]
+        return self._ask_models_api(model)
+
+    async def _ask_models_api(self, model: str) -> ModelLimits | None:
+        found: ModelLimits | None = None
+        try:
+            info = await asyncio.wait_for(self.client.models.retrieve(model), timeout=10)  # type: ignore[attr-defined]
+        except Exception:  # an older API, a proxy without /v1/models, a client double
+            logger.debug("%s: the Models API did not answer for %s", self.provider_name, model, exc_info=True)
+        else:
+            window, output = getattr(info, "max_input_tokens", None), getattr(info, "max_tokens", None)
+            if type(window) is int and type(output) is int and window > 0 and output > 0:
+                found = ModelLimits(window, output)
+        self._models_api[model] = found
+        return found
 
     def _headers(self) -> dict[str, str]:
         headers = {"accept": "application/json", "anthropic-version": self.anthropic_version}
@@ -194,8 +243,48 @@ class AnthropicProvider(HTTPProvider):
 
     def _refused_cache_fields(self, exc: ProviderError) -> bool:
         """Any invalid-request refusal may be one of the cache markers, since a compatible
-        server (llama.cpp, a gateway) may not say why."""
-        return exc.status_code == 400
+        server (llama.cpp, a gateway) may not say why; through an SDK client (or a double of
+        one) a refusal that names them."""
+        return exc.status_code == 400 or (self.client is not None and "cache_control" in str(exc))
+
+    # ------------------------------------------------------------------ an SDK client
+
+    async def _sdk_post(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        messages: Any = self.client.messages  # type: ignore[attr-defined]
+        if path.endswith("/count_tokens"):
+            return dict(jsonable(await messages.count_tokens(**sdk_kwargs(messages.count_tokens, payload))))
+        try:
+            reply = await await_sdk(messages.create, sdk_kwargs(messages.create, payload))
+        except ValueError as exc:
+            # The SDK refuses a call that may run past ten minutes unstreamed; stream it.
+            if "Streaming is required" not in str(exc):
+                raise
+            final: ProviderResponse | None = None
+            async with aclosing(self._sdk_stream(payload, _parse_stream)) as chunks:
+                async for chunk in chunks:
+                    if chunk.kind == "response":
+                        final = chunk.data
+            if final is None or not isinstance(final.raw, dict):
+                raise IncompleteStreamError("Anthropic stream ended before the message was complete") from exc
+            return final.raw
+        return _message_json(reply)
+
+    async def _sdk_stream(
+        self, payload: Mapping[str, Any], parse: ChunkParser
+    ) -> AsyncGenerator[StreamChunk, None]:
+        messages: Any = self.client.messages  # type: ignore[attr-defined]
+        request = {key: value for key, value in payload.items() if key != "stream"}  # stream() sets it
+        async with call_sdk(messages.stream, sdk_kwargs(messages.stream, request)) as stream:
+            if not hasattr(stream, "__aiter__"):
+                # A client double that offers only the text and the final message.
+                async for text in stream.text_stream:
+                    if text:
+                        yield StreamChunk("text_delta", text)
+                yield StreamChunk("response", _parse_message(_message_json(await stream.get_final_message())))
+                return
+            async with aclosing(_sdk_events(stream)) as events, aclosing(parse(events)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
 
     async def count_tokens(
         self,
@@ -257,6 +346,41 @@ class AnthropicProvider(HTTPProvider):
                 temperature,
             )
         return False
+
+
+# --------------------------------------------------------------------------- an SDK client's replies
+
+_MESSAGE_FIELDS = ("id", "type", "role", "model", "stop_reason", "stop_sequence")
+_USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+# The events the Messages API streams; the SDK's stream adds its own ("text", "input_json",
+# ...) derived from them, which would count everything twice.
+_WIRE_EVENTS = frozenset(
+    {"message_start", "content_block_start", "content_block_delta", "message_delta", "error"}
+)
+
+
+def _message_json(message: object) -> dict[str, Any]:
+    """An SDK ``Message`` as the JSON the API sent. Read field by field, so a client double
+    (a ``MagicMock`` answers every attribute) gives only what it was set up with."""
+    data = attributes(message, _MESSAGE_FIELDS)
+    content = message.get("content") if isinstance(message, Mapping) else getattr(message, "content", None)
+    if isinstance(content, list | tuple):
+        data["content"] = [jsonable(block) for block in content]
+    usage = message.get("usage") if isinstance(message, Mapping) else getattr(message, "usage", None)
+    if usage is not None:
+        data["usage"] = attributes(usage, _USAGE_FIELDS)
+    return data
+
+
+async def _sdk_events(stream: AsyncIterator[object]) -> AsyncGenerator[SSEEvent, None]:
+    """The SDK stream's events as the server-sent events they were read from."""
+    async for event in stream:
+        kind = getattr(event, "type", None)
+        if kind in _WIRE_EVENTS:
+            yield sse(str(kind), event)
+        elif kind in ("content_block_stop", "message_stop"):
+            # The SDK adds the assembled block or message to these; nothing to parse in them.
+            yield (str(kind), json.dumps({"type": kind}))
 
 
 # --------------------------------------------------------------------------- request
@@ -539,7 +663,8 @@ async def _parse_stream(events: AsyncIterator[SSEEvent]) -> AsyncGenerator[Strea
         if state.finished:
             break
     if not state.finished:
-        raise ProviderError("Anthropic stream ended before message_stop", retryable=True)
+        # Retried like a dropped connection; what was assembled is a fragment.
+        raise IncompleteStreamError("Anthropic stream ended before message_stop")
     yield StreamChunk("response", state.response())
 
 

@@ -12,6 +12,7 @@ the same way for every provider (``harnessx._retry``).
 from __future__ import annotations
 
 import email.utils
+import inspect
 import json
 import logging
 import math
@@ -25,9 +26,10 @@ from typing import Any, ClassVar
 
 import httpx
 
-from harnessx._errors import ConfigurationError, ProviderError
+from harnessx._errors import ConfigurationError, HarnessError, ProviderError
 from harnessx._policies import PromptCacheHint
 from harnessx.providers._base import INVALID_ARGUMENTS, LLMProvider, StreamChunk
+from harnessx.providers._sdk_client import sdk_error
 
 __all__ = [
     "RETRYABLE_STATUS_CODES",
@@ -284,8 +286,12 @@ class HTTPProvider(LLMProvider):
         timeout: float,
         http_client: httpx.AsyncClient | None,
         extra_headers: Mapping[str, str] | None,
+        client: object | None = None,
     ) -> None:
         self.model = model
+        # A vendor SDK client to send requests through instead of HTTP (``_sdk_client``);
+        # the caller's, like an injected http_client.
+        self.client = client
         # Resolved once so that repr() can say whether a key is present; the value itself
         # is only ever read by _headers().
         self._api_key = api_key or os.environ.get(self.api_key_env) or None
@@ -311,10 +317,17 @@ class HTTPProvider(LLMProvider):
         return self._client
 
     async def aclose(self) -> None:
-        """Close the client if this provider created it; an injected client is the caller's."""
+        """Close the client if this provider created it; an injected ``http_client`` is the
+        caller's. A vendor SDK client (``client=``) is closed, as 0.9.1's providers did."""
         if self._owns_client and self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
+        if self.client is not None:
+            close = getattr(self.client, "close", None) or getattr(self.client, "aclose", None)
+            if callable(close):
+                closed = close()
+                if inspect.isawaitable(closed):
+                    await closed
 
     # ------------------------------------------------------------------ subclass hooks
 
@@ -399,6 +412,13 @@ class HTTPProvider(LLMProvider):
 
     async def _post_json(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         """POST ``payload`` and return the decoded JSON object (one attempt)."""
+        if self.client is not None:
+            try:
+                return await self._sdk_post(path, payload)
+            except HarnessError:
+                raise
+            except Exception as exc:
+                raise sdk_error(self.provider_name, exc, self._redact) from exc
         headers = self._request_headers()
         try:
             response = await self.http_client.post(self._url(path), json=payload, headers=headers)
@@ -413,9 +433,15 @@ class HTTPProvider(LLMProvider):
         """POST ``payload`` and yield what ``parse`` makes of the server-sent events (one
         attempt). A stream that breaks off after part of the reply is retryable too: the
         runtime then announces ``attempt_reset`` so that followers drop the part they saw."""
-        headers = self._request_headers()
         delivered = False
         try:
+            if self.client is not None:
+                async with aclosing(self._sdk_stream(payload, parse)) as chunks:
+                    async for chunk in chunks:
+                        delivered = True
+                        yield chunk
+                return
+            headers = self._request_headers()
             async with (
                 self._open_stream(path, payload, headers) as response,
                 aclosing(iter_sse(response.aiter_lines())) as events,
@@ -424,8 +450,15 @@ class HTTPProvider(LLMProvider):
                 async for chunk in chunks:
                     delivered = True
                     yield chunk
-        except (_Transient, ProviderError, httpx.HTTPError) as exc:
-            error = self._provider_error(exc)
+        except Exception as exc:
+            if isinstance(exc, HarnessError) and not isinstance(exc, ProviderError):
+                raise  # IncompleteStreamError and the like: already what the runtime reads
+            if self.client is not None:
+                error = sdk_error(self.provider_name, exc, self._redact)
+            elif isinstance(exc, _Transient | ProviderError | httpx.HTTPError):
+                error = self._provider_error(exc)
+            else:
+                raise
             if delivered:
                 raise ProviderError(
                     f"{self.provider_name} stream broke off after part of the reply was delivered: {error}",
@@ -449,6 +482,18 @@ class HTTPProvider(LLMProvider):
             yield response
         finally:
             await response.aclose()
+
+    # ------------------------------------------------------------------ an SDK client
+
+    async def _sdk_post(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """What ``_post_json(path, payload)`` returns, asked of ``self.client``."""
+        raise ConfigurationError(f"{type(self).__name__} cannot send {path} through an SDK client")
+
+    def _sdk_stream(
+        self, payload: Mapping[str, Any], parse: ChunkParser
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """What ``_stream_chunks`` yields for ``payload``, asked of ``self.client``."""
+        raise ConfigurationError(f"{type(self).__name__} cannot stream through an SDK client")
 
     def _request_headers(self) -> dict[str, str]:
         return {**self._headers(), **self.extra_headers}

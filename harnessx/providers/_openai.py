@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
 import re
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
 
-from harnessx._errors import ConfigurationError, ProviderError
+from harnessx._errors import ConfigurationError, IncompleteStreamError, ProviderError
 from harnessx._policies import PromptCacheHint
 from harnessx.providers._base import ProviderResponse, StopReason, StreamChunk, TokenUsage, ToolCall
 from harnessx.providers._http import (
+    ChunkParser,
     HTTPProvider,
     SSEEvent,
     as_dict,
@@ -27,6 +31,7 @@ from harnessx.providers._http import (
     estimate_tokens,
     parse_tool_arguments,
 )
+from harnessx.providers._sdk_client import await_sdk, jsonable, model_and_client, sdk_kwargs, sse
 from harnessx.providers._vendor_fields import JSONValue, checked_extra_body, merge_extra_body
 
 __all__ = ["MaxTokensParam", "OpenAIProvider", "is_reasoning_model"]
@@ -85,6 +90,18 @@ class OpenAIProvider(HTTPProvider):
     models do); ``None`` decides by the model name (o1, o3, o4-mini, gpt-5, ...).
     ``extra_body`` holds any other request fields to send (``tool_choice``,
     ``parallel_tool_calls``, ``seed``, ``reasoning_effort``, ...); see ``_vendor_fields``.
+
+    ``client=`` takes an ``openai.AsyncOpenAI`` (or any object of its shape), as 0.9.1's
+    provider did: requests then go through ``client.chat.completions.create``, which chooses
+    the endpoint, key and retries (``api_key``, ``base_url``, ``organization`` and
+    ``http_client`` are not used); fields the SDK has no parameter for, and
+    ``prompt_cache_key``, go in its ``extra_body``. ``aclose()`` closes the client, as
+    0.9.1's did.
+
+    A stream that ends with neither a finish reason nor ``[DONE]`` was cut short
+    (``IncompleteStreamError``, retried). ``allow_missing_finish_reason_for_text=True``
+    accepts such a stream when it holds text and no tool call, for a server that never
+    says it finished.
     """
 
     name = "openai"
@@ -111,7 +128,10 @@ class OpenAIProvider(HTTPProvider):
         max_tokens_param: MaxTokensParam = "max_completion_tokens",
         reasoning_model: bool | None = None,
         extra_body: Mapping[str, JSONValue] | None = None,
+        client: object | None = None,
+        allow_missing_finish_reason_for_text: bool = False,
     ) -> None:
+        model, client = model_and_client("OpenAIProvider", model, client)
         if max_tokens_param not in ("max_completion_tokens", "max_tokens"):
             raise ConfigurationError(
                 f"OpenAIProvider(max_tokens_param={max_tokens_param!r}): use 'max_completion_tokens' "
@@ -124,7 +144,9 @@ class OpenAIProvider(HTTPProvider):
             timeout=timeout,
             http_client=http_client,
             extra_headers=extra_headers,
+            client=client,
         )
+        self.allow_missing_finish_reason_for_text = allow_missing_finish_reason_for_text
         self.organization = organization
         self.max_tokens_param: MaxTokensParam = max_tokens_param
         self.reasoning_model = reasoning_model
@@ -179,7 +201,10 @@ class OpenAIProvider(HTTPProvider):
         payload["stream"] = True
         # Without this the stream carries no token counts at all.
         payload["stream_options"] = {"include_usage": True}
-        chunks = self._stream_cached("/chat/completions", payload, _parse_stream, cache, len(messages))
+        parse = functools.partial(
+            _parse_stream, text_may_end_unfinished=self.allow_missing_finish_reason_for_text
+        )
+        chunks = self._stream_cached("/chat/completions", payload, parse, cache, len(messages))
         async for chunk in chunks:
             yield chunk
 
@@ -203,6 +228,38 @@ class OpenAIProvider(HTTPProvider):
         check for unknown fields name the one they refuse: "Unrecognized request argument
         supplied: prompt_cache_key", "extra inputs are not permitted ... prompt_cache_key")."""
         return exc.status_code in (400, 422) and "prompt_cache_key" in str(exc)
+
+    # ------------------------------------------------------------------ an SDK client
+
+    def _sdk_kwargs(self, payload: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        create: Any = self.client.chat.completions.create  # type: ignore[attr-defined]
+        # prompt_cache_key goes in extra_body, as 0.9.1 sent it: SDK versions before the
+        # field have no parameter for it.
+        return create, sdk_kwargs(create, payload, extra_body_fields=frozenset({"prompt_cache_key"}))
+
+    async def _sdk_post(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        create, kwargs = self._sdk_kwargs(payload)
+        reply = jsonable(await await_sdk(create, kwargs))
+        if not isinstance(reply, dict):
+            raise ProviderError(f"OpenAI client returned {type(reply).__name__}, not a chat completion")
+        return reply
+
+    async def _sdk_stream(
+        self, payload: Mapping[str, Any], parse: ChunkParser
+    ) -> AsyncGenerator[StreamChunk, None]:
+        create, kwargs = self._sdk_kwargs(payload)
+        stream = await await_sdk(create, kwargs)
+        try:
+            async with aclosing(_sdk_events(stream)) as events, aclosing(parse(events)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+        finally:
+            # The SDK's stream holds the connection until closed; a generator, its frames.
+            close = getattr(stream, "aclose", None) or getattr(stream, "close", None)
+            if callable(close):
+                closed = close()
+                if inspect.isawaitable(closed):
+                    await closed
 
     async def count_tokens(
         self,
@@ -552,7 +609,15 @@ class _StreamState:
         return completion
 
 
-async def _parse_stream(events: AsyncIterator[SSEEvent]) -> AsyncGenerator[StreamChunk, None]:
+async def _sdk_events(stream: AsyncIterable[object]) -> AsyncGenerator[SSEEvent, None]:
+    """An SDK stream's chunks as the server-sent events they were read from."""
+    async for chunk in stream:
+        yield sse("message", chunk)
+
+
+async def _parse_stream(
+    events: AsyncIterator[SSEEvent], *, text_may_end_unfinished: bool = False
+) -> AsyncGenerator[StreamChunk, None]:
     state = _StreamState()
     async for _event, data in events:
         if data.strip() == "[DONE]":
@@ -562,6 +627,9 @@ async def _parse_stream(events: AsyncIterator[SSEEvent]) -> AsyncGenerator[Strea
             yield chunk
     # Some compatible servers never send [DONE]; a finish reason is proof enough that the
     # reply is complete. Neither means the connection was cut short.
-    if not state.done and state.finish_reason is None:
-        raise ProviderError("OpenAI stream ended before the reply was complete", retryable=True)
+    # A server that never says it finished may be allowed a text answer; never a tool call,
+    # whose arguments may be cut off anywhere.
+    unfinished_text = text_may_end_unfinished and state.text and not state.calls
+    if not state.done and state.finish_reason is None and not unfinished_text:
+        raise IncompleteStreamError("OpenAI stream ended before the reply was complete")
     yield StreamChunk("response", state.response())

@@ -1,0 +1,223 @@
+"""The providers given a vendor SDK client (``client=``, as 0.9.1's took one).
+
+The clients are the vendors' real ones (``anthropic.AsyncAnthropic``, ``openai.AsyncOpenAI``)
+pointed at the scripted server on loopback: the SDK does the HTTP, the provider builds the
+request and reads what the SDK hands back. ``test_replay.py`` replays the recorded streams
+through them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import anthropic
+import openai
+import pytest
+
+from harnessx import PromptCacheHint
+from harnessx._errors import IncompleteStreamError, ProviderError
+from harnessx._model_limits import ModelLimits, resolve_model_limits
+from harnessx.providers import (
+    AnthropicProvider,
+    OpenAIProvider,
+    StopReason,
+    StreamChunk,
+    TokenUsage,
+    ToolCall,
+)
+
+if TYPE_CHECKING:
+    from conftest import ScriptedServer
+
+ASK: dict[str, Any] = {
+    "model": "m",
+    "messages": [{"role": "user", "content": "?"}],
+    "system": "",
+    "tools": [],
+}
+
+
+def anthropic_sdk(server: ScriptedServer) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(base_url=server.url, api_key="sk-sdk", max_retries=0)
+
+
+def openai_sdk(server: ScriptedServer) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="sk-sdk", max_retries=0)
+
+
+async def collect(stream: AsyncIterator[StreamChunk]) -> list[StreamChunk]:
+    return [chunk async for chunk in stream]
+
+
+MESSAGE = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "m",
+    "content": [
+        {"type": "text", "text": "Looking."},
+        {"type": "tool_use", "id": "tu_1", "name": "get_weather", "input": {"city": "Oslo"}},
+    ],
+    "stop_reason": "tool_use",
+    "usage": {"input_tokens": 10, "output_tokens": 4, "cache_read_input_tokens": 2},
+}
+
+
+async def test_anthropic_create_goes_through_the_sdk(server: ScriptedServer) -> None:
+    server.reply_json(MESSAGE)
+    sdk = anthropic_sdk(server)
+    async with AnthropicProvider(client=sdk) as provider:
+        assert provider.client is sdk
+        reply = await provider.create(**ASK, max_tokens=50, temperature=0.5)
+    assert sdk.is_closed(), "aclose() closes the SDK client, as 0.9.1's provider did"
+    assert reply.text == "Looking."
+    assert reply.tool_calls == [ToolCall("tu_1", "get_weather", {"city": "Oslo"})]
+    assert reply.stop_reason is StopReason.TOOL_USE
+    assert reply.usage == TokenUsage(input_tokens=12, output_tokens=4, cache_read_input_tokens=2)
+    [request] = server.requests
+    assert request.path == "/v1/messages"
+    headers = {name.lower(): value for name, value in request.headers.items()}
+    assert headers["authorization"] == "Bearer sk-sdk"  # the SDK's own authentication
+    # The client chooses the API version, so the temperature goes as 0.9.1 sent it.
+    assert request.json == {
+        "model": "m",
+        "max_tokens": 50,
+        "temperature": 0.5,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "?"}]}],
+    }
+
+
+async def test_anthropic_client_as_the_first_argument(server: ScriptedServer) -> None:
+    server.reply_json(MESSAGE)
+    async with AnthropicProvider(anthropic_sdk(server)) as provider:  # 0.9.1's signature
+        assert provider.model is None
+        assert (await provider.create(**ASK, max_tokens=5)).text == "Looking."
+
+
+async def test_a_refused_temperature_is_dropped(server: ScriptedServer) -> None:
+    refusal = {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "temperature: not here"},
+    }
+    server.reply_json(refusal, 400)
+    server.reply_json(MESSAGE)
+    async with AnthropicProvider(client=anthropic_sdk(server)) as provider:
+        await provider.create(**ASK, max_tokens=5, temperature=1.0)
+    assert [r.json.get("temperature") for r in server.requests] == [1.0, None]
+
+
+async def test_sdk_errors_become_provider_errors(server: ScriptedServer) -> None:
+    busy = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    server.reply_json(busy, 529, headers={"retry-after": "7"})
+    server.reply_json({"type": "error", "error": {"type": "authentication_error", "message": "bad key"}}, 401)
+    async with AnthropicProvider(client=anthropic_sdk(server)) as provider:
+        with pytest.raises(ProviderError) as overloaded:
+            await provider.create(**ASK, max_tokens=5)
+        with pytest.raises(ProviderError) as refused:
+            await collect(provider.stream(**ASK, max_tokens=5))
+    assert (overloaded.value.status_code, overloaded.value.retryable) == (529, True)
+    assert overloaded.value.retry_after == 7.0
+    assert (refused.value.status_code, refused.value.retryable) == (401, False)
+    assert "bad key" in str(refused.value)
+
+
+async def test_a_connection_failure_is_retryable() -> None:
+    sdk = anthropic.AsyncAnthropic(base_url="http://127.0.0.1:9", api_key="k", max_retries=0)
+    async with AnthropicProvider(client=sdk) as provider:
+        with pytest.raises(ProviderError) as caught:
+            await provider.create(**ASK, max_tokens=5)
+    assert caught.value.retryable and "connection failed" in str(caught.value)
+
+
+async def test_anthropic_cache_markers_and_their_refusal(server: ScriptedServer) -> None:
+    refusal = {"type": "error", "error": {"type": "invalid_request_error", "message": "cache_control: no"}}
+    server.reply_json(refusal, 400)
+    server.reply_json(MESSAGE)
+    hint = PromptCacheHint(prefix_key="k", breakpoints=("system",))
+    async with AnthropicProvider(client=anthropic_sdk(server)) as provider:
+        await provider.create(**{**ASK, "system": "sys"}, max_tokens=5, cache=hint)
+    marked, plain = (r.json["system"] for r in server.requests)
+    assert marked == [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}]
+    assert plain == "sys"
+
+
+async def test_anthropic_count_tokens_through_the_sdk(server: ScriptedServer) -> None:
+    server.reply_json({"input_tokens": 321})
+    async with AnthropicProvider(client=anthropic_sdk(server)) as provider:
+        assert await provider.count_tokens(**ASK) == 321
+    assert server.requests[0].path == "/v1/messages/count_tokens"
+
+
+async def test_the_models_api_is_asked_once_per_model(server: ScriptedServer) -> None:
+    server.reply_json(
+        {"type": "model", "id": "claude-next", "display_name": "Next", "created_at": "2026-01-01T00:00:00Z"}
+        | {"max_input_tokens": 400_000, "max_tokens": 96_000}
+    )
+    async with AnthropicProvider(client=anthropic_sdk(server)) as provider:
+        assert await resolve_model_limits(provider, "claude-next") == ModelLimits(400_000, 96_000)
+        assert await resolve_model_limits(provider, "claude-next") == ModelLimits(400_000, 96_000)
+    assert [r.path for r in server.requests] == ["/v1/models/claude-next"]
+    # Without a client the table answers, and nothing is asked.
+    assert AnthropicProvider().model_limits("claude-next") is None
+
+
+def completion(content: str, finish_reason: str = "stop") -> dict[str, Any]:
+    return {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}
+        ],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9},
+    }
+
+
+async def test_openai_create_and_the_cache_key_through_the_sdk(server: ScriptedServer) -> None:
+    server.reply_json(completion("hi"))
+    sdk = openai_sdk(server)
+    async with OpenAIProvider(client=sdk) as provider:
+        reply = await provider.create(
+            **ASK, max_tokens=5, cache=PromptCacheHint(prefix_key="abc", breakpoints=("system",))
+        )
+    assert sdk.is_closed()
+    assert (reply.text, reply.stop_reason, reply.usage) == ("hi", StopReason.END_TURN, TokenUsage(7, 2))
+    [request] = server.requests
+    assert request.path == "/v1/chat/completions"
+    assert {name.lower(): value for name, value in request.headers.items()}[
+        "authorization"
+    ] == "Bearer sk-sdk"
+    assert request.json["prompt_cache_key"] == "abc"  # sent in the SDK's extra_body
+
+
+def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+    return {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [choice]}
+
+
+@pytest.mark.parametrize("allow", [False, True])
+async def test_an_openai_stream_without_a_finish_reason(server: ScriptedServer, allow: bool) -> None:
+    server.reply_sse(
+        [server.event(chunk({"role": "assistant", "content": "hel"})), server.event(chunk({"content": "lo"}))]
+    )
+    async with OpenAIProvider(
+        client=openai_sdk(server), allow_missing_finish_reason_for_text=allow
+    ) as provider:
+        if not allow:
+            with pytest.raises(IncompleteStreamError):
+                await collect(provider.stream(**ASK, max_tokens=5))
+            return
+        chunks = await collect(provider.stream(**ASK, max_tokens=5))
+    assert chunks[-1].data.text == "hello"
+
+
+async def test_an_unfinished_tool_call_is_never_accepted(server: ScriptedServer) -> None:
+    call = {"index": 0, "id": "t1", "type": "function", "function": {"name": "t", "arguments": "{"}}
+    server.reply_sse([server.event(chunk({"content": "x", "tool_calls": [call]}))])
+    async with OpenAIProvider(
+        "m", base_url=f"{server.url}/v1", allow_missing_finish_reason_for_text=True
+    ) as provider:
+        with pytest.raises(IncompleteStreamError):
+            await collect(provider.stream(**ASK, max_tokens=5))
