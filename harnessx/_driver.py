@@ -1203,7 +1203,7 @@ def _canonical(response: Any) -> ProviderResponse:
         tool_calls=list(getattr(response, "tool_calls", None) or []),
         thinking=getattr(response, "thinking", None),
         stop_reason=getattr(response, "stop_reason", StopReason.END_TURN),
-        usage=getattr(response, "usage", None),  # type: ignore[arg-type]
+        usage=getattr(response, "usage", None),
     )
 
 

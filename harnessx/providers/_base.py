@@ -19,11 +19,13 @@ translate this to their wire format. Tools are ``{"name": str, "description": st
 
 from __future__ import annotations
 
+import copy
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
@@ -178,16 +180,23 @@ class ToolCallDelta:
     partial_json: str = ""
 
 
-@dataclass
+@dataclass(init=False)
 class ProviderResponse:
     """One complete model reply. A provider that reports no usage leaves it all zero.
 
     ``raw`` is the reply as the provider's API returned it (for a streamed reply, assembled
-    into the object a non-streamed call returns). ``content``, when the provider has one, is
-    the reply's content blocks in order as the API sent them (``{"type": "text" | "thinking"
-    | "redacted_thinking" | "tool_use" | ..., ...}``): blocks an API wants back unchanged,
-    such as Anthropic's signed thinking, live there. ``text``, ``tool_calls`` and
-    ``thinking`` are what the engine reads.
+    into the object a non-streamed call returns). ``text``, ``tool_calls`` and ``thinking``
+    are what the engine reads.
+
+    ``content`` is the reply as content blocks, as 0.9.1 exposes it. When the provider gave
+    blocks (``ProviderResponse(content=[...])``; the built-in Anthropic provider does), they
+    are kept in order as dicts (an SDK's block objects are turned into theirs): blocks an API
+    wants back unchanged, such as Anthropic's signed thinking, live there, and unset
+    ``text``, ``tool_calls`` and ``thinking`` are read from them. Otherwise ``content`` is a
+    view made from the fields, one object per block with attributes ``type`` and ``text`` /
+    ``thinking`` / ``id``, ``name``, ``input`` (thinking, then text, then each tool call).
+    Assigning ``content`` replaces the blocks and sets ``text``, ``tool_calls`` and
+    ``thinking`` from them.
     """
 
     text: str = ""
@@ -196,37 +205,142 @@ class ProviderResponse:
     stop_reason: StopReason | str = StopReason.END_TURN
     usage: TokenUsage = field(default_factory=TokenUsage)
     raw: Any = None
-    content: list[dict[str, Any]] | None = None
+    # The blocks the provider gave, as dicts; None when it gave none (``content`` is then
+    # derived). Stored by the Temporal codec under "content".
+    _blocks: list[dict[str, Any]] | None = field(default=None, init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        self.stop_reason = StopReason.coerce(self.stop_reason)
+    def __init__(
+        self,
+        text: str = "",
+        tool_calls: list[ToolCall] | None = None,
+        thinking: str | None = None,
+        stop_reason: StopReason | str = StopReason.END_TURN,
+        usage: TokenUsage | None = None,
+        raw: Any = None,
+        content: list[Any] | None = None,
+    ) -> None:
+        self.text = text
         # None is accepted for both, as it always was.
-        if self.tool_calls is None:
-            self.tool_calls = []  # type: ignore[unreachable]
-        if self.usage is None:
-            self.usage = TokenUsage()  # type: ignore[unreachable]
-        if self.content:
-            self._read_content(self.content)
+        self.tool_calls = tool_calls if tool_calls is not None else []
+        self.thinking = thinking
+        self.stop_reason = StopReason.coerce(stop_reason)
+        self.usage = usage if usage is not None else TokenUsage()
+        self.raw = raw
+        self._blocks = [block_dict(block) for block in content] if content else None
+        if self._blocks:
+            self._read_content(self._blocks, fill_only=True)
 
-    def _read_content(self, blocks: list[dict[str, Any]]) -> None:
-        """Fill ``text``, ``tool_calls`` and ``thinking`` that were left unset from the
-        content blocks, as 0.9.1 reads a reply given as ``ProviderResponse(content=[...])``:
-        the text blocks joined by newlines, the ``tool_use`` blocks as calls, the thinking
-        blocks' text joined."""
-        texts = [str(b.get("text", "")) for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
-        thoughts = [
-            str(b.get("thinking", "")) for b in blocks if isinstance(b, dict) and b.get("type") == "thinking"
+    @property
+    def content(self) -> list[Any]:
+        if self._blocks is not None:
+            return self._edited_blocks(self._blocks)
+        view: list[Any] = []
+        if self.thinking:
+            view.append(SimpleNamespace(type="thinking", thinking=self.thinking))
+        if self.text:
+            view.append(SimpleNamespace(type="text", text=self.text))
+        view.extend(
+            SimpleNamespace(type="tool_use", id=call.id, name=call.name, input=copy.deepcopy(call.input))
+            for call in self.tool_calls
+        )
+        return view
+
+    @content.setter
+    def content(self, blocks: list[Any] | None) -> None:
+        self._blocks = [block_dict(block) for block in blocks] if blocks else None
+        self._read_content(self._blocks or [], fill_only=False)
+
+    def _edited_blocks(self, blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The given blocks with what a program (a middleware) changed in ``text``,
+        ``tool_calls`` or ``thinking`` since, in their places, as 0.9.1 shows them; the
+        blocks themselves when nothing changed."""
+        texts = [str(b.get("text", "")) for b in blocks if b.get("type") == "text"]
+        thoughts = [str(b.get("thinking", "")) for b in blocks if b.get("type") == "thinking"]
+        text_changed = self.text not in ("\n".join(texts), "".join(texts))
+        # A provider may join the blocks with or without newlines (ours: without).
+        thinking_changed = (
+            self.thinking not in ("\n".join(thoughts), "".join(thoughts))
+            if thoughts
+            else self.thinking is not None
+        )
+        calls = {call.id: call for call in self.tool_calls}
+        given_calls = [b for b in blocks if b.get("type") == "tool_use"]
+        calls_changed = [(b.get("id"), b.get("name"), b.get("input")) for b in given_calls] != [
+            (c.id, c.name, c.input) for c in self.tool_calls
         ]
-        if not self.text and "".join(texts).strip():
-            self.text = "\n".join(texts)
+        if not (text_changed or thinking_changed or calls_changed):
+            return blocks
+        edited: list[dict[str, Any]] = []
+        wrote_text = wrote_thinking = False
+        for block in blocks:
+            kind = block.get("type")
+            if kind == "text" and text_changed:
+                if wrote_text or not self.text:
+                    continue
+                block = {**block, "text": self.text}
+            elif kind == "thinking" and thinking_changed:
+                if wrote_thinking or self.thinking is None:
+                    continue
+                block = {**block, "thinking": self.thinking}
+            elif kind == "tool_use":
+                call = calls.pop(str(block.get("id")), None)
+                if call is None:
+                    continue
+                block = {**block, "name": call.name, "input": copy.deepcopy(call.input)}
+            wrote_text = wrote_text or kind == "text"
+            wrote_thinking = wrote_thinking or kind == "thinking"
+            edited.append(block)
+        if self.thinking is not None and not wrote_thinking:
+            edited.insert(0, {"type": "thinking", "thinking": self.thinking})
+        if self.text and not wrote_text:
+            edited.append({"type": "text", "text": self.text})
+        edited.extend(
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": copy.deepcopy(c.input)}
+            for c in calls.values()
+        )
+        return edited
+
+    def _read_content(self, blocks: list[dict[str, Any]], *, fill_only: bool) -> None:
+        """``text``, ``tool_calls`` and ``thinking`` from the content blocks, as 0.9.1 reads
+        them: the text blocks joined by newlines, the ``tool_use`` blocks as calls, the
+        thinking blocks' text joined. ``fill_only``: only those left unset."""
+        texts = [str(b.get("text", "")) for b in blocks if b.get("type") == "text"]
+        thoughts = [str(b.get("thinking", "")) for b in blocks if b.get("type") == "thinking"]
+        calls = [
+            ToolCall(
+                str(b["id"]), str(b["name"]), dict(b["input"]) if isinstance(b.get("input"), dict) else {}
+            )
+            for b in blocks
+            if b.get("type") == "tool_use" and "id" in b and "name" in b
+        ]
+        joined_text = "\n".join(texts) if "".join(texts).strip() else ""
+        joined_thinking = "\n".join(thoughts) if "".join(thoughts).strip() else None
+        if not fill_only:
+            self.text, self.tool_calls, self.thinking = joined_text, calls, joined_thinking
+            return
+        if not self.text:
+            self.text = joined_text
         if not self.tool_calls:
-            self.tool_calls = [
-                ToolCall(str(b["id"]), str(b["name"]), dict(b.get("input") or {}))
-                for b in blocks
-                if isinstance(b, dict) and b.get("type") == "tool_use" and "id" in b and "name" in b
-            ]
-        if self.thinking is None and "".join(thoughts).strip():
-            self.thinking = "\n".join(thoughts)
+            self.tool_calls = calls
+        if self.thinking is None:
+            self.thinking = joined_thinking
+
+
+def block_dict(block: Any) -> dict[str, Any]:
+    """A content block as a dict: a dict as it is, an SDK block (pydantic) by ``model_dump``,
+    any other object (``SimpleNamespace``) by its attributes."""
+    if isinstance(block, dict):
+        return block
+    dump = getattr(block, "model_dump", None)
+    if callable(dump):
+        dumped = dump(mode="json", exclude_none=True)
+        if isinstance(dumped, dict):
+            return dumped
+    if hasattr(block, "__dict__"):
+        return {key: value for key, value in vars(block).items() if not key.startswith("_")}
+    raise TypeError(
+        f"a content block must be a dict or an object with attributes, not {type(block).__name__}"
+    )
 
 
 @dataclass

@@ -65,12 +65,13 @@ def response_to_dict(response: ProviderResponse) -> dict[str, Any]:
             value = value.to_dict()
         elif isinstance(value, StopReason):
             value = value.value
-        data[f.name] = value
+        # The blocks a provider gave, under the name they are passed in (and were stored as).
+        data["content" if f.name == "_blocks" else f.name] = value
     return dict(jsonable(data))
 
 
 def response_from_dict(data: dict[str, Any]) -> ProviderResponse:
-    known = {f.name for f in dataclasses.fields(ProviderResponse)}
+    known = {f.name for f in dataclasses.fields(ProviderResponse) if f.init} | {"content"}
     values = {k: v for k, v in data.items() if k in known}
     values["tool_calls"] = [ToolCall.from_dict(call) for call in values.get("tool_calls") or []]
     usage = values.get("usage")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from harnessx._messages import THINKING_BLOCKS, from_blocks, request_messages, to_blocks
+from harnessx.providers import ToolCall
 
 SIGNED = {"type": "thinking", "thinking": "Call the tool.", "signature": "sig=="}
 REDACTED = {"type": "redacted_thinking", "data": "opaque=="}
@@ -81,4 +82,40 @@ async def test_response_middleware_may_edit_the_text_but_not_signed_or_redacted_
     assert outcomes == [
         ("completed", "Edited.", None),
         ("failed", "", "Response middleware cannot change signed or opaque provider content"),
+    ]
+
+
+def test_content_is_derived_from_the_fields_when_no_blocks_were_given() -> None:
+    from harnessx import ProviderResponse
+
+    call = ToolCall("t1", "search", {"q": "x"})
+    response = ProviderResponse(text="Found", tool_calls=[call], thinking="hmm")
+    assert [(b.type, vars(b)) for b in response.content] == [
+        ("thinking", {"type": "thinking", "thinking": "hmm"}),
+        ("text", {"type": "text", "text": "Found"}),
+        ("tool_use", {"type": "tool_use", "id": "t1", "name": "search", "input": {"q": "x"}}),
+    ]
+    assert ProviderResponse().content == []
+    response.content = [{"type": "text", "text": "after"}]  # assigning sets the fields
+    assert (response.text, response.tool_calls, response.thinking) == ("after", [], None)
+
+
+def test_edited_fields_show_in_the_given_blocks_and_the_codec_keeps_them() -> None:
+    from harnessx import ProviderResponse
+    from harnessx.temporal._codec import response_from_dict, response_to_dict
+
+    given = [
+        SIGNED,
+        {"type": "text", "text": "one"},
+        {"type": "tool_use", "id": "a", "name": "x", "input": {}},
+    ]
+    response = ProviderResponse(content=given)
+    assert response.content == given
+    assert response_from_dict(response_to_dict(response)).content == given
+    response.text = "two"
+    response.tool_calls = [ToolCall("b", "y", {"n": 1})]
+    assert response.content == [
+        SIGNED,
+        {"type": "text", "text": "two"},
+        {"type": "tool_use", "id": "b", "name": "y", "input": {"n": 1}},
     ]
