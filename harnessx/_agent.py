@@ -19,7 +19,7 @@ from harnessx._builtin_tools import (
 )
 from harnessx._config import AgentConfig
 from harnessx._driver import Driver, RunControl, RunSettings
-from harnessx._engine import Engine
+from harnessx._engine import Engine, model_iterations
 from harnessx._errors import ConfigurationError, RuntimeStateError
 from harnessx._extensions import close_extensions, extension_name, install_extensions
 from harnessx._guardrails import GuardrailsEngine
@@ -414,7 +414,7 @@ class Agent:
                 if final is not None and len(final.content) > self.config.limits.max_result_chars:
                     self.memory.keep_result(entry.call.id, final.content)
             self.guardrails.track_usage(result.usage)
-            self.lifetime_iterations += state.iteration + 1
+            self.guardrails._count_run(model_iterations(state))
             return result
         finally:
             self._busy = False

@@ -988,3 +988,11 @@ def _unique_ids(calls: list[ToolCall]) -> list[ToolCall]:
         seen.add(call_id)
         unique.append(ToolCall(call_id, call.name, call.input, call.parse_error))
     return unique
+
+
+def model_iterations(state: RunState) -> int:
+    """The iterations a run began, as 0.9.1 counts them (``GuardrailsEngine.record_iteration``,
+    once its checks let a model call go ahead): one per model call, the failed one included,
+    but not the call the cost limit refused before it was made."""
+    refused = state.status is RunStatus.FAILED and (state.error or {}).get("type") == "CostLimitError"
+    return state.iteration if refused else state.iteration + 1

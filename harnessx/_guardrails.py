@@ -139,6 +139,13 @@ class GuardrailsEngine:
             "estimated_cost": f"${self._estimated_cost:.4f}",
         }
 
+    def _count_run(self, iterations: int) -> None:
+        """A plain run's iterations, counted when it ends (the runs check their limits
+        themselves): the turn's count, as 0.9.1 leaves it readable after the run, and the
+        lifetime count."""
+        self._iteration_count = iterations
+        self._lifetime_iterations += iterations
+
     # What Agent keeps in here (its total_usage and lifetime_iterations setters).
     def _restore(self, usage: TokenUsage | None = None, lifetime_iterations: int | None = None) -> None:
         if usage is not None:

@@ -37,6 +37,15 @@ async def test_the_cost_limit_counts_what_the_agent_spent_in_earlier_runs() -> N
     assert third.error["type"] == "CostLimitError"
     assert agent.guardrails.total_usage == agent.total_usage == TokenUsage(input_tokens=200_000)
     assert agent.guardrails.estimated_cost == pytest.approx(0.6)
+    # The refused run made no model call: not an iteration (0.9.1 counts none either), and
+    # the turn's count is left readable after each run, as 0.9.1 leaves it.
+    assert (agent.guardrails.lifetime_iterations, agent.guardrails.iteration_count) == (2, 0)
+
+
+async def test_the_turn_count_is_readable_after_the_run() -> None:
+    agent = Agent(provider=spending(1))
+    await agent.run("one")
+    assert (agent.guardrails.iteration_count, agent.guardrails.usage_summary["iterations"]) == (1, 1)
 
 
 async def test_the_account_follows_the_session(tmp_path: Path) -> None:
