@@ -276,6 +276,11 @@ def _hooked(agent: Agent | None) -> list[Extension]:
     return [e for e in agent.extensions if isinstance(e, Extension)]
 
 
+def has_turn_callbacks(agent: Agent | None) -> bool:
+    """Whether ``agent`` has extensions whose turn callbacks a run calls."""
+    return bool(_hooked(agent))
+
+
 async def turn_started(agent: Agent | None, message: str) -> None:
     for extension in _hooked(agent):
         assert agent is not None

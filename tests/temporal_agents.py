@@ -13,7 +13,10 @@ answers; ``condensing`` and ``overflowing``, noting their hooks too, whose conve
 outgrow their model's window (counted before a call, or refused as too long);
 ``batched``, whose model calls ``fetch_a``, ``s1``, ``fetch_b``, ``s2`` in one reply (the
 ``fetch`` tools concurrent, the ``s`` tools not; all ``safe``), then answers with their
-results; ``vendor-rpm``, ``chaos.agents``' agent calling the model vendor at ``$HX_VENDOR_URL``.
+results; ``vendor-rpm``, ``chaos.agents``' agent calling the model vendor at ``$HX_VENDOR_URL``;
+``extended``, ``hooked`` with an extension noting its turn callbacks in ``$HX_HOOKS`` too,
+``refusing``, whose extension's ``on_turn_start`` raises, and ``extended_approval``, whose
+tool needs approval.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ from harnessx import (
     Agent,
     AgentConfig,
     AgentRegistry,
+    Extension,
+    ExtensionContext,
     HookContext,
     HookEvent,
     Limits,
     PermissionLevel,
     ProviderResponse,
+    RunResult,
     ScriptedProvider,
     ScriptedRequest,
     ToolCall,
@@ -94,6 +100,61 @@ def _noting(agent: Agent) -> Agent:
 
     for event in HookEvent:
         agent.hooks.on(event, note)
+    return agent
+
+
+def _note(entry: dict[str, object]) -> None:
+    path = os.environ.get("HX_HOOKS")
+    if path:
+        with open(path, "a", encoding="utf-8") as lines:
+            lines.write(json.dumps(entry) + "\n")
+
+
+class _TurnNotes(Extension):
+    """Notes its turn callbacks in ``$HX_HOOKS``; ``refuse``: its ``on_turn_start`` raises."""
+
+    name = "turn-notes"
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.refuse = refuse
+
+    def install(self, ctx: ExtensionContext) -> None:
+        pass
+
+    async def on_turn_start(self, ctx: ExtensionContext, message: str) -> None:
+        _note({"event": "on_turn_start", "message": message})
+        if self.refuse:
+            raise PermissionError("no turns today")
+
+    async def on_turn_end(self, ctx: ExtensionContext, output: str) -> None:
+        _note({"event": "on_turn_end", "output": output})
+
+    async def on_turn_complete(self, ctx: ExtensionContext, result: RunResult) -> None:
+        _note({"event": "on_turn_complete", "result": result.status.value})
+
+
+def _extended(refuse: bool) -> Agent:
+    """``hooked``, with the ``_TurnNotes`` extension."""
+    agent = Agent(
+        config=AgentConfig(system_prompt="Ledger agent (safe)."),
+        provider=script("safe_tool"),
+        extensions=[_TurnNotes(refuse)],
+    )
+
+    @agent.tools.register(name="safe_tool", replay_policy="safe")
+    def safe_tool(item: str) -> str:
+        """Do the work.
+
+        Args:
+            item: What to do.
+        """
+        return record("safe_tool", item)
+
+    return _noting(agent)
+
+
+def _asking(agent: Agent) -> Agent:
+    agent.permissions.set_permission("safe_tool", PermissionLevel.ASK)
     return agent
 
 
@@ -203,5 +264,8 @@ registry.register("recovering", _recovering, version="v1")
 registry.register("condensing", _condensing, version="v1")
 registry.register("overflowing", _overflowing, version="v1")
 registry.register("batched", _batched, version="v1")
+registry.register("extended", lambda: _extended(refuse=False), version="v1")
+registry.register("refusing", lambda: _extended(refuse=True), version="v1")
+registry.register("extended_approval", lambda: _asking(_extended(refuse=False)), version="v1")
 # Calls the model vendor at $HX_VENDOR_URL as gpt-rpm (tests/fake_vendor.py; the rate limits).
 registry.register("vendor-rpm", functools.partial(vendor_agent, "gpt-rpm"), version="v1")

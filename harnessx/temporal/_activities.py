@@ -28,6 +28,7 @@ from harnessx._driver import Driver, served_by
 from harnessx._engine import step_id
 from harnessx._errors import ConfigurationError, ContextOverflowError
 from harnessx._events import RunEvent, RunEventType
+from harnessx._extensions import turn_completed, turn_ended, turn_started
 from harnessx._hooks import HookEvent
 from harnessx._logging import log_context
 from harnessx._overflow import condense_if_due, is_context_overflow, recover_overflow
@@ -45,6 +46,7 @@ from harnessx.temporal._workflow import (
     ACTIVITY_PUBLISH,
     ACTIVITY_RESULT,
     ACTIVITY_TOOL,
+    ACTIVITY_TURN,
     dispatch_id,
 )
 
@@ -158,7 +160,7 @@ class SessionActivities:
             rates.observers.remove(metrics.rate_waits.observe)
 
     def definitions(self) -> list[Callable[..., Any]]:
-        return [self.model, self.tool, self.result, self.publish, self.outcome]
+        return [self.model, self.tool, self.result, self.publish, self.outcome, self.turn]
 
     async def aclose(self) -> None:
         if self.rates is not None:
@@ -493,6 +495,25 @@ class SessionActivities:
                     data["result"] = RunResult.from_dict(data["result"])
                 await agent.hooks.fire(event, agent, **data)
         return last
+
+    @activity.defn(name=ACTIVITY_TURN)
+    async def turn(self, args: dict[str, Any]) -> dict[str, str] | None:
+        """Call the agent's extensions' turn callbacks of ``args["stage"]``. What an
+        ``on_turn_start`` raised is returned for the workflow to fail the run with (raised,
+        it would be retried); the other callbacks' failures are logged, as in the driver."""
+        agent = _definition(self._agent, str(args["agent"]))
+        stage = str(args["stage"])
+        if stage == "start":
+            try:
+                await turn_started(agent, str(args.get("message") or ""))
+            except Exception as exc:
+                logger.warning("extension on_turn_start failed: %s: %s", type(exc).__name__, exc)
+                return {"type": type(exc).__name__, "message": str(exc)}
+        elif stage == "end":
+            await turn_ended(agent, str(args.get("output") or ""))
+        elif stage == "complete":
+            await turn_completed(agent, RunResult.from_dict(args["result"]))
+        return None
 
     @activity.defn(name=ACTIVITY_OUTCOME)
     async def outcome(self, args: dict[str, Any]) -> dict[str, Any] | None:

@@ -41,6 +41,7 @@ from harnessx._engine import (
 )
 from harnessx._errors import ResolutionError, UnknownExecutionKey
 from harnessx._events import RunEventType
+from harnessx._extensions import has_turn_callbacks
 from harnessx._hooks import HookEvent
 from harnessx._messages import to_blocks
 from harnessx._policies import ToolRetry
@@ -58,6 +59,7 @@ __all__ = [
     "ACTIVITY_PUBLISH",
     "ACTIVITY_RESULT",
     "ACTIVITY_TOOL",
+    "ACTIVITY_TURN",
     "WORKFLOW_NAME",
     "SessionWorkflowV1",
     "bind_registry",
@@ -71,6 +73,7 @@ ACTIVITY_TOOL = "harnessx.tool.v1"
 ACTIVITY_RESULT = "harnessx.result.v1"
 ACTIVITY_PUBLISH = "harnessx.publish.v1"
 ACTIVITY_OUTCOME = "harnessx.outcome.v1"
+ACTIVITY_TURN = "harnessx.turn.v1"
 
 # The patch marker of firing the agent's workflow-side hooks (CHECKPOINT and the run's
 # lifecycle) from the publish activity; histories recorded before it replay without them.
@@ -99,6 +102,9 @@ _RECORDED_OUTCOME_PATCH = "harnessx-recorded-outcome-1"
 # concurrent ones, and a call that waited for room starts as another returns; earlier
 # histories ran a serial call alone and each batch to its end before the next.
 _SERIAL_BESIDE_PATCH = "harnessx-serial-beside-1"
+# The patch marker of calling the extensions' turn callbacks (on_turn_start, on_turn_end,
+# on_turn_complete) on the worker, as the driver calls them; earlier histories called none.
+_TURN_CALLBACKS_PATCH = "harnessx-turn-callbacks-1"
 # Everything the engine reads fits in memory; a finished run keeps only its summary.
 _SUMMARY_FIELDS = ("request_id", "message")
 
@@ -346,10 +352,16 @@ class SessionWorkflow:
                 Agent().engine(durable=True).fail(state, _remote_error(exc.type or "", exc.message))
             )
             return
+        refused: dict[str, Any] | None = None
         if _fresh(state):
             message = state.messages[state.history_length].get("content")
             await self.fire(self._hook(HookEvent.AGENT_START, message=message))
+            if self._turn_callbacks():
+                refused = await self._turn("start", message=message if isinstance(message, str) else "")
         try:
+            if refused is not None:
+                # An extension that cannot start the turn fails the run, as in the driver.
+                raise _remote_error(str(refused["type"]), str(refused["message"]))
             await self._loop(engine, state)
         except (asyncio.CancelledError, workflow.ContinueAsNewError):
             raise
@@ -362,12 +374,38 @@ class SessionWorkflow:
                 await self.commit(engine.fail(state, exc))
         if state.status.finished:
             result = state.result()
-            await self.fire(
+            iteration_end = (
                 self._hook(HookEvent.LOOP_ITERATION_END, iteration=state.iteration + 1)
                 if result.status is RunStatus.COMPLETED
-                else None,
-                self._hook(HookEvent.AGENT_END, result=result.to_dict()),
+                else None
             )
+            agent_end = self._hook(HookEvent.AGENT_END, result=result.to_dict())
+            if not self._turn_callbacks():
+                await self.fire(iteration_end, agent_end)
+                return
+            # The driver's order: on_turn_end, LOOP_ITERATION_END, on_turn_complete, AGENT_END.
+            if result.status is RunStatus.COMPLETED:
+                await self._turn("end", output=result.output)
+            await self.fire(iteration_end)
+            await self._turn("complete", result=result.to_dict())
+            await self.fire(agent_end)
+
+    def _turn_callbacks(self) -> bool:
+        """Whether the agent's extensions have turn callbacks to call (its definition is the
+        registry's, so this is the same on every replay)."""
+        return has_turn_callbacks(self._definition) and workflow.patched(_TURN_CALLBACKS_PATCH)
+
+    async def _turn(self, stage: str, **data: Any) -> dict[str, Any] | None:
+        """Call the extensions' turn callbacks of ``stage`` on the worker (a local activity,
+        at least once, as hooks). ``start``: what an ``on_turn_start`` raised, or ``None``."""
+        request = {"agent": self.data["agent"], "stage": stage, **data}
+        refused = await workflow.execute_local_activity(
+            ACTIVITY_TURN,
+            request,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5)),
+        )
+        return dict(refused) if refused else None
 
     async def _loop(self, engine: Engine, state: RunState) -> None:
         while state.status is RunStatus.RUNNING:
@@ -778,6 +816,9 @@ class SessionWorkflow:
         engine = self.engine()
         if action == "cancel":
             await self.commit(engine.cancel(state))
+            if state.status.finished and self._turn_callbacks():
+                # A waiting run ended here, not in drive(): its extensions are told as well.
+                await self._turn("complete", result=state.result().to_dict())
         elif state.status is RunStatus.RUNNING:  # pragma: no cover - a running run is busy
             await self.commit(engine.pause(state))
 

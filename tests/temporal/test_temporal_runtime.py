@@ -168,6 +168,58 @@ async def test_hooks_are_those_of_a_sqlite_run(
     assert replay.replay_failure is None
 
 
+@pytest.mark.parametrize("agent", ["extended", "refusing"])
+async def test_extension_turn_callbacks_are_those_of_a_sqlite_run(
+    backend: TemporalBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: str
+) -> None:
+    # on_turn_start before the first model call (a failure fails the run), on_turn_end and
+    # on_turn_complete once it ends: called on the worker, in the driver's order among the
+    # hooks.
+    noted = tmp_path / "hooks.jsonl"
+    monkeypatch.setenv("HX_HOOKS", str(noted))
+    monkeypatch.setenv("HX_LEDGER", str(tmp_path / "ledger.jsonl"))
+    remote = await AgentRuntime(AgentRef(agent, "v1"), backend=backend).run("x")
+    on_temporal = _hooks_noted(noted)
+    local = AgentRuntime(registry.create(AgentRef(agent, "v1")), backend=SQLiteBackend(tmp_path / "db"))
+    try:
+        in_sqlite = await local.run("x")
+    finally:
+        await local.stop()
+    assert on_temporal == _hooks_noted(noted)
+    kinds = [n["event"] for n in on_temporal]
+    if agent == "extended":
+        assert remote.ok and in_sqlite.ok
+        assert kinds.index("agent_start") < kinds.index("on_turn_start") < kinds.index("llm_request")
+        assert kinds[-4:] == ["on_turn_end", "loop_iteration_end", "on_turn_complete", "agent_end"]
+    else:
+        assert remote.error == in_sqlite.error == {"type": "PermissionError", "message": "no turns today"}
+        assert "llm_request" not in kinds and "on_turn_end" not in kinds
+        assert kinds[-2:] == ["on_turn_complete", "agent_end"]
+    history = await backend.handle(remote.session_id).fetch_history()
+    replay = await replayer(registry, backend.client.data_converter).replay_workflow(
+        history, raise_on_replay_failure=True
+    )
+    assert replay.replay_failure is None
+
+
+async def test_cancelling_a_waiting_run_tells_its_extensions(
+    backend: TemporalBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    noted = tmp_path / "hooks.jsonl"
+    monkeypatch.setenv("HX_HOOKS", str(noted))
+    monkeypatch.setenv("HX_LEDGER", str(tmp_path / "ledger.jsonl"))
+    remote = AgentRuntime(AgentRef("extended_approval", "v1"), backend=backend)
+    assert (await remote.run("x")).status is RunStatus.AWAITING_INPUT
+    _hooks_noted(noted)
+    await remote.cancel()
+    assert {"event": "on_turn_complete", "result": "cancelled"} in _hooks_noted(noted)
+    history = await backend.handle(remote.session_id).fetch_history()
+    replay = await replayer(registry, backend.client.data_converter).replay_workflow(
+        history, raise_on_replay_failure=True
+    )
+    assert replay.replay_failure is None
+
+
 async def test_recovery_hooks_are_those_of_a_sqlite_run(
     backend: TemporalBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
