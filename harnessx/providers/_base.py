@@ -327,13 +327,14 @@ class ProviderResponse:
 
 
 def block_dict(block: Any) -> dict[str, Any]:
-    """A content block as a dict: a dict as it is, an SDK block (pydantic) by ``model_dump``,
-    any other object (``SimpleNamespace``) by its attributes."""
+    """A content block as a dict: a dict as it is, an SDK block (pydantic) by ``model_dump``
+    without the SDK's own fields (``__api_exclude__``: ``parsed_output``, ...), any other
+    object (``SimpleNamespace``) by its attributes."""
     if isinstance(block, dict):
         return block
     dump = getattr(block, "model_dump", None)
     if callable(dump):
-        dumped = dump(mode="json", exclude_none=True)
+        dumped = dump(mode="json", exclude=getattr(block, "__api_exclude__", None))
         if isinstance(dumped, dict):
             return dumped
     if hasattr(block, "__dict__"):

@@ -52,7 +52,9 @@ def jsonable(value: object) -> Any:
     dump = getattr(value, "model_dump", None)
     if callable(dump) and not isinstance(value, type):
         try:
-            dumped = dump(mode="json", exclude_none=True)
+            # The fields the server sent (a null inside a tool's input included), without
+            # the SDK's own additions (__api_exclude__: parsed_output, ...).
+            dumped = dump(mode="json", exclude_unset=True, exclude=getattr(value, "__api_exclude__", None))
         except TypeError:  # a model_dump without pydantic's keywords
             dumped = dump()
         if isinstance(dumped, Mapping):

@@ -221,3 +221,51 @@ async def test_an_unfinished_tool_call_is_never_accepted(server: ScriptedServer)
     ) as provider:
         with pytest.raises(IncompleteStreamError):
             await collect(provider.stream(**ASK, max_tokens=5))
+
+
+async def test_a_null_in_a_tool_input_is_kept(server: ScriptedServer) -> None:
+    """The SDK's objects are read back as the JSON the server sent: a null argument stays (a
+    guard: turning them into JSON without nulls would drop it)."""
+    call = {"type": "tool_use", "id": "tu_2", "name": "find", "input": {"query": "x", "limit": None}}
+    server.reply_json({**MESSAGE, "content": [call]})
+    start = {"type": "message_start", "message": {**MESSAGE, "content": [], "stop_reason": None}}
+    server.reply_sse(
+        [
+            server.event(start, event="message_start"),
+            server.event(
+                {"type": "content_block_start", "index": 0, "content_block": {**call, "input": {}}},
+                event="content_block_start",
+            ),
+            server.event(
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "input_json_delta", "partial_json": '{"query": "x", "limit": null}'},
+                },
+                event="content_block_delta",
+            ),
+            server.event({"type": "content_block_stop", "index": 0}, event="content_block_stop"),
+            server.event(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "tool_use"},
+                    "usage": {"output_tokens": 3},
+                },
+                event="message_delta",
+            ),
+            server.event({"type": "message_stop"}, event="message_stop"),
+        ]
+    )
+    expected = [ToolCall("tu_2", "find", {"query": "x", "limit": None})]
+    async with AnthropicProvider(client=anthropic_sdk(server)) as provider:
+        assert (await provider.create(**ASK, max_tokens=5)).tool_calls == expected
+        assert (await collect(provider.stream(**ASK, max_tokens=5)))[-1].data.tool_calls == expected
+
+
+def test_an_sdk_block_is_kept_without_the_sdks_own_fields() -> None:
+    from anthropic.types import ParsedTextBlock
+
+    from harnessx import ProviderResponse
+
+    block = ParsedTextBlock[dict[str, int]](type="text", text="400", parsed_output={"answer": 400})
+    assert ProviderResponse(content=[block]).content == [{"type": "text", "text": "400", "citations": None}]
