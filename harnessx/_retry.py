@@ -25,6 +25,7 @@ __all__ = [
     "is_transient",
     "is_transient_text",
     "retry_after",
+    "sdk_connection_failure",
 ]
 
 # Messages that say "try again later" when an exception carries nothing better (harnessx
@@ -115,6 +116,38 @@ def is_transient(exc: BaseException, provider: Any = None) -> bool:
     if isinstance(exc, TimeoutError | ConnectionError | asyncio.TimeoutError | httpx.TransportError):
         return True
     return is_transient_text(str(exc))
+
+
+# Exception class names the vendor SDKs (anthropic, openai) use for "could not reach the
+# server" and "timed out": no status, not an OSError, "Connection error." as their text.
+SDK_CONNECTION_ERRORS = frozenset({"APIConnectionError", "APITimeoutError"})
+
+
+def sdk_connection_failure(exc: BaseException) -> bool:
+    """True when a vendor SDK wrapped a lost connection or a timeout (``APIConnectionError``,
+    ``APITimeoutError``, here or in the chain of causes), which another attempt may get
+    through; false when a forward proxy refused the tunnel with a 4xx, a decision that the
+    same request meets again."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    wrapped = False
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if any(base.__name__ in SDK_CONNECTION_ERRORS for base in type(current).__mro__):
+            wrapped = True
+        if proxy_refused(current):
+            return False
+        current = current.__cause__ or current.__context__
+    return wrapped
+
+
+def proxy_refused(exc: BaseException) -> bool:
+    """A forward proxy refusing the tunnel with a 4xx (``httpx.ProxyError("403 Forbidden")``):
+    a policy answer, not a lost connection."""
+    if "proxy" not in type(exc).__name__.lower():
+        return False
+    text = str(exc)
+    return any(str(code) in text for code in range(400, 452))
 
 
 _RATE_LIMIT_WORDS = ("rate limit", "rate_limit", "too many requests", "overloaded")

@@ -452,6 +452,31 @@ class LLMProvider(ABC):
         ``None``, the default, leaves them to ``harnessx.models``' table."""
         return None
 
+    # The run asks the provider whose call failed (harnessx._retry); these defaults are the
+    # shared classification, plus what only a provider knows: a vendor SDK's wrapped
+    # connection failure. Override them for a vendor's own errors.
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether one more attempt at the same call could succeed: 429, 5xx, timeouts and
+        lost connections (an SDK's ``APIConnectionError`` included, unless a proxy refused
+        the tunnel); not a quota, billing or context-window refusal, nor another 4xx."""
+        from harnessx._retry import is_transient, sdk_connection_failure
+
+        return is_transient(exc) or sdk_connection_failure(exc)
+
+    def is_rate_limited(self, exc: BaseException) -> bool:
+        """Whether the failure is a throttle or an overload (429, 529), which earns
+        ``RetryPolicy.rate_limit_attempts`` rather than ``attempts``."""
+        from harnessx._retry import is_rate_limited
+
+        return is_rate_limited(exc)
+
+    def retry_after(self, exc: BaseException) -> float | None:
+        """The wait, in seconds, the server asked for before the next attempt (its
+        ``Retry-After``, or a ``retry_after`` in its error body); ``None`` if it said none."""
+        from harnessx._retry import retry_after
+
+        return retry_after(exc)
+
 
 def streams_natively(provider: Any) -> bool:
     """Whether ``provider`` streams replies itself: the base ``stream()`` awaits ``create()``

@@ -98,6 +98,9 @@ class FallbackProvider(LLMProvider):
         self.switch_after = switch_after
         self.cooldown_seconds = float(cooldown_seconds)
         self.last_served: str | None = None
+        # The member whose failure the caller saw last: the run asks the chain whether to
+        # retry, and the chain asks that member, as 0.9.1's does.
+        self._failing: _Member | None = None
 
     @classmethod
     def from_config(cls, config: Any) -> FallbackProvider:
@@ -130,6 +133,17 @@ class FallbackProvider(LLMProvider):
     def _served(self, member: _Member) -> None:
         member.strikes = 0
         self.last_served = member.label
+        self._failing = None
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether the run tries the chain again: as the member that failed last (the first
+        one before any did) classifies ``exc``."""
+        return (self._failing or self._members[0]).transient(exc)
+
+    def retry_after(self, exc: BaseException) -> float | None:
+        from harnessx._retry import retry_after
+
+        return retry_after(exc, (self._failing or self._members[0]).provider)
 
     async def create(self, *, cache: PromptCacheHint | None = None, **kwargs: Any) -> ProviderResponse:
         # ``cache`` named, so that the run hands this provider its hint (accepts_cache).
@@ -142,6 +156,7 @@ class FallbackProvider(LLMProvider):
                     member.provider, **offer_cache(method, member.request(kwargs), kwargs.get("cache"))
                 )
             except Exception as exc:
+                self._failing = member
                 if not member.transient(exc) or not self._move_on(member, index == len(chain) - 1):
                     raise
                 continue
@@ -165,6 +180,7 @@ class FallbackProvider(LLMProvider):
                         self.last_served = member.label
                     yield chunk
             except Exception as exc:
+                self._failing = member
                 last = index == len(chain) - 1
                 if delivered or not member.transient(exc) or not self._move_on(member, last):
                     raise

@@ -36,9 +36,6 @@ __all__ = [
     "sse",
 ]
 
-# Exception class names the vendor SDKs use for "could not reach the server" / "timed out".
-_CONNECTION_ERRORS = frozenset({"APIConnectionError", "APITimeoutError"})
-
 
 def jsonable(value: object) -> Any:
     """``value`` as the JSON it was decoded from: pydantic models (the SDKs' types) by
@@ -174,7 +171,8 @@ def sdk_error(provider_name: str, exc: BaseException, redact: Callable[[str], st
     """A failed SDK call as a ``ProviderError`` that says whether to try again: by the HTTP
     status the SDK's ``APIStatusError`` carries (with the server's ``Retry-After``), or as a
     connection failure or timeout."""
-    # Imported here: _http imports this module for the same reason.
+    # Imported here: _http imports this module (and _retry imports _http).
+    from harnessx._retry import proxy_refused, sdk_connection_failure
     from harnessx.providers._http import RETRYABLE_STATUS_CODES, parse_retry_after
 
     if isinstance(exc, ProviderError):
@@ -192,10 +190,9 @@ def sdk_error(provider_name: str, exc: BaseException, redact: Callable[[str], st
             retryable=status in RETRYABLE_STATUS_CODES,
             retry_after=retry_after,
         )
-    connection = (
-        name in _CONNECTION_ERRORS
-        or isinstance(exc, ConnectionError | TimeoutError | httpx.TransportError)
-        or any(base.__name__ in _CONNECTION_ERRORS for base in type(exc).__mro__)
+    # A proxy refusing the tunnel (a 4xx to CONNECT) is policy: the same request meets it again.
+    connection = sdk_connection_failure(exc) or (
+        isinstance(exc, ConnectionError | TimeoutError | httpx.TransportError) and not proxy_refused(exc)
     )
     if connection:
         return ProviderError(redact(f"{provider_name} connection failed: {name}: {exc}"), retryable=True)

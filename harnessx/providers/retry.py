@@ -3,7 +3,9 @@
 
 The driver retries a failed model call under the agent's ``RetryPolicy`` when
 ``is_transient`` says so, for every provider; a provider of your own can use these to
-classify its errors, or define ``is_transient(exc)`` / ``retry_after(exc)`` itself.
+classify its errors, or override ``LLMProvider.is_transient(exc)``, ``is_rate_limited(exc)``
+and ``retry_after(exc)``, which the run asks first. ``sdk_connection_failure`` tells a vendor
+SDK's wrapped connection failure (worth another attempt) from a proxy's refusal (not).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from harnessx._retry import (
     is_rate_limited,
     is_transient,
     is_transient_text,
+    sdk_connection_failure,
 )
 from harnessx._retry import retry_after as retry_after_seconds
 
@@ -24,4 +27,5 @@ __all__ = [
     "is_transient",
     "is_transient_text",
     "retry_after_seconds",
+    "sdk_connection_failure",
 ]

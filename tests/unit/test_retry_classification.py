@@ -105,3 +105,83 @@ async def test_a_long_wait_before_the_next_attempt_is_a_waiting_event() -> None:
         events = [event async for event in stream]
     waits = [e.data for e in events if e.type is RunEventType.WAITING]
     assert waits and all(w["on"] == "retry" for w in waits)
+
+
+def _sdk_connection_errors() -> tuple[Exception, Exception, Exception]:
+    import anthropic
+    import httpx
+
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/messages")
+    lost = anthropic.APIConnectionError(request=request)
+    lost.__cause__ = httpx.ConnectError("[Errno 104] Connection reset by peer")
+    refused = anthropic.APIConnectionError(request=request)
+    refused.__cause__ = httpx.ProxyError("403 Forbidden")
+    return lost, refused, anthropic.APITimeoutError(request=request)
+
+
+def test_a_provider_classifies_an_sdk_connection_failure_and_a_proxy_refusal() -> None:
+    """0.9.1's providers answer ``is_transient`` / ``is_rate_limited`` / ``retry_after``
+    themselves; the shared classifier alone does not know an SDK's wrapped connection
+    failure, a provider does, and a proxy refusing the tunnel stays final."""
+    import anthropic
+    import httpx
+
+    from harnessx.providers import AnthropicProvider, OpenAIProvider
+    from harnessx.providers.retry import sdk_connection_failure
+
+    lost, refused, timed_out = _sdk_connection_errors()
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/messages")
+    throttled = anthropic.RateLimitError(
+        "slow", response=httpx.Response(429, request=request, headers={"retry-after": "4"}), body=None
+    )
+    bad = anthropic.BadRequestError("bad", response=httpx.Response(400, request=request), body=None)
+    assert not is_transient(lost) and sdk_connection_failure(lost) and not sdk_connection_failure(refused)
+    for provider in (AnthropicProvider(api_key="k"), OpenAIProvider(api_key="k"), ScriptedProvider([])):
+        assert provider.is_transient(lost) and provider.is_transient(timed_out)
+        assert not provider.is_transient(refused) and not provider.is_transient(bad)
+        assert provider.is_transient(throttled) and provider.is_rate_limited(throttled)
+        assert not provider.is_rate_limited(_status(503, "unavailable"))
+        assert provider.retry_after(throttled) == 4.0 and provider.retry_after(bad) is None
+    # A provider given an SDK client turns its errors into ProviderError by the same rule.
+    from harnessx.providers._sdk_client import sdk_error
+
+    assert sdk_error("anthropic", lost, str).retryable and not sdk_error("anthropic", refused, str).retryable
+
+
+async def test_a_run_retries_an_sdk_connection_failure_but_not_a_proxy_refusal() -> None:
+    lost, refused, _ = _sdk_connection_errors()
+    for failure, calls_made in ((lost, 2), (refused, 1)):
+        calls = 0
+
+        def reply(request: object, failure: Exception = failure) -> str:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise failure
+            return "ok"
+
+        agent = Agent(
+            config=AgentConfig(planning=False, retry=RetryPolicy(attempts=3, backoff_seconds=0)),
+            provider=ScriptedProvider(reply),
+        )
+        result = await agent.run("go")
+        assert calls == calls_made and result.ok is (failure is lost)
+
+
+async def test_a_fallback_chain_classifies_as_the_member_that_failed() -> None:
+    from harnessx import FallbackProvider, ProviderResponse
+
+    class Picky(ScriptedProvider):
+        def is_transient(self, exc: BaseException) -> bool:
+            return "quota" in str(exc)
+
+    def refuse(request: object) -> ProviderResponse:
+        raise _status(400, "quota for now")
+
+    primary, backup = Picky(refuse), ScriptedProvider(refuse)
+    chain = FallbackProvider(primary, fallbacks=[backup])
+    assert chain.is_transient(_status(400, "quota")) and not chain.is_transient(_status(503, "down"))
+    with pytest.raises(Exception, match="quota"):
+        await chain.create(model="m", messages=[], system="", tools=[], max_tokens=5)
+    # The backup (the shared classifier: a 400 is final) failed last.
+    assert not chain.is_transient(_status(400, "quota"))
