@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from harnessx._errors import ConfigurationError, IncompleteStreamError, ProviderError
-from harnessx._model_limits import ModelLimits
+from harnessx._model_limits import ModelLimits, lookup_model_limits
 from harnessx._policies import PromptCacheHint
 from harnessx.providers._base import ProviderResponse, StopReason, StreamChunk, TokenUsage, ToolCall
 from harnessx.providers._http import (
@@ -82,6 +82,12 @@ _COUNTED_FIELDS = frozenset(
     {"cache_control", "output_config", "speed", "thinking", "tool_choice", "user_profile_id", "workspace_id"}
 )
 
+# What the Models API stated, for the whole process, by (endpoint, model): a program that
+# builds a provider per task asks once, not once per agent. Only answers are kept here (a
+# failed lookup is the provider's own), and the endpoint is part of the key because a gateway
+# may serve other limits. AnthropicProvider.clear_model_limits_cache() empties it.
+_MODELS_API_ANSWERS: dict[tuple[str, str], ModelLimits] = {}
+
 # Stream error events that are the streaming form of a 529 / 500 / 429.
 _TRANSIENT_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 
@@ -112,8 +118,9 @@ class AnthropicProvider(HTTPProvider):
     ``.count_tokens``, which choose the endpoint, key, API version and retries (``api_key``,
     ``base_url``, ``anthropic_version`` and ``http_client`` are not used). A ``temperature``
     is sent, and sent once more without it if the client or the API refuses it; the model's
-    limits are asked of ``client.models.retrieve`` once per model. ``aclose()`` closes the
-    client, as 0.9.1's did.
+    limits are asked of ``client.models.retrieve`` once per model and endpoint in the process
+    (for a model ``harnessx.models`` knows, in the background: the table answers until the
+    API has). ``aclose()`` closes the client, as 0.9.1's did.
     """
 
     name = "anthropic"
@@ -147,6 +154,7 @@ class AnthropicProvider(HTTPProvider):
             client=client,
         )
         self._models_api: dict[str, ModelLimits | None] = {}
+        self._asking: dict[str, asyncio.Future[ModelLimits | None]] = {}
         if default_max_tokens is not None and default_max_tokens < 1:
             raise ConfigurationError(f"default_max_tokens must be positive, got {default_max_tokens}")
         self.anthropic_version = anthropic_version
@@ -172,26 +180,63 @@ class AnthropicProvider(HTTPProvider):
         return self.client is not None or self.anthropic_version < _NO_SAMPLING_FROM
 
     def model_limits(self, model: str) -> ModelLimits | Awaitable[ModelLimits | None] | None:
-        """With an SDK client, the limits its Models API states (asked once per model; no
-        answer leaves the table's); without one, the table's (``harnessx.models``)."""
+        """With an SDK client, the limits its Models API states (asked once per model and
+        endpoint; no answer leaves the table's); without one, the table's
+        (``harnessx.models``)."""
         if self.client is None:
             return None
         if model in self._models_api:
             return self._models_api[model]
-        return self._ask_models_api(model)
+        shared = _MODELS_API_ANSWERS.get(self._endpoint_key(model))
+        if shared is not None:
+            self._models_api[model] = shared
+            return shared
+        return self._limits_from_api(model)
+
+    @staticmethod
+    def clear_model_limits_cache() -> None:
+        """Forget the limits the Models API stated, for every endpoint, in this process (a
+        provider asks again the next time it is asked of a model)."""
+        _MODELS_API_ANSWERS.clear()
+
+    def _endpoint_key(self, model: str) -> tuple[str, str]:
+        return (str(getattr(self.client, "base_url", "")), model)
+
+    async def _limits_from_api(self, model: str) -> ModelLimits | None:
+        asking = self._asking.get(model)
+        if asking is not None and asking.get_loop() is not asyncio.get_running_loop():
+            asking = None  # begun on an event loop that has ended (asyncio.run per call)
+        if asking is None:
+            asking = self._asking[model] = asyncio.ensure_future(self._ask_models_api(model))
+        if not asking.done() and lookup_model_limits(model) is not None:
+            # The table knows the model: its answer serves this call rather than holding it
+            # up for a round trip (every run in a fresh process paid one). Later calls get
+            # the API's figures once it has answered.
+            return None
+        found = await asking
+        self._asking.pop(model, None)
+        self._models_api[model] = found
+        if found is not None:
+            _MODELS_API_ANSWERS[self._endpoint_key(model)] = found
+        return found
 
     async def _ask_models_api(self, model: str) -> ModelLimits | None:
-        found: ModelLimits | None = None
         try:
             info = await asyncio.wait_for(self.client.models.retrieve(model), timeout=10)  # type: ignore[attr-defined]
         except Exception:  # an older API, a proxy without /v1/models, a client double
             logger.debug("%s: the Models API did not answer for %s", self.provider_name, model, exc_info=True)
-        else:
-            window, output = getattr(info, "max_input_tokens", None), getattr(info, "max_tokens", None)
-            if type(window) is int and type(output) is int and window > 0 and output > 0:
-                found = ModelLimits(window, output)
-        self._models_api[model] = found
-        return found
+            return None
+        window, output = getattr(info, "max_input_tokens", None), getattr(info, "max_tokens", None)
+        if type(window) is int and type(output) is int and window > 0 and output > 0:
+            return ModelLimits(window, output)
+        return None
+
+    async def aclose(self) -> None:
+        """Stop the Models API lookups still running, then close as ``HTTPProvider`` does."""
+        for asking in self._asking.values():
+            asking.cancel()
+        self._asking.clear()
+        await super().aclose()
 
     def _headers(self) -> dict[str, str]:
         headers = {"accept": "application/json", "anthropic-version": self.anthropic_version}

@@ -8,7 +8,8 @@ through them too.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anthropic
@@ -17,7 +18,7 @@ import pytest
 
 from harnessx import PromptCacheHint
 from harnessx._errors import IncompleteStreamError, ProviderError
-from harnessx._model_limits import ModelLimits, resolve_model_limits
+from harnessx._model_limits import UNKNOWN_MODEL, ModelLimits, lookup_model_limits, resolve_model_limits
 from harnessx.providers import (
     AnthropicProvider,
     OpenAIProvider,
@@ -160,6 +161,58 @@ async def test_the_models_api_is_asked_once_per_model(server: ScriptedServer) ->
     assert [r.path for r in server.requests] == ["/v1/models/claude-next"]
     # Without a client the table answers, and nothing is asked.
     assert AnthropicProvider().model_limits("claude-next") is None
+
+
+def model_info(model: str, window: int, output: int) -> dict[str, Any]:
+    return {"type": "model", "id": model, "display_name": "x", "created_at": "2026-01-01T00:00:00Z"} | {
+        "max_input_tokens": window,
+        "max_tokens": output,
+    }
+
+
+@pytest.fixture(autouse=True)
+def _fresh_models_api_answers() -> Iterator[None]:
+    AnthropicProvider.clear_model_limits_cache()
+    yield
+    AnthropicProvider.clear_model_limits_cache()
+
+
+async def test_a_model_the_table_knows_does_not_wait_for_the_models_api(server: ScriptedServer) -> None:
+    """As 0.9.1: the table answers the first calls, and the API's figures the later ones."""
+    model = "claude-sonnet-4-6"
+    table = lookup_model_limits(model)
+    assert table is not None and table != ModelLimits(300_000, 50_000)
+    server.reply_slowly(0.2, model_info(model, 300_000, 50_000))
+    async with AnthropicProvider(client=anthropic_sdk(server)) as provider:
+        assert await resolve_model_limits(provider, model) == table, "the lookup held up the call"
+        for _ in range(200):  # the lookup answers in the background
+            if await resolve_model_limits(provider, model) != table:
+                break
+            await asyncio.sleep(0.01)
+        assert await resolve_model_limits(provider, model) == ModelLimits(300_000, 50_000)
+    assert [r.path for r in server.requests] == [f"/v1/models/{model}"]
+
+
+async def test_the_models_api_answer_is_kept_for_the_process_and_endpoint(server: ScriptedServer) -> None:
+    server.reply_json(model_info("claude-next", 400_000, 96_000))
+    server.reply_json({"type": "error", "error": {"type": "api_error", "message": "x"}}, status=500)
+    server.reply_json({"type": "error", "error": {"type": "api_error", "message": "x"}}, status=500)
+    server.reply_json(model_info("claude-next", 500_000, 64_000))
+    for _ in range(2):  # a provider (and an SDK client) per task: asked once
+        async with AnthropicProvider(client=anthropic_sdk(server)) as provider:
+            assert await resolve_model_limits(provider, "claude-next") == ModelLimits(400_000, 96_000)
+    for _ in range(2):  # a failed lookup is the provider's own
+        async with AnthropicProvider(client=anthropic_sdk(server)) as provider:
+            assert await resolve_model_limits(provider, "claude-later") == UNKNOWN_MODEL
+    AnthropicProvider.clear_model_limits_cache()
+    async with AnthropicProvider(client=anthropic_sdk(server)) as provider:
+        assert await resolve_model_limits(provider, "claude-next") == ModelLimits(500_000, 64_000)
+    assert [r.path for r in server.requests] == [
+        "/v1/models/claude-next",
+        "/v1/models/claude-later",
+        "/v1/models/claude-later",
+        "/v1/models/claude-next",
+    ]
 
 
 def completion(content: str, finish_reason: str = "stop") -> dict[str, Any]:
