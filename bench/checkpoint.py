@@ -41,6 +41,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import machine
+
 from harnessx import Agent, AgentRuntime, ProviderResponse, ScriptedProvider, SQLiteBackend, ToolCall
 from harnessx._events import RunEvent, RunEventType
 from harnessx._results import ToolResult
@@ -285,6 +287,7 @@ async def measure(
 
 def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print(f"checkpoints: {args.repeat} per backend; runs: {args.runs}; long session: {args.turns} turns")
+    print(machine.describe(args.calibration))
     print()
     print(
         "| backend | floor (ms) | checkpoint (ms) | checkpoint / floor | checkpoint - floor (ms) "
@@ -304,6 +307,7 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
+    args.calibration = machine.calibration_ms()  # before any server or worker starts
     rows = []
     with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
         if "sqlite" in args.backends:

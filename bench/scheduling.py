@@ -50,6 +50,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import machine
 from pool import BIN, STEPS_PER_RUN, Fleet, live_workers, percentile, postgres_timestamps, sqlite_timestamps
 
 from harnessx import AgentRef, AgentRuntime
@@ -409,7 +410,7 @@ async def one_store(
 def report_rounds(args: argparse.Namespace, label: str, rounds: dict[str, dict[str, list[Any]]]) -> None:
     modes = args.modes
     others = [m for m in modes if m != "off"]
-    print(f"store: {label}; machine: {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}")
+    print(f"store: {label}; {machine.describe(args.calibration)}")
     print()
     print(f"| measure | {' | '.join(modes)} | {' | '.join(f'{m} / off' for m in others)} |")
     print(f"|---|{'---|' * (len(modes) + len(others))}")
@@ -464,6 +465,7 @@ def report_rounds(args: argparse.Namespace, label: str, rounds: dict[str, dict[s
 
 
 async def main(args: argparse.Namespace) -> None:
+    args.calibration = machine.calibration_ms()  # before any server or worker starts
     rounds: dict[str, dict[str, list[Any]]] = {
         "claims": {m: [] for m in args.modes},
         "steps": {m: [] for m in args.modes},
