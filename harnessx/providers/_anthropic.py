@@ -177,13 +177,13 @@ class AnthropicProvider(HTTPProvider):
     def accepts_sampling(self) -> bool:
         """Whether the API version still takes ``temperature`` (versions before 2026-10-21).
         With an SDK client the client chooses the version: sent, and dropped if refused."""
-        return self.client is not None or self.anthropic_version < _NO_SAMPLING_FROM
+        return self._sdk is not None or self.anthropic_version < _NO_SAMPLING_FROM
 
     def model_limits(self, model: str) -> ModelLimits | Awaitable[ModelLimits | None] | None:
         """With an SDK client, the limits its Models API states (asked once per model and
         endpoint; no answer leaves the table's); without one, the table's
         (``harnessx.models``)."""
-        if self.client is None:
+        if self._sdk is None:
             return None
         if model in self._models_api:
             return self._models_api[model]
@@ -200,7 +200,7 @@ class AnthropicProvider(HTTPProvider):
         _MODELS_API_ANSWERS.clear()
 
     def _endpoint_key(self, model: str) -> tuple[str, str]:
-        return (str(getattr(self.client, "base_url", "")), model)
+        return (str(getattr(self._sdk, "base_url", "")), model)
 
     async def _limits_from_api(self, model: str) -> ModelLimits | None:
         asking = self._asking.get(model)
@@ -222,7 +222,7 @@ class AnthropicProvider(HTTPProvider):
 
     async def _ask_models_api(self, model: str) -> ModelLimits | None:
         try:
-            info = await asyncio.wait_for(self.client.models.retrieve(model), timeout=10)  # type: ignore[attr-defined]
+            info = await asyncio.wait_for(self._sdk.models.retrieve(model), timeout=10)
         except Exception:  # an older API, a proxy without /v1/models, a client double
             logger.debug("%s: the Models API did not answer for %s", self.provider_name, model, exc_info=True)
             return None
@@ -237,6 +237,22 @@ class AnthropicProvider(HTTPProvider):
             asking.cancel()
         self._asking.clear()
         await super().aclose()
+
+    def _build_sdk_client(self) -> Any:
+        try:
+            import anthropic
+        except ImportError:
+            raise AttributeError(
+                "AnthropicProvider.client is an anthropic.AsyncAnthropic, and the anthropic package "
+                "is not installed: pip install anthropic (the provider itself needs no SDK)"
+            ) from None
+        return anthropic.AsyncAnthropic(
+            api_key=self._api_key,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=0,
+            default_headers={"anthropic-version": self.anthropic_version, **self.extra_headers},
+        )
 
     def _headers(self) -> dict[str, str]:
         headers = {"accept": "application/json", "anthropic-version": self.anthropic_version}
@@ -290,12 +306,12 @@ class AnthropicProvider(HTTPProvider):
         """Any invalid-request refusal may be one of the cache markers, since a compatible
         server (llama.cpp, a gateway) may not say why; through an SDK client (or a double of
         one) a refusal that names them."""
-        return exc.status_code == 400 or (self.client is not None and "cache_control" in str(exc))
+        return exc.status_code == 400 or (self._sdk is not None and "cache_control" in str(exc))
 
     # ------------------------------------------------------------------ an SDK client
 
     async def _sdk_post(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-        messages: Any = self.client.messages  # type: ignore[attr-defined]
+        messages: Any = self._sdk.messages
         if path.endswith("/count_tokens"):
             return dict(jsonable(await messages.count_tokens(**sdk_kwargs(messages.count_tokens, payload))))
         try:
@@ -317,7 +333,7 @@ class AnthropicProvider(HTTPProvider):
     async def _sdk_stream(
         self, payload: Mapping[str, Any], parse: ChunkParser
     ) -> AsyncGenerator[StreamChunk, None]:
-        messages: Any = self.client.messages  # type: ignore[attr-defined]
+        messages: Any = self._sdk.messages
         request = {key: value for key, value in payload.items() if key != "stream"}  # stream() sets it
         async with call_sdk(messages.stream, sdk_kwargs(messages.stream, request)) as stream:
             if not hasattr(stream, "__aiter__"):

@@ -290,8 +290,12 @@ class HTTPProvider(LLMProvider):
     ) -> None:
         self.model = model
         # A vendor SDK client to send requests through instead of HTTP (``_sdk_client``);
-        # the caller's, like an injected http_client.
-        self.client = client
+        # the caller's, like an injected http_client. Any: it is used by the attributes the
+        # SDK documents, whatever its class (a test double will do).
+        self._sdk: Any = client
+        # The SDK client ``client`` built for a program to read when none was given: the
+        # provider's own requests never go through it.
+        self._own_sdk: Any = None
         # Resolved once so that repr() can say whether a key is present; the value itself
         # is only ever read by _headers().
         self._api_key = api_key or os.environ.get(self.api_key_env) or None
@@ -309,6 +313,27 @@ class HTTPProvider(LLMProvider):
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r}, api_key={key})"
 
     @property
+    def client(self) -> Any:
+        """The vendor SDK client: the one given as ``client=``, else one made on first read
+        for the same endpoint (key, base URL, timeout, headers) with ``max_retries=0``, as
+        0.9.1's providers hold one (a run owns the retries). Without ``client=`` this
+        provider's own calls go over its HTTP client; the SDK client is the program's to use,
+        and ``aclose()`` closes it. Assigning a client sends the calls through it."""
+        if self._sdk is not None:
+            return self._sdk
+        if self._own_sdk is None:
+            self._own_sdk = self._build_sdk_client()
+        return self._own_sdk
+
+    @client.setter
+    def client(self, value: object) -> None:
+        self._sdk = value
+
+    def _build_sdk_client(self) -> Any:
+        """The vendor SDK client for ``client`` (a subclass knows its vendor's)."""
+        raise AttributeError(f"{type(self).__name__} has no vendor SDK client; pass one as client=")
+
+    @property
     def http_client(self) -> httpx.AsyncClient:
         """The client requests go through. An owned one is created on first use, so a
         provider that is never called holds no connections."""
@@ -322,9 +347,12 @@ class HTTPProvider(LLMProvider):
         if self._owns_client and self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
-        if self.client is not None:
-            close = getattr(self.client, "close", None) or getattr(self.client, "aclose", None)
-            if callable(close):
+        # The SDK client built for ``client`` is this provider's; one given is closed too,
+        # as 0.9.1's providers did.
+        own, self._own_sdk = self._own_sdk, None
+        for sdk in (self._sdk, own):
+            close = getattr(sdk, "close", None) or getattr(sdk, "aclose", None)
+            if sdk is not None and callable(close):
                 closed = close()
                 if inspect.isawaitable(closed):
                     await closed
@@ -412,7 +440,7 @@ class HTTPProvider(LLMProvider):
 
     async def _post_json(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         """POST ``payload`` and return the decoded JSON object (one attempt)."""
-        if self.client is not None:
+        if self._sdk is not None:
             try:
                 return await self._sdk_post(path, payload)
             except HarnessError:
@@ -435,7 +463,7 @@ class HTTPProvider(LLMProvider):
         runtime then announces ``attempt_reset`` so that followers drop the part they saw."""
         delivered = False
         try:
-            if self.client is not None:
+            if self._sdk is not None:
                 async with aclosing(self._sdk_stream(payload, parse)) as chunks:
                     async for chunk in chunks:
                         delivered = True
@@ -453,7 +481,7 @@ class HTTPProvider(LLMProvider):
         except Exception as exc:
             if isinstance(exc, HarnessError) and not isinstance(exc, ProviderError):
                 raise  # IncompleteStreamError and the like: already what the runtime reads
-            if self.client is not None:
+            if self._sdk is not None:
                 error = sdk_error(self.provider_name, exc, self._redact)
             elif isinstance(exc, _Transient | ProviderError | httpx.HTTPError):
                 error = self._provider_error(exc)
@@ -486,13 +514,13 @@ class HTTPProvider(LLMProvider):
     # ------------------------------------------------------------------ an SDK client
 
     async def _sdk_post(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """What ``_post_json(path, payload)`` returns, asked of ``self.client``."""
+        """What ``_post_json(path, payload)`` returns, asked of the SDK client given."""
         raise ConfigurationError(f"{type(self).__name__} cannot send {path} through an SDK client")
 
     def _sdk_stream(
         self, payload: Mapping[str, Any], parse: ChunkParser
     ) -> AsyncGenerator[StreamChunk, None]:
-        """What ``_stream_chunks`` yields for ``payload``, asked of ``self.client``."""
+        """What ``_stream_chunks`` yields for ``payload``, asked of the SDK client given."""
         raise ConfigurationError(f"{type(self).__name__} cannot stream through an SDK client")
 
     def _request_headers(self) -> dict[str, str]:

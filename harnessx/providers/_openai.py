@@ -158,6 +158,27 @@ class OpenAIProvider(HTTPProvider):
         """Only OpenAI's own endpoint insists on a key; local servers usually have none."""
         return urlsplit(self.base_url).hostname == _OPENAI_HOST
 
+    def _build_sdk_client(self) -> Any:
+        try:
+            import openai
+        except ImportError:
+            raise AttributeError(
+                "OpenAIProvider.client is an openai.AsyncOpenAI, and the openai package is not "
+                "installed: pip install openai (the provider itself needs no SDK)"
+            ) from None
+        if not self._api_key and self.requires_api_key:
+            raise self._missing_key_error()
+        return openai.AsyncOpenAI(
+            # A compatible server that wants no key (llama-server): the SDK insists on one,
+            # so it gets a placeholder that server ignores.
+            api_key=self._api_key or "no-key",
+            organization=self.organization,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=0,
+            default_headers=self.extra_headers,
+        )
+
     def _headers(self) -> dict[str, str]:
         headers = {"accept": "application/json"}
         if self._api_key:
@@ -232,7 +253,7 @@ class OpenAIProvider(HTTPProvider):
     # ------------------------------------------------------------------ an SDK client
 
     def _sdk_kwargs(self, payload: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
-        create: Any = self.client.chat.completions.create  # type: ignore[attr-defined]
+        create: Any = self._sdk.chat.completions.create
         # prompt_cache_key goes in extra_body, as 0.9.1 sent it: SDK versions before the
         # field have no parameter for it.
         return create, sdk_kwargs(create, payload, extra_body_fields=frozenset({"prompt_cache_key"}))

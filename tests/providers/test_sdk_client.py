@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from harnessx import PromptCacheHint
-from harnessx._errors import IncompleteStreamError, ProviderError
+from harnessx._errors import ConfigurationError, IncompleteStreamError, ProviderError
 from harnessx._model_limits import UNKNOWN_MODEL, ModelLimits, lookup_model_limits, resolve_model_limits
 from harnessx.providers import (
     AnthropicProvider,
@@ -87,6 +87,43 @@ async def test_anthropic_create_goes_through_the_sdk(server: ScriptedServer) -> 
         "temperature": 0.5,
         "messages": [{"role": "user", "content": [{"type": "text", "text": "?"}]}],
     }
+
+
+async def test_a_provider_without_a_client_shows_one_for_its_endpoint(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0.9.1's providers always hold an SDK client (programs read ``provider.client``, e.g.
+    its ``max_retries``): without ``client=`` ours makes one for the same endpoint on first
+    read, which the program may use; the provider's own calls stay on its HTTP client."""
+    server.reply_json(MESSAGE)
+    server.reply_json({"input_tokens": 5})
+    async with AnthropicProvider(
+        api_key="sk-own", base_url=server.url, extra_headers={"x-team": "a"}
+    ) as provider:
+        sdk = provider.client
+        assert isinstance(sdk, anthropic.AsyncAnthropic) and provider.client is sdk
+        assert sdk.max_retries == 0, "a run owns the retries, as with 0.9.1's clients"
+        assert str(sdk.base_url).rstrip("/") == server.url
+        await provider.create(**ASK, max_tokens=5)
+        assert (
+            await sdk.messages.count_tokens(model="m", messages=[{"role": "user", "content": "?"}])
+        ).input_tokens == 5
+    assert sdk.is_closed(), "aclose() closes the client it made"
+    own, through_sdk = ({k.lower(): v for k, v in r.headers.items()} for r in server.requests)
+    assert "anthropic" not in own.get("user-agent", "").lower(), "the provider's call is its own"
+    assert through_sdk["x-team"] == "a" and through_sdk["anthropic-version"] == provider.anthropic_version
+    assert "sk-own" in (through_sdk.get("x-api-key", "") + through_sdk.get("authorization", ""))
+
+    server.reply_json(completion("hi"))
+    async with OpenAIProvider("gpt-x", api_key="sk-own", base_url=f"{server.url}/v1") as openai_provider:
+        assert openai_provider.client.max_retries == 0 and openai_provider.client.api_key == "sk-own"
+        # Assigning a client sends the calls through it, as 0.9.1's attribute did.
+        openai_provider.client = openai_sdk(server)
+        assert (await openai_provider.create(**ASK, max_tokens=5)).text == "hi"
+    assert server.requests[-1].headers["authorization"] == "Bearer sk-sdk"
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ConfigurationError, match="OPENAI_API_KEY"):
+        _ = OpenAIProvider(api_key=None, base_url="https://api.openai.com/v1").client
 
 
 async def test_anthropic_client_as_the_first_argument(server: ScriptedServer) -> None:
