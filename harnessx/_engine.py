@@ -20,7 +20,7 @@ from harnessx._errors import CostLimitError, MaxIterationsError, ResolutionError
 from harnessx._events import RunEvent, RunEventType
 from harnessx._large_results import cap_stored, preview_result
 from harnessx._loopguard import call_signature, repetition_notice, trip_at
-from harnessx._messages import THINKING_BLOCKS, close_open_calls, thinking_blocks
+from harnessx._messages import TEXT_BLOCKS, THINKING_BLOCKS, close_open_calls, text_blocks, thinking_blocks
 from harnessx._policies import ToolRetry
 from harnessx._results import RunStatus, ToolResult
 from harnessx._state import Delta, Phase, RunPatch, RunState, ToolEntry, ToolStatus, execution_key
@@ -481,6 +481,9 @@ class Engine:
             # Kept as received (signature, redacted data): with extended thinking and tools
             # the API wants them back unchanged in the turn they came with.
             message[THINKING_BLOCKS] = thinking
+        texts = text_blocks(response.content)
+        if texts:
+            message[TEXT_BLOCKS] = texts  # shown as they came (citations), sent as the text
         events = []
         if response.text:
             events.append(self._event(state, RunEventType.TEXT_COMPLETE, response.text))

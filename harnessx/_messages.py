@@ -20,6 +20,7 @@ from harnessx._errors import ConfigurationError
 
 __all__ = [
     "MEDIA_UNSUPPORTED",
+    "TEXT_BLOCKS",
     "THINKING_BLOCKS",
     "Message",
     "close_open_calls",
@@ -27,6 +28,7 @@ __all__ = [
     "from_blocks",
     "is_block_form",
     "request_messages",
+    "text_blocks",
     "thinking_blocks",
     "to_blocks",
 ]
@@ -43,6 +45,31 @@ _MEDIA = ("image", "document", "audio")
 # they come first in the message's content, where Anthropic's API returns and wants them.
 THINKING_BLOCKS = "thinking_blocks"
 _THINKING_KINDS = ("thinking", "redacted_thinking")
+
+
+# ... and its text blocks, when one of them carries more than its text (an SDK's
+# ``citations: None``, real citations): the content-block form shows them as they came, as
+# 0.9.1's memory keeps a block. ``content`` stays the joined text, which is what is sent;
+# an edit of it since (a middleware, condensing) shows the edited text instead.
+TEXT_BLOCKS = "text_blocks"
+
+
+def text_blocks(content: Iterable[Any] | None) -> list[dict[str, Any]]:
+    """Copies of the text blocks among ``content`` if any has fields besides ``type`` and
+    ``text``; none otherwise (the joined text says it all)."""
+    texts = [b for b in content or [] if isinstance(b, dict) and b.get("type") == "text"]
+    if not any(set(b) - {"type", "text"} for b in texts):
+        return []
+    return copy.deepcopy(texts)
+
+
+def _kept_text_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    kept, text = message.get(TEXT_BLOCKS), message.get("content") or ""
+    if not isinstance(kept, list) or not isinstance(text, str):
+        return None
+    if "\n".join(str(b.get("text", "")) for b in kept if isinstance(b, dict)) != text:
+        return None  # the text was changed since: show the text as it is now
+    return copy.deepcopy([b for b in kept if isinstance(b, dict)])
 
 
 def thinking_blocks(content: Iterable[Any] | None) -> list[dict[str, Any]]:
@@ -144,7 +171,12 @@ def _check_block(role: str, block: Any) -> None:
 
 def is_block_form(message: Mapping[str, Any]) -> bool:
     """True for a message already in the content-block form."""
-    return message.get("role") != "tool" and "tool_calls" not in message and THINKING_BLOCKS not in message
+    return (
+        message.get("role") != "tool"
+        and "tool_calls" not in message
+        and THINKING_BLOCKS not in message
+        and TEXT_BLOCKS not in message
+    )
 
 
 def to_blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -178,7 +210,10 @@ def to_blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         elif role == "assistant" and not is_block_form(message):
             blocks = thinking_blocks(message.get(THINKING_BLOCKS))
             text = message.get("content") or ""
-            if isinstance(text, list):
+            kept = _kept_text_blocks(message)
+            if kept is not None:
+                blocks.extend(kept)
+            elif isinstance(text, list):
                 blocks.extend(copy.deepcopy(text))
             elif text:
                 blocks.append({"type": "text", "text": text})
@@ -236,6 +271,9 @@ def from_blocks(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             thinking = thinking_blocks(content)
             if thinking:
                 converted[THINKING_BLOCKS] = thinking
+            kept = text_blocks(content)
+            if kept:
+                converted[TEXT_BLOCKS] = kept
             out.append(converted)
             continue
         results = [b for b in content if b.get("type") == "tool_result"]
