@@ -88,6 +88,9 @@ _COUNTED_FIELDS = frozenset(
 # may serve other limits. AnthropicProvider.clear_model_limits_cache() empties it.
 _MODELS_API_ANSWERS: dict[tuple[str, str], ModelLimits] = {}
 
+# A tool's field asking the API to stream its arguments as they are written.
+_EAGER = "eager_input_streaming"
+
 # Stream error events that are the streaming form of a 529 / 500 / 429.
 _TRANSIENT_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 
@@ -142,6 +145,7 @@ class AnthropicProvider(HTTPProvider):
         default_max_tokens: int | None = None,
         extra_body: Mapping[str, JSONValue] | None = None,
         client: object | None = None,
+        eager_tool_streaming: bool = True,
     ) -> None:
         model, client = model_and_client("AnthropicProvider", model, client)
         super().__init__(
@@ -161,6 +165,12 @@ class AnthropicProvider(HTTPProvider):
         self._default_max_tokens = default_max_tokens
         self.extra_body = checked_extra_body("AnthropicProvider", extra_body, _RESERVED_FIELDS)
         self._warned_temperature = False
+        # Each tool asks the API to stream its arguments as the model writes them
+        # (``eager_input_streaming``, as 0.9.1 asks): otherwise a call is held back until its
+        # arguments are whole, and a model writing a long argument sends nothing for minutes,
+        # which the stall deadline takes for a dead stream. A server that refuses the field
+        # turns it off for this provider, and the call goes again without it.
+        self.eager_tool_streaming = eager_tool_streaming
 
     def default_max_tokens(self, model: str) -> int:
         """``default_max_tokens=`` if given, else the model's limit (``harnessx.models``)."""
@@ -279,6 +289,12 @@ class AnthropicProvider(HTTPProvider):
         cache: PromptCacheHint | None = None,
     ) -> ProviderResponse:
         payload = self._payload(model, messages, system, tools, max_tokens, temperature)
+        try:
+            return _parse_message(await self._post_cached("/v1/messages", payload, cache, len(messages)))
+        except ProviderError as exc:
+            if not self._refused_eager_streaming(payload, exc):
+                raise
+        payload = self._payload(model, messages, system, tools, max_tokens, temperature)
         return _parse_message(await self._post_cached("/v1/messages", payload, cache, len(messages)))
 
     async def stream(
@@ -292,10 +308,34 @@ class AnthropicProvider(HTTPProvider):
         temperature: float | None = None,
         cache: PromptCacheHint | None = None,
     ) -> AsyncIterator[StreamChunk]:
-        payload = self._payload(model, messages, system, tools, max_tokens, temperature)
-        payload["stream"] = True
+        payload = {**self._payload(model, messages, system, tools, max_tokens, temperature), "stream": True}
+        delivered = False
+        try:
+            async for chunk in self._stream_cached(
+                "/v1/messages", payload, _parse_stream, cache, len(messages)
+            ):
+                delivered = True
+                yield chunk
+            return
+        except ProviderError as exc:
+            # A refusal comes before the stream opens: nothing was delivered to repeat.
+            if delivered or not self._refused_eager_streaming(payload, exc):
+                raise
+        payload = {**self._payload(model, messages, system, tools, max_tokens, temperature), "stream": True}
         async for chunk in self._stream_cached("/v1/messages", payload, _parse_stream, cache, len(messages)):
             yield chunk
+
+    def _refused_eager_streaming(self, payload: Mapping[str, Any], exc: ProviderError) -> bool:
+        """Whether ``exc`` refused the ``eager_input_streaming`` this provider put on the
+        tools of ``payload``; if so it sends the field no more."""
+        asked = self.eager_tool_streaming and any(
+            tool.get(_EAGER) is True for tool in payload.get("tools") or [] if isinstance(tool, dict)
+        )
+        if not asked or _EAGER not in str(exc):
+            return False
+        logger.info("%s: the server refused %s; tools go without it from now on", self.provider_name, _EAGER)
+        self.eager_tool_streaming = False
+        return True
 
     def _with_cache_fields(
         self, payload: dict[str, Any], cache: PromptCacheHint | None, message_count: int
@@ -306,6 +346,8 @@ class AnthropicProvider(HTTPProvider):
         """Any invalid-request refusal may be one of the cache markers, since a compatible
         server (llama.cpp, a gateway) may not say why; through an SDK client (or a double of
         one) a refusal that names them."""
+        if _EAGER in str(exc):
+            return False  # the tools' field, not the markers (see _refused_eager_streaming)
         return exc.status_code == 400 or (self._sdk is not None and "cache_control" in str(exc))
 
     # ------------------------------------------------------------------ an SDK client
@@ -389,6 +431,10 @@ class AnthropicProvider(HTTPProvider):
         temperature: float | None,
     ) -> dict[str, Any]:
         payload = self._base_payload(model, messages, system, tools)
+        if self.eager_tool_streaming and payload.get("tools"):
+            # Sent streamed or not, so the tool definitions (part of the cached prefix) are the
+            # same for both; a tool that says either way itself keeps its choice.
+            payload["tools"] = [{**tool, _EAGER: tool.get(_EAGER, True)} for tool in payload["tools"]]
         payload["max_tokens"] = max_tokens if max_tokens is not None else self.default_max_tokens(model)
         if temperature is not None and self._sends_temperature(temperature):
             payload["temperature"] = temperature
@@ -529,6 +575,8 @@ def to_wire_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         if tool.get("description"):
             entry["description"] = tool["description"]
+        if isinstance(tool.get(_EAGER), bool):
+            entry[_EAGER] = tool[_EAGER]
         wire.append(entry)
     return wire
 

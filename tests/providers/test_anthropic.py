@@ -194,6 +194,7 @@ async def test_tool_use_reply_and_tool_results_on_the_wire(
             "name": "get_weather",
             "description": "Current weather for a city",
             "input_schema": WEATHER_TOOL["input_schema"],
+            "eager_input_streaming": True,  # arguments streamed as they are written, as 0.9.1 asks
         }
     ]
     assert sent["messages"] == [
@@ -216,6 +217,66 @@ async def test_tool_use_reply_and_tool_results_on_the_wire(
             ],
         },
     ]
+
+
+async def test_tools_ask_for_their_arguments_as_they_are_written(
+    server: ScriptedServer, anthropic: MakeAnthropic
+) -> None:
+    """As 0.9.1 (``eager_tool_streaming=True``): a call is not held back until its arguments
+    are whole, which a stall deadline could take for a dead stream. A tool that says either
+    way keeps its choice; the caller's definitions are not changed."""
+    quiet = {**WEATHER_TOOL, "name": "quiet", "eager_input_streaming": False}
+    tools = [WEATHER_TOOL, quiet]
+    server.reply_json(message(text("ok")))
+    server.reply_sse(text_reply(server, "ok"))
+    server.reply_json(message(text("ok")))
+    provider = anthropic()
+    await provider.create(**ASK, tools=tools, max_tokens=5)
+    await collect(provider.stream(**ASK, tools=tools, max_tokens=5))
+    await anthropic(eager_tool_streaming=False).create(**ASK, tools=tools, max_tokens=5)
+    eager, streamed, off = (
+        [t.get("eager_input_streaming") for t in r.json["tools"]] for r in server.requests
+    )
+    assert eager == streamed == [True, False] and off == [None, False]
+    assert tools == [WEATHER_TOOL, quiet] and "eager_input_streaming" not in WEATHER_TOOL
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_a_server_that_refuses_eager_streaming_gets_calls_without_it(
+    server: ScriptedServer, anthropic: MakeAnthropic, streaming: bool
+) -> None:
+    """The first refusal naming the field turns it off for the provider, and the same call
+    goes again without it (the prompt-cache markers stay: it was not them)."""
+    from harnessx import PromptCacheHint
+
+    refusal = {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "tools.0.custom.eager_input_streaming: Extra inputs are not permitted",
+        },
+    }
+    server.reply_json(refusal, status=400)
+    for _ in range(2):
+        if streaming:
+            server.reply_sse(text_reply(server, "ok"))
+        else:
+            server.reply_json(message(text("ok")))
+    provider = anthropic()
+    hint = PromptCacheHint(prefix_key="k", breakpoints=("tools",))
+    for _ in range(2):
+        if streaming:
+            reply = (await collect(provider.stream(**ASK, tools=[WEATHER_TOOL], max_tokens=5, cache=hint)))[
+                -1
+            ].data
+        else:
+            reply = await provider.create(**ASK, tools=[WEATHER_TOOL], max_tokens=5, cache=hint)
+        assert reply.text == "ok"
+    assert provider.eager_tool_streaming is False
+    sent = [r.json for r in server.requests]
+    assert len(sent) == 3, "refused once, then never sent again"
+    assert ["eager_input_streaming" in body["tools"][0] for body in sent] == [True, False, False]
+    assert all(body["tools"][-1].get("cache_control") for body in sent)
 
 
 async def test_assistant_turn_of_only_tool_calls_has_no_empty_text_block(

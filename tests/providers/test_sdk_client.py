@@ -359,3 +359,23 @@ def test_an_sdk_block_is_kept_without_the_sdks_own_fields() -> None:
 
     block = ParsedTextBlock[dict[str, int]](type="text", text="400", parsed_output={"answer": 400})
     assert ProviderResponse(content=[block]).content == [{"type": "text", "text": "400", "citations": None}]
+
+
+async def test_an_sdk_client_refusing_eager_streaming_gets_calls_without_it(server: ScriptedServer) -> None:
+    tool = {"name": "get_weather", "description": "Weather.", "input_schema": {"type": "object"}}
+    refusal = {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "tools.0.custom.eager_input_streaming: Extra inputs are not permitted",
+        },
+    }
+    server.reply_json(refusal, status=400)
+    server.reply_json(MESSAGE | {"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"})
+    server.reply_json(MESSAGE | {"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"})
+    async with AnthropicProvider(client=anthropic_sdk(server)) as provider:
+        for _ in range(2):
+            assert (await provider.create(**(ASK | {"tools": [tool]}), max_tokens=5)).text == "ok"
+        assert provider.eager_tool_streaming is False
+    sent = [r.json["tools"][0] for r in server.requests]
+    assert [t.get("eager_input_streaming") for t in sent] == [True, None, None]
