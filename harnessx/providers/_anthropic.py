@@ -14,10 +14,17 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from harnessx._errors import ConfigurationError, IncompleteStreamError, ProviderError
+from harnessx._errors import ConfigurationError, IncompleteStreamError, MalformedToolInputError, ProviderError
 from harnessx._model_limits import ModelLimits, lookup_model_limits
 from harnessx._policies import PromptCacheHint
-from harnessx.providers._base import ProviderResponse, StopReason, StreamChunk, TokenUsage, ToolCall
+from harnessx.providers._base import (
+    INVALID_ARGUMENTS,
+    ProviderResponse,
+    StopReason,
+    StreamChunk,
+    TokenUsage,
+    ToolCall,
+)
 from harnessx.providers._http import (
     ChunkParser,
     HTTPProvider,
@@ -90,6 +97,10 @@ _MODELS_API_ANSWERS: dict[tuple[str, str], ModelLimits] = {}
 
 # A tool's field asking the API to stream its arguments as they are written.
 _EAGER = "eager_input_streaming"
+# What the SDK's stream raises for a streamed tool argument that is not JSON, and the event
+# (not one the API sends) by which _sdk_events tells the parser so.
+_SDK_UNREADABLE_ARGUMENTS = "Unable to parse tool parameter JSON"
+_UNREADABLE_ARGUMENTS = "harnessx_unreadable_tool_arguments"
 
 # Stream error events that are the streaming form of a 529 / 500 / 429.
 _TRANSIENT_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
@@ -480,14 +491,28 @@ def _message_json(message: object) -> dict[str, Any]:
 
 
 async def _sdk_events(stream: AsyncIterator[object]) -> AsyncGenerator[SSEEvent, None]:
-    """The SDK stream's events as the server-sent events they were read from."""
-    async for event in stream:
-        kind = getattr(event, "type", None)
-        if kind in _WIRE_EVENTS:
-            yield sse(str(kind), event)
-        elif kind in ("content_block_stop", "message_stop"):
-            # The SDK adds the assembled block or message to these; nothing to parse in them.
-            yield (str(kind), json.dumps({"type": kind}))
+    """The SDK stream's events as the server-sent events they were read from.
+
+    The SDK parses each streamed tool argument as it assembles the message, and raises when
+    one is not JSON (with eager input streaming the API no longer checks them); the rest of
+    the stream is then lost. As 0.9.1 does, the reply so far is kept: the parser is told
+    which call could not be read (``_UNREADABLE_ARGUMENTS``), and the run answers that call
+    with the reason, asking the model to send it again."""
+    try:
+        async for event in stream:
+            kind = getattr(event, "type", None)
+            if kind in _WIRE_EVENTS:
+                yield sse(str(kind), event)
+            elif kind in ("content_block_stop", "message_stop"):
+                # The SDK adds the assembled block or message to these; nothing to parse in them.
+                yield (str(kind), json.dumps({"type": kind}))
+    except ValueError as exc:
+        if _SDK_UNREADABLE_ARGUMENTS not in str(exc):
+            raise
+        # "... Error: <the parser's message>. JSON: <the argument text>": the text stays out.
+        detail = str(exc.__cause__ or exc).split(". JSON:")[0]
+        reason = f"tool arguments are not valid JSON ({detail}); the partial input was discarded"
+        yield (_UNREADABLE_ARGUMENTS, json.dumps({"type": _UNREADABLE_ARGUMENTS, "reason": reason}))
 
 
 # --------------------------------------------------------------------------- request
@@ -647,6 +672,7 @@ class _Block:
 
     block: dict[str, Any]
     json_parts: list[str] = field(default_factory=list)
+    unreadable: str | None = None  # why its streamed arguments could not be read
 
     @property
     def type(self) -> str:
@@ -679,6 +705,8 @@ class _StreamState:
             self.usage.update(_present(as_dict(data.get("usage"))))
         elif kind == "message_stop":
             self.finished = True
+        elif kind == _UNREADABLE_ARGUMENTS:
+            self._unreadable_arguments(as_text(data.get("reason")))
         elif kind == "error":
             error = as_dict(data.get("error"))
             message = error_message_from_body(data) or "unknown stream error"
@@ -688,6 +716,17 @@ class _StreamState:
             )
         # ping, content_block_stop and event types added later need no action.
         return []
+
+    def _unreadable_arguments(self, reason: str) -> None:
+        """The stream ends at the call being streamed, whose arguments could not be read:
+        the reply so far stands, with that call marked for the run to answer."""
+        calls = [block for _, block in sorted(self.blocks.items()) if block.type == "tool_use"]
+        if not calls or not calls[-1].block.get("id") or not calls[-1].block.get("name"):
+            raise MalformedToolInputError(reason)  # no call to answer: the reply is asked again
+        calls[-1].unreadable = reason
+        # The stream never reached message_delta: the reply stops at a tool call.
+        self.message["stop_reason"] = self.message.get("stop_reason") or "tool_use"
+        self.finished = True
 
     def _start_block(self, index: int, start: dict[str, Any]) -> list[StreamChunk]:
         block = _Block(copy.deepcopy(start))
@@ -736,10 +775,13 @@ class _StreamState:
         blocks: list[dict[str, Any]] = []
         tool_calls: list[ToolCall] = []
         for _, block in sorted(self.blocks.items()):
-            if block.json_parts:
+            if block.unreadable is not None:
+                raw_input: object = {INVALID_ARGUMENTS: block.unreadable}
+                block.block["input"] = raw_input
+            elif block.json_parts:
                 # Blocks that stream their input (tool_use, server_tool_use, mcp_tool_use)
                 # start with an empty one; the joined deltas are the whole input.
-                raw_input: object = "".join(block.json_parts)
+                raw_input = "".join(block.json_parts)
                 parsed, _ = parse_tool_arguments(raw_input)
                 block.block["input"] = parsed
             else:

@@ -127,7 +127,7 @@ class TokenUsage:
 
 # The input key that marks tool arguments a provider could not read (harnessx 0.9.1's
 # convention): ``ToolCall(id, name, {INVALID_ARGUMENTS: reason})`` is the same as giving
-# ``parse_error=reason``.
+# ``parse_error=reason``, and either way ``input`` shows the marker, as 0.9.1's does.
 INVALID_ARGUMENTS = "__invalid_arguments__"
 
 
@@ -136,8 +136,9 @@ class ToolCall:
     """One tool invocation the model asked for. ``input`` is the parsed argument object.
 
     A provider that received arguments it could not parse as a JSON object sets
-    ``parse_error`` (and leaves ``input`` empty); the engine then answers the model with an
-    error result instead of calling the tool.
+    ``parse_error``, and ``input`` is then ``{INVALID_ARGUMENTS: parse_error}`` (0.9.1's
+    marker, which its programs read); the engine answers the model with an error result
+    instead of calling the tool.
     """
 
     id: str
@@ -148,7 +149,8 @@ class ToolCall:
     def __post_init__(self) -> None:
         if self.parse_error is None and isinstance(self.input, dict) and INVALID_ARGUMENTS in self.input:
             self.parse_error = str(self.input[INVALID_ARGUMENTS])
-            self.input = {}
+        elif self.parse_error is not None and not self.input:
+            self.input = {INVALID_ARGUMENTS: self.parse_error}
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "name": self.name, "input": self.input}

@@ -146,7 +146,12 @@ def parse_tool_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
         # Models often write a raw newline inside a string (a file's body): accept it.
         value = json.loads(raw, strict=False)
     except (json.JSONDecodeError, RecursionError) as exc:
-        reason = f"{exc.msg} at position {exc.pos}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        if not isinstance(exc, json.JSONDecodeError):
+            return {}, f"tool arguments are not valid JSON ({exc}): {_shorten(raw, 200)}"
+        reason = f"{exc.msg} at position {exc.pos}"
+        if exc.msg.startswith("Unterminated string") or exc.pos >= len(raw.rstrip()):
+            # A document that stops part way (a stream cut off): the model should send it whole.
+            reason = f"not complete JSON: cut off part way, after {len(raw)} characters"
         return {}, f"tool arguments are not valid JSON ({reason}): {_shorten(raw, 200)}"
     if not isinstance(value, dict):
         return {}, f"tool arguments must be a JSON object, got {_json_type_name(value)}"

@@ -10,6 +10,7 @@ import pytest
 
 from harnessx._errors import ConfigurationError
 from harnessx.providers import OpenAIProvider, StopReason, StreamChunk, TokenUsage
+from harnessx.providers.base import INVALID_ARGUMENTS
 
 if TYPE_CHECKING:
     from conftest import ScriptedServer
@@ -197,8 +198,10 @@ async def test_malformed_tool_arguments_become_parse_errors(
     )
     assert response.tool_calls is not None
     broken, listed, empty = response.tool_calls
-    assert broken.input == {} and broken.parse_error is not None and "not valid JSON" in broken.parse_error
-    assert listed.input == {} and listed.parse_error is not None and "array" in listed.parse_error
+    assert broken.parse_error is not None and "not valid JSON" in broken.parse_error
+    assert listed.parse_error is not None and "array" in listed.parse_error
+    assert broken.input == {INVALID_ARGUMENTS: broken.parse_error}, "0.9.1's marker"
+    assert listed.input == {INVALID_ARGUMENTS: listed.parse_error}
     assert empty.input == {} and empty.parse_error is None  # no arguments at all is fine
 
 
@@ -442,8 +445,8 @@ async def test_streamed_malformed_tool_arguments(server: ScriptedServer, openai:
         )
     )
     (call,) = chunks[-1].data.tool_calls
-    assert call.id == "call_X" and call.input == {}
-    assert call.parse_error is not None and "not valid JSON" in call.parse_error
+    assert call.id == "call_X" and call.input == {INVALID_ARGUMENTS: call.parse_error}
+    assert call.parse_error is not None and "not complete JSON" in call.parse_error
 
 
 async def test_streamed_reasoning_is_thinking(server: ScriptedServer, openai: MakeOpenAI) -> None:
