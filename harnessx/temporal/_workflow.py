@@ -105,6 +105,9 @@ _SERIAL_BESIDE_PATCH = "harnessx-serial-beside-1"
 # The patch marker of calling the extensions' turn callbacks (on_turn_start, on_turn_end,
 # on_turn_complete) on the worker, as the driver calls them; earlier histories called none.
 _TURN_CALLBACKS_PATCH = "harnessx-turn-callbacks-1"
+# The patch marker of firing AGENT_END for a waiting run cancelled (it ends in the update,
+# not in drive()), as SQLite and PostgreSQL do; earlier histories fired none there.
+_CANCELLED_AGENT_END_PATCH = "harnessx-cancelled-agent-end-1"
 # Everything the engine reads fits in memory; a finished run keeps only its summary.
 _SUMMARY_FIELDS = ("request_id", "message")
 
@@ -816,9 +819,14 @@ class SessionWorkflow:
         engine = self.engine()
         if action == "cancel":
             await self.commit(engine.cancel(state))
-            if state.status.finished and self._turn_callbacks():
-                # A waiting run ended here, not in drive(): its extensions are told as well.
-                await self._turn("complete", result=state.result().to_dict())
+            if state.status.finished:
+                # A waiting run ended here, not in drive(): its end is announced as a driven
+                # run's is (the extensions' on_turn_complete, then AGENT_END).
+                result = state.result().to_dict()
+                if self._turn_callbacks():
+                    await self._turn("complete", result=result)
+                if workflow.patched(_CANCELLED_AGENT_END_PATCH):
+                    await self.fire(self._hook(HookEvent.AGENT_END, result=result))
         elif state.status is RunStatus.RUNNING:  # pragma: no cover - a running run is busy
             await self.commit(engine.pause(state))
 

@@ -202,7 +202,7 @@ async def test_extension_turn_callbacks_are_those_of_a_sqlite_run(
     assert replay.replay_failure is None
 
 
-async def test_cancelling_a_waiting_run_tells_its_extensions(
+async def test_cancelling_a_waiting_run_tells_its_extensions_and_hooks(
     backend: TemporalBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     noted = tmp_path / "hooks.jsonl"
@@ -212,7 +212,22 @@ async def test_cancelling_a_waiting_run_tells_its_extensions(
     assert (await remote.run("x")).status is RunStatus.AWAITING_INPUT
     _hooks_noted(noted)
     await remote.cancel()
-    assert {"event": "on_turn_complete", "result": "cancelled"} in _hooks_noted(noted)
+    on_temporal = _hooks_noted(noted)
+    local = AgentRuntime(
+        registry.create(AgentRef("extended_approval", "v1")), backend=SQLiteBackend(tmp_path / "db")
+    )
+    try:
+        assert (await local.run("x")).status is RunStatus.AWAITING_INPUT
+        _hooks_noted(noted)
+        await local.cancel()
+    finally:
+        await local.stop()
+    # on_turn_complete, then the AGENT_END hook, as on SQLite and PostgreSQL.
+    assert on_temporal == _hooks_noted(noted)
+    assert on_temporal[-2:] == [
+        {"event": "on_turn_complete", "result": "cancelled"},
+        {"event": "agent_end", "result": "cancelled"},
+    ]
     history = await backend.handle(remote.session_id).fetch_history()
     replay = await replayer(registry, backend.client.data_converter).replay_workflow(
         history, raise_on_replay_failure=True
