@@ -549,6 +549,14 @@ def _content_blocks(content: object) -> list[dict[str, Any]]:
     return [{"type": "text", "text": as_text(content)}]
 
 
+def _result_part(part: object) -> object:
+    """A block of a tool result's content as the API takes it: a text block without what an
+    SDK's reply added to it (``parsed_output``, ...), which the API refuses; others as given."""
+    if isinstance(part, dict) and part.get("type") == "text":
+        return {key: part[key] for key in ("type", "text", "cache_control") if key in part}
+    return part
+
+
 def _to_wire_block(block: dict[str, Any]) -> dict[str, Any] | None:
     kind = block.get("type")
     if kind == "text":
@@ -556,18 +564,23 @@ def _to_wire_block(block: dict[str, Any]) -> dict[str, Any] | None:
         return {"type": "text", "text": text} if text else None  # empty text blocks are rejected
     if kind == "tool_use":
         arguments = block.get("input")
-        return {
+        call: dict[str, Any] = {
             "type": "tool_use",
             "id": str(block.get("id", "")),
             "name": str(block.get("name", "")),
             "input": arguments if isinstance(arguments, dict) else {},
         }
+        if isinstance(block.get("caller"), dict):
+            call["caller"] = block["caller"]  # who made the call (programmatic tool calling)
+        return call
     if kind == "tool_result":
         content = block.get("content")
         wire: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": str(block.get("tool_use_id", "")),
-            "content": content if isinstance(content, list) else as_text(content),
+            "content": [_result_part(part) for part in content]
+            if isinstance(content, list)
+            else as_text(content),
         }
         if block.get("is_error"):
             wire["is_error"] = True

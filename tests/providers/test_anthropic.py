@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -278,6 +279,53 @@ async def test_a_server_that_refuses_eager_streaming_gets_calls_without_it(
     assert len(sent) == 3, "refused once, then never sent again"
     assert ["eager_input_streaming" in body["tools"][0] for body in sent] == [True, False, False]
     assert all(body["tools"][-1].get("cache_control") for body in sent)
+
+
+async def test_history_from_an_sdk_reply_goes_back_as_the_api_takes_it(
+    server: ScriptedServer, anthropic: MakeAnthropic
+) -> None:
+    """As 0.9.1 sends it: a tool call keeps its ``caller``; a tool result's text blocks lose
+    what an SDK reply added (``parsed_output``), which the API refuses; the history passed
+    in is not changed."""
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "hello"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Checking", "parsed_output": None},
+                {
+                    "type": "tool_use",
+                    "id": "t1",
+                    "name": "echo",
+                    "input": {"k": 1},
+                    "caller": {"type": "direct"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "t1",
+                    "content": [{"type": "text", "text": "ok", "parsed_output": {"result": "ok"}}],
+                }
+            ],
+        },
+    ]
+    kept = copy.deepcopy(history)
+    server.reply_json(message(text("done")))
+    await anthropic().create(model="claude-test", messages=history, system="", tools=[], max_tokens=5)
+    assistant, results = server.requests[0].json["messages"][1:]
+    assert assistant["content"][1] == {
+        "type": "tool_use",
+        "id": "t1",
+        "name": "echo",
+        "input": {"k": 1},
+        "caller": {"type": "direct"},
+    }
+    assert results["content"][0]["content"] == [{"type": "text", "text": "ok"}]
+    assert history == kept
 
 
 async def test_assistant_turn_of_only_tool_calls_has_no_empty_text_block(
