@@ -28,6 +28,7 @@ import httpx
 
 from harnessx._errors import ConfigurationError, HarnessError, ProviderError
 from harnessx._policies import PromptCacheHint
+from harnessx._redaction import redact
 from harnessx.providers._base import INVALID_ARGUMENTS, LLMProvider, StreamChunk
 from harnessx.providers._sdk_client import sdk_error
 
@@ -315,6 +316,13 @@ class HTTPProvider(LLMProvider):
 
     def __repr__(self) -> str:
         key = _SECRET_PLACEHOLDER if self._api_key else "None"
+        if self._sdk is not None:
+            # The calls go through the client given: its endpoint is the one that matters (its
+            # key stays out of sight like ours).
+            sdk = type(self._sdk).__name__
+            url = redact(str(getattr(self._sdk, "base_url", "") or "").rstrip("/"))  # a proxy's password
+            shown = f"client={sdk}(base_url={url!r})"
+            return f"{type(self).__name__}(model={self.model!r}, {shown}, api_key={key})"
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r}, api_key={key})"
 
     @property

@@ -466,3 +466,29 @@ async def test_a_run_asks_the_model_to_resend_a_call_it_could_not_read(server: S
     answers = [m["messages"][-1]["content"][-1] for m in sent[1:3]]
     assert all(a["type"] == "tool_result" and a["is_error"] for a in answers)
     assert "not valid JSON" in answers[0]["content"] and "not complete JSON" in answers[1]["content"]
+
+
+async def test_a_provider_with_a_client_names_the_clients_endpoint_and_hides_its_key() -> None:
+    key = "sk-never-shown-0123456789"
+    given = anthropic.AsyncAnthropic(api_key=key, base_url="http://127.0.0.1:9/")
+    provider = AnthropicProvider("claude-test", client=given)
+    try:
+        shown = repr(provider)
+        assert "client=AsyncAnthropic(base_url='http://127.0.0.1:9')" in shown, shown
+        assert key not in shown and key not in str(provider)
+        assert "api.anthropic.com" not in shown  # the default endpoint the client replaces
+    finally:
+        await provider.aclose()
+    other = openai.AsyncOpenAI(api_key=key, base_url="http://127.0.0.1:9/v1")
+    provider_o = OpenAIProvider("gpt-test", client=other)
+    try:
+        assert "client=AsyncOpenAI(base_url='http://127.0.0.1:9/v1')" in repr(provider_o)
+        assert key not in repr(provider_o)
+    finally:
+        await provider_o.aclose()
+    proxied = openai.AsyncOpenAI(api_key=key, base_url="http://relay:hunter2-proxy-pass@127.0.0.1:9/v1")
+    provider_p = OpenAIProvider("gpt-test", client=proxied)
+    try:
+        assert "hunter2-proxy-pass" not in repr(provider_p), repr(provider_p)
+    finally:
+        await provider_p.aclose()
