@@ -30,6 +30,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import machine
 from pool import BIN, ROOT, Fleet, live_workers, percentile
 
 from harnessx import AgentRef, AgentRuntime
@@ -129,6 +130,7 @@ def _row(samples: list[float]) -> str:
 
 
 async def main(args: argparse.Namespace) -> None:
+    args.calibration = machine.calibration_ms()  # before any server or worker starts
     from harnessx.temporal import RedisEvents, TemporalBackend
     from harnessx.testing import RedisServer, TemporalDevServer, ThrowawayCluster
 
@@ -180,7 +182,8 @@ async def main(args: argparse.Namespace) -> None:
             heartbeat: await temporal_kills(server.target, redis.url, folder, heartbeat, args.kills)
             for heartbeat in args.heartbeat_timeouts
         }
-    print(f"machine: {os.cpu_count()} cores; Temporal: start-dev (server 1.32, SQLite); pool: PostgreSQL 15")
+    servers = "Temporal: start-dev (server 1.32, SQLite); pool: PostgreSQL 15"
+    print(f"{machine.describe(args.calibration)}; {servers}")
     print()
     print("| a run with one tool call, start + run (s) | p50 | p99 | max | n |")
     print("|---|---|---|---|---|")
