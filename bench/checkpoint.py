@@ -287,7 +287,7 @@ async def measure(
 
 def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print(f"checkpoints: {args.repeat} per backend; runs: {args.runs}; long session: {args.turns} turns")
-    print(machine.describe(args.calibration))
+    print(machine.describe(args.machine_reading))
     print()
     print(
         "| backend | floor (ms) | checkpoint (ms) | checkpoint / floor | checkpoint - floor (ms) "
@@ -307,7 +307,7 @@ def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    args.calibration = machine.calibration_ms()  # before any server or worker starts
+    args.machine_reading = machine.reading()  # before any server or worker starts
     rows = []
     with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
         if "sqlite" in args.backends:

@@ -317,7 +317,7 @@ def postgres_timestamps(dsn: str, schema: str) -> Any:
 
 
 async def main(args: argparse.Namespace) -> None:
-    args.calibration = machine.calibration_ms()  # before any server or worker starts
+    args.machine_reading = machine.reading()  # before any server or worker starts
     with tempfile.TemporaryDirectory() as folder_name, ExitStack() as stack:
         folder = Path(folder_name)
         store_env: dict[str, str] = {}
@@ -373,7 +373,7 @@ async def main(args: argparse.Namespace) -> None:
                     alone = await bench_submissions(store, args.runs)
             finally:
                 fleet.stop()
-    print(f"store: {label}; {machine.describe(args.calibration)}")
+    print(f"store: {label}; {machine.describe(args.machine_reading)}")
     print()
     print("| measure | p50 | p99 | max | n |")
     print("|---|---|---|---|---|")

@@ -410,7 +410,7 @@ async def one_store(
 def report_rounds(args: argparse.Namespace, label: str, rounds: dict[str, dict[str, list[Any]]]) -> None:
     modes = args.modes
     others = [m for m in modes if m != "off"]
-    print(f"store: {label}; {machine.describe(args.calibration)}")
+    print(f"store: {label}; {machine.describe(args.machine_reading)}")
     print()
     print(f"| measure | {' | '.join(modes)} | {' | '.join(f'{m} / off' for m in others)} |")
     print(f"|---|{'---|' * (len(modes) + len(others))}")
@@ -465,7 +465,7 @@ def report_rounds(args: argparse.Namespace, label: str, rounds: dict[str, dict[s
 
 
 async def main(args: argparse.Namespace) -> None:
-    args.calibration = machine.calibration_ms()  # before any server or worker starts
+    args.machine_reading = machine.reading()  # before any server or worker starts
     rounds: dict[str, dict[str, list[Any]]] = {
         "claims": {m: [] for m in args.modes},
         "steps": {m: [] for m in args.modes},

@@ -130,7 +130,7 @@ def _row(samples: list[float]) -> str:
 
 
 async def main(args: argparse.Namespace) -> None:
-    args.calibration = machine.calibration_ms()  # before any server or worker starts
+    args.machine_reading = machine.reading()  # before any server or worker starts
     from harnessx.temporal import RedisEvents, TemporalBackend
     from harnessx.testing import RedisServer, TemporalDevServer, ThrowawayCluster
 
@@ -183,7 +183,7 @@ async def main(args: argparse.Namespace) -> None:
             for heartbeat in args.heartbeat_timeouts
         }
     servers = "Temporal: start-dev (server 1.32, SQLite); pool: PostgreSQL 15"
-    print(f"{machine.describe(args.calibration)}; {servers}")
+    print(f"{machine.describe(args.machine_reading)}; {servers}")
     print()
     print("| a run with one tool call, start + run (s) | p50 | p99 | max | n |")
     print("|---|---|---|---|---|")
