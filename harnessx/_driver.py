@@ -79,6 +79,7 @@ from harnessx.providers._base import (
     ToolCall,
     ToolCallDelta,
     call_create,
+    given_blocks,
     streams_natively,
 )
 from harnessx.store._records import ControlRequest
@@ -611,9 +612,9 @@ class Driver:
         and redacted thinking must reach the next request as the provider sent them, so a
         middleware that changes them fails the run (as 0.9.1), rather than its next request
         being refused."""
-        protected = _protected(response.content)
+        protected = _protected(given_blocks(response))
         processed = _canonical(await self.settings.middleware.process_llm_response(response))
-        if _protected(processed.content) != protected:
+        if _protected(given_blocks(processed)) != protected:
             raise ValueError("Response middleware cannot change signed or opaque provider content")
         return processed
 

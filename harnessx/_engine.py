@@ -39,6 +39,7 @@ from harnessx.providers._base import (
     StopReason,
     TokenUsage,
     ToolCall,
+    given_blocks,
 )
 
 __all__ = [
@@ -476,12 +477,13 @@ class Engine:
         message: dict[str, Any] = {"role": "assistant", "content": response.text}
         if calls:
             message["tool_calls"] = [c.to_dict() for c in calls]
-        thinking = thinking_blocks(response.content)
+        given = given_blocks(response)
+        thinking = thinking_blocks(given)
         if thinking:
             # Kept as received (signature, redacted data): with extended thinking and tools
             # the API wants them back unchanged in the turn they came with.
             message[THINKING_BLOCKS] = thinking
-        texts = text_blocks(response.content)
+        texts = text_blocks(given)
         if texts:
             message[TEXT_BLOCKS] = texts  # shown as they came (citations), sent as the text
         events = []

@@ -328,6 +328,16 @@ class ProviderResponse:
             self.thinking = joined_thinking
 
 
+def given_blocks(response: Any) -> list[dict[str, Any]]:
+    """The blocks the provider (or a middleware) gave ``response``, as edited since; none
+    when it gave none. What a run itself reads of a reply's content (signed thinking, text
+    blocks that carry citations) is only ever among those: the view ``content`` makes from
+    the fields otherwise, with its copies of every call's input, is for programs."""
+    if isinstance(response, ProviderResponse):
+        return [] if response._blocks is None else response._edited_blocks(response._blocks)
+    return [b for b in getattr(response, "content", None) or [] if isinstance(b, dict)]
+
+
 def block_dict(block: Any) -> dict[str, Any]:
     """A content block as a dict: a dict as it is, an SDK block (pydantic) by ``model_dump``
     without the SDK's own fields (``__api_exclude__``: ``parsed_output``, ...), any other
