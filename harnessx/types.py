@@ -23,7 +23,14 @@ from harnessx._results import ToolResult
 from harnessx._runtime import RuntimeConfig
 from harnessx._sessions import SessionState
 from harnessx._tools import ReplayPolicy, ToolDefinition
-from harnessx.providers._base import ProviderResponse, StopReason, StreamChunk, TokenUsage, ToolCall
+from harnessx.providers._base import (
+    ProviderResponse,
+    StopReason,
+    StreamChunk,
+    TokenUsage,
+    ToolCall,
+    ToolCallDelta,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
@@ -46,6 +53,7 @@ __all__ = [
     "StreamChunk",
     "TokenUsage",
     "ToolCall",
+    "ToolCallDelta",
     "ToolDefinition",
     "ToolPolicy",
     "ToolResult",

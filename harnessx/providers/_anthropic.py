@@ -24,6 +24,7 @@ from harnessx.providers._base import (
     StreamChunk,
     TokenUsage,
     ToolCall,
+    ToolCallDelta,
 )
 from harnessx.providers._http import (
     ChunkParser,
@@ -749,7 +750,8 @@ class _StreamState:
         if block.type == "thinking" and start.get("thinking"):
             return [StreamChunk("thinking_delta", start["thinking"])]
         if block.type == "tool_use":
-            return [StreamChunk("progress", _progress(start, ""))]
+            # The model has started a tool call: say which, before its arguments (as 0.9.1).
+            return [StreamChunk("tool_call_delta", _call_delta(block, ""))]
         return []
 
     def _delta(self, index: int, delta: dict[str, Any]) -> list[StreamChunk]:
@@ -774,7 +776,11 @@ class _StreamState:
         if kind == "input_json_delta":
             piece = as_text(delta.get("partial_json"))
             block.json_parts.append(piece)
-            return [StreamChunk("progress", _progress(block.block, piece))]
+            if piece and block.type == "tool_use":
+                return [StreamChunk("tool_call_delta", _call_delta(block, piece))]
+            # A server tool's input, or an empty piece: nothing to show, but the stream is
+            # alive (a chunk of any kind resets the run's idle deadline).
+            return [StreamChunk("progress")]
         if kind == "citations_delta":
             citations = block.block.get("citations")
             block.block["citations"] = [
@@ -811,12 +817,9 @@ def _present(usage: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in usage.items() if value is not None}
 
 
-def _progress(block: dict[str, Any], arguments_delta: str) -> dict[str, Any]:
-    return {
-        "tool_call_id": block.get("id", ""),
-        "name": block.get("name", ""),
-        "arguments_delta": arguments_delta,
-    }
+def _call_delta(block: _Block, piece: str) -> ToolCallDelta:
+    # The id and name the final ToolCall gets (_tool_call), so the pieces name the call that runs.
+    return ToolCallDelta(str(block.block.get("id", "")), str(block.block.get("name", "")), piece)
 
 
 async def _parse_stream(events: AsyncIterator[SSEEvent]) -> AsyncGenerator[StreamChunk, None]:

@@ -18,7 +18,14 @@ import httpx
 
 from harnessx._errors import ConfigurationError, IncompleteStreamError, ProviderError
 from harnessx._policies import PromptCacheHint
-from harnessx.providers._base import ProviderResponse, StopReason, StreamChunk, TokenUsage, ToolCall
+from harnessx.providers._base import (
+    ProviderResponse,
+    StopReason,
+    StreamChunk,
+    TokenUsage,
+    ToolCall,
+    ToolCallDelta,
+)
 from harnessx.providers._http import (
     ChunkParser,
     HTTPProvider,
@@ -474,9 +481,13 @@ def _reasoning_text(message: dict[str, Any]) -> str | None:
 
 def _tool_call(call_id: object, name: object, arguments: object) -> ToolCall:
     parsed, error = parse_tool_arguments(arguments)
-    # A few local servers omit the id; the engine needs one to pair the result.
-    ident = call_id if isinstance(call_id, str) and call_id else f"call_{uuid.uuid4().hex[:24]}"
+    ident = call_id if isinstance(call_id, str) and call_id else _synthetic_call_id()
     return ToolCall(ident, str(name or ""), parsed, parse_error=error)
+
+
+def _synthetic_call_id() -> str:
+    # A few local servers omit the id; the engine needs one to pair the result.
+    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 def _wire_tool_call(call: dict[str, Any]) -> ToolCall:
@@ -517,6 +528,9 @@ class _PartialToolCall:
     id: str = ""
     name: str = ""
     arguments: list[str] = field(default_factory=list)
+    # The id its tool_call_delta chunks name: the API's, or one made up when its first
+    # fragment has none (then the call gets it too, unless a later fragment brings the API's).
+    delta_id: str = ""
 
 
 @dataclass
@@ -569,14 +583,17 @@ class _StreamState:
             self.thinking.append(reasoning)
             chunks.append(StreamChunk("thinking_delta", reasoning))
         for position, fragment in enumerate(delta.get("tool_calls") or []):
-            chunks.append(self._feed_tool_fragment(position, as_dict(fragment)))
+            chunks.extend(self._feed_tool_fragment(position, as_dict(fragment)))
         return chunks
 
-    def _feed_tool_fragment(self, position: int, fragment: dict[str, Any]) -> StreamChunk:
+    def _feed_tool_fragment(self, position: int, fragment: dict[str, Any]) -> list[StreamChunk]:
+        """A call's first fragment gives a ``tool_call_delta`` naming the call, with no
+        arguments; each piece of its arguments another (as 0.9.1's provider)."""
         # The id and name come in a call's first fragment only; later fragments carry just
         # the index and another piece of the arguments string.
         index = fragment.get("index")
         call = self.calls.setdefault(index if isinstance(index, int) else position, _PartialToolCall())
+        chunks: list[StreamChunk] = []
         if isinstance(fragment.get("id"), str) and fragment["id"]:
             call.id = fragment["id"]
         function = as_dict(fragment.get("function"))
@@ -588,11 +605,19 @@ class _StreamState:
             piece = json.dumps(piece)
         piece = piece if isinstance(piece, str) else ""
         call.arguments.append(piece)
-        return StreamChunk("progress", {"tool_call_id": call.id, "name": call.name, "arguments_delta": piece})
+        if not call.delta_id:
+            call.delta_id = call.id or _synthetic_call_id()
+            chunks.append(StreamChunk("tool_call_delta", ToolCallDelta(call.delta_id, call.name)))
+        if piece:
+            chunks.append(StreamChunk("tool_call_delta", ToolCallDelta(call.delta_id, call.name, piece)))
+        # A fragment with nothing to show still proves the stream alive (any chunk resets
+        # the run's idle deadline).
+        return chunks or [StreamChunk("progress")]
 
     def response(self) -> ProviderResponse:
         tool_calls = [
-            _tool_call(call.id, call.name, "".join(call.arguments)) for _, call in sorted(self.calls.items())
+            _tool_call(call.id or call.delta_id, call.name, "".join(call.arguments))
+            for _, call in sorted(self.calls.items())
         ]
         refusal = "".join(self.refusal)
         return ProviderResponse(

@@ -11,6 +11,7 @@ import pytest
 from harnessx._errors import ConfigurationError, ProviderError
 from harnessx.providers import AnthropicProvider, StopReason, StreamChunk, TokenUsage
 from harnessx.providers.base import INVALID_ARGUMENTS
+from harnessx.types import ToolCallDelta
 
 if TYPE_CHECKING:
     from conftest import Drive, ScriptedServer
@@ -541,10 +542,13 @@ async def test_streamed_tool_call_with_split_json(server: ScriptedServer, anthro
         )
     )
     chunks = await collect(anthropic().stream(**ASK, tools=[WEATHER_TOOL], max_tokens=None))
-    assert chunks[0] == StreamChunk("thinking_delta", "Hmm.")
-    progress = [c.data for c in chunks if c.kind == "progress"]
-    assert progress[0] == {"tool_call_id": "toolu_1", "name": "get_weather", "arguments_delta": ""}
-    assert [p["arguments_delta"] for p in progress[1:5]] == pieces
+    # As 0.9.1: each call as it starts (its name, no arguments), then each piece of its arguments.
+    assert chunks[:-1] == [
+        StreamChunk("thinking_delta", "Hmm."),
+        StreamChunk("tool_call_delta", ToolCallDelta("toolu_1", "get_weather")),
+        *[StreamChunk("tool_call_delta", ToolCallDelta("toolu_1", "get_weather", piece)) for piece in pieces],
+        StreamChunk("tool_call_delta", ToolCallDelta("toolu_2", "list_cities")),
+    ]
     final = chunks[-1].data
     assert final.thinking == "Hmm."
     assert final.stop_reason == StopReason.TOOL_USE

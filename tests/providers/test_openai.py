@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from harnessx._errors import ConfigurationError
 from harnessx.providers import OpenAIProvider, StopReason, StreamChunk, TokenUsage
 from harnessx.providers.base import INVALID_ARGUMENTS
+from harnessx.types import ToolCallDelta
 
 if TYPE_CHECKING:
     from conftest import ScriptedServer
@@ -402,14 +404,16 @@ async def test_streamed_tool_calls_are_assembled_from_fragments(
             max_tokens=None,
         )
     )
-    progress = [c.data for c in chunks if c.kind == "progress"]
-    assert progress[0] == {"tool_call_id": "call_A", "name": "get_weather", "arguments_delta": ""}
-    assert {"tool_call_id": "call_A", "name": "get_weather", "arguments_delta": 'ty": "Par'} in progress
-    assert [p["arguments_delta"] for p in progress if p["tool_call_id"] == "call_A"] == [
-        "",
-        '{"ci',
-        'ty": "Par',
-        'is"}',
+    # As 0.9.1: each call as it starts (its name, no arguments), then each piece of its arguments.
+    a, b = ToolCallDelta("call_A", "get_weather"), ToolCallDelta("call_B", "get_weather")
+    assert chunks[:-1] == [
+        StreamChunk("text_delta", "Checking."),
+        StreamChunk("tool_call_delta", a),
+        StreamChunk("tool_call_delta", replace(a, partial_json='{"ci')),
+        StreamChunk("tool_call_delta", b),
+        StreamChunk("tool_call_delta", replace(a, partial_json='ty": "Par')),
+        StreamChunk("tool_call_delta", replace(b, partial_json='{"city": "Rome"}')),
+        StreamChunk("tool_call_delta", replace(a, partial_json='is"}')),
     ]
     final = chunks[-1].data
     assert final.text == "Checking."
@@ -417,6 +421,41 @@ async def test_streamed_tool_calls_are_assembled_from_fragments(
     assert [(c.id, c.name, c.input) for c in final.tool_calls] == [
         ("call_A", "get_weather", {"city": "Paris"}),
         ("call_B", "get_weather", {"city": "Rome"}),
+    ]
+
+
+async def test_a_streamed_call_without_an_id_is_named_as_it_runs(
+    server: ScriptedServer, openai: MakeOpenAI
+) -> None:
+    """A server that sends no call id (some local ones): the pieces name the id the call is
+    given, as 0.9.1's; a fragment with nothing to show is a bare ``progress`` chunk."""
+    fragments = [
+        {"index": 0, "type": "function", "function": {"name": "get_weather", "arguments": ""}},
+        {"index": 0, "function": {"arguments": ""}},
+        {"index": 0, "function": {"arguments": '{"city": "Oslo"}'}},
+    ]
+    server.reply_sse(
+        [
+            *[server.event(delta({"tool_calls": [fragment]})) for fragment in fragments],
+            server.event(delta({}, finish_reason="tool_calls")),
+            server.event("[DONE]"),
+        ]
+    )
+    chunks = await collect(
+        openai().stream(
+            model="gpt-test",
+            messages=[{"role": "user", "content": "?"}],
+            system="",
+            tools=[],
+            max_tokens=None,
+        )
+    )
+    (call,) = chunks[-1].data.tool_calls
+    assert call.id.startswith("call_") and call.input == {"city": "Oslo"}
+    assert chunks[:-1] == [
+        StreamChunk("tool_call_delta", ToolCallDelta(call.id, "get_weather")),
+        StreamChunk("progress"),
+        StreamChunk("tool_call_delta", ToolCallDelta(call.id, "get_weather", '{"city": "Oslo"}')),
     ]
 
 

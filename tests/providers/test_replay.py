@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harnessx import Agent, AgentConfig
+from harnessx import Agent, AgentConfig, RunEventType, ToolCallDelta
 from harnessx.providers import (
     AnthropicProvider,
     LLMProvider,
@@ -82,6 +82,8 @@ class Recorded:
 
 OSLO_OPENAI = ToolCall("LR9XOl9TE5CcVEN5IlZRcMjiHFBWO6sr", "get_weather", {"city": "Oslo"})
 OSLO_ANTHROPIC = ToolCall("STSYKOata2ciBYzgMrdl85oySnn04gpG", "get_weather", {"city": "Oslo"})
+# The tool call's arguments as llama-server streamed them (both wire formats).
+OSLO_PIECES = ["{", '"', "city", '":', ' "', "Os", "lo", '"}']
 # Both wire formats report the same prompt sizes (input_tokens counts cached tokens too).
 RECORDED = [
     Recorded(
@@ -193,6 +195,16 @@ async def test_recorded_stream_parses(
     assert response.stop_reason == recorded.stop_reason
     assert response.usage == recorded.usage
     assert isinstance(response.raw, dict)
+    # Each tool call as it is written (0.9.1's tool_call_delta chunks): first its name with no
+    # arguments, then the pieces, as the server sent them, naming the call that runs.
+    deltas = [c.data for c in chunks if c.kind == "tool_call_delta"]
+    assert all(isinstance(d, ToolCallDelta) for d in deltas)
+    if recorded.tool_calls:
+        (call,) = recorded.tool_calls
+        assert deltas[0] == ToolCallDelta(call.id, call.name)
+        assert deltas[1:] == [ToolCallDelta(call.id, call.name, piece) for piece in OSLO_PIECES]
+    else:
+        assert deltas == []
 
 
 @pytest.mark.parametrize("transport", ["http", "sdk"])
@@ -233,12 +245,19 @@ async def test_an_agent_sends_the_recorded_requests(
             agent.tools.unregister("read_tool_result")
             agent.tools.register_with_schema(TOOL["name"], TOOL["description"], WEATHER_SCHEMA, get_weather)
             async with agent.run_stream(QUESTION) as run:  # the recordings are streams
-                [event async for event in run]
+                events = [event async for event in run]
                 result = await run.result()
     finally:
         await provider.aclose()
 
     assert calls == ["Oslo"]
+    # The run's stream shows the call as the model wrote it, before it is dispatched.
+    kinds = [event.type for event in events]
+    assert kinds.index(RunEventType.TOOL_CALL_DELTA) < kinds.index(RunEventType.TOOL_CALL_START)
+    deltas = [event.data for event in events if event.type is RunEventType.TOOL_CALL_DELTA]
+    (call,) = first.tool_calls
+    assert deltas[0] == ToolCallDelta(call.id, "get_weather")
+    assert json.loads("".join(d.partial_json for d in deltas)) == call.input == {"city": "Oslo"}
     assert result.ok and result.output == AFTER_TOOL
     assert result.usage == first.usage + second.usage
     if models_api:
