@@ -507,7 +507,7 @@ def events_from_rows(rows: Sequence[Sequence[Any]], after: int = 0) -> tuple[lis
         try:
             kind = RunEventType(kind)
             value = loads(data, f"event {seq} of run {run_id}")
-            if kind.value in STREAMED and (cut := trimmed(value, int(seq), after)) is not None:
+            if kind.value in STREAMED and (cut := trimmed(kind.value, value, int(seq), after)) is not None:
                 value, partial = cut
                 if partial:  # not the whole row's text: an id of its own
                     event_id = f"{event_id}:{after}"

@@ -1,12 +1,19 @@
 """Compacting a finished run's streamed text, shared by both dialects.
 
 A run that streams stores one event per piece its provider sent (``text_delta``,
-``thinking_delta``): 60 rows for a 960-character answer sent in 16-character pieces, and more
-for a model that streams a few characters at a time. Once the run has finished, no piece is
-added to them: pieces that follow each other (consecutive cursors, one type, one step and
-attempt) are then stored as one row, the row of the last of them, whose payload becomes
+``thinking_delta``, and ``tool_call_delta`` for a tool call's arguments as the model writes
+them): 60 rows for a 960-character answer sent in 16-character pieces, and more for a model
+that streams a few characters at a time. Once the run has finished, no piece is added to
+them: pieces that follow each other (consecutive cursors, one type, one step and attempt)
+are then stored as one row, the row of the last of them, whose payload becomes
 ``{"text": <the pieces' text>, "pieces": [<the length of each piece but the last>]}``; the
 other pieces' rows go.
+
+A tool call's pieces merge only with pieces of the same call (its id and name), into one
+``ToolCallDelta`` whose ``partial_json`` is the pieces joined: the row's payload is
+``{"id", "name", "partial_json", "pieces"}``. The delta that starts a call (its name, no
+arguments: how a consumer learns a call has begun) is never merged, so a compacted run reads
+as the call's start, then all of its arguments in one piece.
 
 Every cursor a client may hold still works. A reader behind a cursor before the merged
 pieces reads the whole text in one event; behind a cursor of one of them (its client saw the
@@ -31,7 +38,8 @@ from typing import Any
 __all__ = ["STREAMED", "Plan", "plan", "trimmed"]
 
 # The event types whose payload is a piece of streamed text.
-STREAMED = ("text_delta", "thinking_delta")
+STREAMED = ("text_delta", "thinking_delta", "tool_call_delta")
+_CALL_DELTA = "tool_call_delta"
 
 
 @dataclass
@@ -53,6 +61,7 @@ class _Group:
     kind: str
     step_id: str
     attempt_id: str
+    call: tuple[str, str] | None  # a tool call's id and name; None for text
     last: int  # the cursor of the last piece so far
     text: list[str]
     pieces: list[int]  # the lengths of the pieces before the last, in order
@@ -60,16 +69,37 @@ class _Group:
     tail: int  # the length of the last piece
 
 
-def _stored(data: Any) -> tuple[str, list[int]] | None:
-    """A stored piece's text and, for a row compacted before, the lengths of its pieces but
-    the last; ``None`` for a payload that is not one (a row stored before 0.2)."""
+@dataclass
+class _Stored:
+    text: str
+    pieces: list[int]  # for a row compacted before: the lengths of its pieces but the last
+    call: tuple[str, str] | None
+
+
+def _pieces(value: dict[str, Any]) -> list[int] | None:
+    pieces = value.get("pieces", [])
+    if isinstance(pieces, list) and all(isinstance(n, int) and n >= 0 for n in pieces):
+        return pieces
+    return None
+
+
+def _stored(kind: str, data: Any) -> _Stored | None:
+    """A stored piece; ``None`` for a payload that is not one to merge (a row stored before
+    0.2, the start of a tool call)."""
     value = json.loads(data) if isinstance(data, str) else data
+    if kind == _CALL_DELTA:
+        if not isinstance(value, dict) or not value.get("partial_json"):
+            return None
+        text, call_id, name = value["partial_json"], value.get("id"), value.get("name")
+        pieces = _pieces(value)
+        if not isinstance(text, str) or not isinstance(call_id, str) or not isinstance(name, str):
+            return None
+        return None if pieces is None else _Stored(text, pieces, (call_id, name))
     if isinstance(value, str):
-        return value, []
-    if isinstance(value, dict) and isinstance(value.get("text"), str):
-        pieces = value.get("pieces")
-        if isinstance(pieces, list) and all(isinstance(n, int) and n >= 0 for n in pieces):
-            return value["text"], pieces
+        return _Stored(value, [], None)
+    if isinstance(value, dict) and isinstance(value.get("text"), str) and "pieces" in value:
+        pieces = _pieces(value)
+        return None if pieces is None else _Stored(value["text"], pieces, None)
     return None
 
 
@@ -81,40 +111,39 @@ def plan(rows: Sequence[Sequence[Any]], last_cursor: Mapping[str, int]) -> Plan:
     result = Plan()
     group: _Group | None = None
     for run_id, seq, kind, step_id, attempt_id, data in rows:
-        stored = _stored(data)
+        stored = _stored(kind, data)
         cursor = int(seq)
-        first = cursor - (len(stored[1]) if stored is not None else 0)
+        first = cursor - (len(stored.pieces) if stored is not None else 0)
         follows = (
             group is not None
             and stored is not None
-            and (group.run_id, group.kind, group.step_id, group.attempt_id)
-            == (run_id, kind, step_id, attempt_id)
+            and (group.run_id, group.kind, group.step_id, group.attempt_id, group.call)
+            == (run_id, kind, step_id, attempt_id, stored.call)
             and first == group.last + 1
             and cursor < last_cursor.get(run_id, 0)
         )
         if follows:
             assert group is not None and stored is not None
-            text, pieces = stored
-            group.pieces.extend([group.tail, *pieces])
-            group.text.append(text)
-            group.tail = len(text) - sum(pieces)
+            group.pieces.extend([group.tail, *stored.pieces])
+            group.text.append(stored.text)
+            group.tail = len(stored.text) - sum(stored.pieces)
             group.last = cursor
             group.cursors.append(cursor)
             continue
         _close(group, result)
         group = None
         if stored is not None and cursor < last_cursor.get(run_id, 0):
-            text, pieces = stored
             group = _Group(
                 run_id,
                 kind,
                 step_id,
                 attempt_id,
+                stored.call,
                 cursor,
-                [text],
-                list(pieces),
+                [stored.text],
+                list(stored.pieces),
                 [cursor],
-                len(text) - sum(pieces),
+                len(stored.text) - sum(stored.pieces),
             )
     _close(group, result)
     return result
@@ -123,9 +152,13 @@ def plan(rows: Sequence[Sequence[Any]], last_cursor: Mapping[str, int]) -> Plan:
 def _close(group: _Group | None, result: Plan) -> None:
     if group is None or len(group.cursors) < 2:
         return  # a piece alone stays as it is
-    payload = json.dumps(
-        {"text": "".join(group.text), "pieces": group.pieces}, separators=(",", ":"), ensure_ascii=False
-    )
+    merged: dict[str, Any] = {"text": "".join(group.text), "pieces": group.pieces}
+    if group.call is not None:
+        # A ToolCallDelta's fields, so that a reader that knows no compaction (a harnessx
+        # before it) reads the whole of the pieces as one delta.
+        call_id, name = group.call
+        merged = {"id": call_id, "name": name, "partial_json": merged["text"], "pieces": group.pieces}
+    payload = json.dumps(merged, separators=(",", ":"), ensure_ascii=False)
     result.kept.append((group.run_id, group.last, payload))
     # One range a stretch: nothing but its pieces lies between its first and last rows.
     result.gone.append((group.run_id, group.cursors[0], group.cursors[-2]))
@@ -133,16 +166,20 @@ def _close(group: _Group | None, result: Plan) -> None:
     result.removed[group.run_id] = result.removed.get(group.run_id, 0) + len(group.cursors) - 1
 
 
-def trimmed(value: Any, cursor: int, after: int) -> tuple[str, bool] | None:
-    """The text of a stored streamed payload for a reader behind cursor ``after``, and whether
-    it is cut (the reader saw some of its pieces); ``None`` when it is not a compacted one."""
+def trimmed(kind: str, value: Any, cursor: int, after: int) -> tuple[Any, bool] | None:
+    """The payload of a stored streamed ``kind`` event for a reader behind cursor ``after``
+    (the text; for a tool call's pieces, the delta's fields), and whether it is cut (the
+    reader saw some of its pieces); ``None`` when it is not a compacted one."""
     if not isinstance(value, dict):
         return None
-    text, pieces = value.get("text"), value.get("pieces")
+    text, pieces = value.get("partial_json" if kind == _CALL_DELTA else "text"), value.get("pieces")
     if not isinstance(text, str) or not isinstance(pieces, list):
         return None
     first = cursor - len(pieces)
-    if after < first:
-        return text, False
-    seen = after - first + 1  # pieces the reader saw: up to the one of cursor ``after``
-    return text[sum(pieces[:seen]) :], True
+    cut = after >= first
+    if cut:
+        seen = after - first + 1  # pieces the reader saw: up to the one of cursor ``after``
+        text = text[sum(pieces[:seen]) :]
+    if kind == _CALL_DELTA:
+        return {"id": value.get("id"), "name": value.get("name"), "partial_json": text}, cut
+    return text, cut

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,12 +28,13 @@ from harnessx import (
     ScriptedProvider,
     ScriptedRequest,
     ToolCall,
+    ToolCallDelta,
 )
 from harnessx._compaction import compact_pass
 from harnessx._retention import RetentionPolicy, prune_pass
 from harnessx.providers._base import StreamChunk
 
-STREAMED = ("text_delta", "thinking_delta")
+STREAMED = ("text_delta", "thinking_delta", "tool_call_delta")
 ANSWER = "".join(f"Paragraph {i}: the region grew {i * 3} % this quarter. " for i in range(12))
 
 
@@ -65,6 +67,42 @@ class Pieces(ScriptedProvider):
                 await asyncio.sleep(0.06)  # each piece flushed as it comes (the committer's 50 ms)
             yield StreamChunk("text_delta", text[start : start + self.chunk_size])
         yield StreamChunk("response", response)
+
+
+class CallPieces(Pieces):
+    """Streams each tool call of a reply as the built-in providers do: a delta naming the call,
+    then its arguments in pieces of 9 characters. ``fail_in_call``: the first call of the
+    first turn fails (retryably) after that many pieces of arguments."""
+
+    def __init__(self, script: Any, *, fail_in_call: int | None = None) -> None:
+        super().__init__(script)
+        self.fail_in_call = fail_in_call
+
+    async def stream(self, **kwargs: Any) -> AsyncIterator[StreamChunk]:
+        async for chunk in super().stream(**kwargs):
+            if chunk.kind == "response":
+                for call in chunk.data.tool_calls:
+                    yield StreamChunk("tool_call_delta", ToolCallDelta(call.id, call.name))
+                    arguments = json.dumps(call.input)
+                    for n, start in enumerate(range(0, len(arguments), 9)):
+                        if n == self.fail_in_call:
+                            self.fail_in_call = None
+                            raise ProviderError("overloaded, try again", retryable=True)
+                        yield StreamChunk(
+                            "tool_call_delta", ToolCallDelta(call.id, call.name, arguments[start : start + 9])
+                        )
+            yield chunk
+
+
+NOTES = "Each region in its own table, with the quarter before beside it for comparison. " * 3
+CALLS = {"call_0": {"region": "EMEA", "notes": NOTES}, "call_1": {"region": "APAC", "notes": NOTES.upper()}}
+
+
+def report_calls(request: ScriptedRequest) -> ProviderResponse | str:
+    if request.turn == 0:
+        calls = [ToolCall(call_id, "figures", dict(arguments)) for call_id, arguments in CALLS.items()]
+        return ProviderResponse(text="Both regions, then.", tool_calls=calls)
+    return ProviderResponse(text=ANSWER)
 
 
 def reply(request: ScriptedRequest) -> ProviderResponse | str:
@@ -112,11 +150,14 @@ async def read(store: Any, run_id: str, after: int, page: int) -> list[Any]:
             position = int(event.cursor)
             kind = event.type.value
             if kind in STREAMED:
-                key = (kind, event.step_id, event.attempt_id)
+                key: tuple[Any, ...] = (kind, event.step_id, event.attempt_id)
+                text = event.data
+                if isinstance(event.data, ToolCallDelta):  # a call's pieces: its arguments
+                    key, text = (*key, event.data.id, event.data.name), event.data.partial_json
                 if seen and isinstance(seen[-1], list) and seen[-1][0] == key:
-                    seen[-1][1] += event.data
+                    seen[-1][1] += text
                 else:
-                    seen.append([key, event.data])
+                    seen.append([key, text])
             else:
                 seen.append((kind, event.cursor, event.event_id, event.to_dict()["data"]))
     return seen
@@ -153,6 +194,50 @@ async def test_every_cursor_reads_the_same_text_once_after_compaction(target: Ba
                 assert await read(store, run_id, cursor, page) == before[(cursor, page)], (cursor, page)
         # Done once: compacting again finds nothing waiting.
         assert (await compact_pass(store, 0.0, batch=10)).examined == 0
+
+
+async def test_a_streamed_tool_call_is_compacted_per_call(target: BackendTarget) -> None:
+    """A tool call's pieces become one delta holding all of its arguments, after the delta that
+    starts the call (kept: it tells a consumer a call has begun); pieces of two calls, or of
+    two attempts of one, stay apart. Every cursor still reads the same arguments once."""
+    agent = Agent(
+        config=AgentConfig(system_prompt="You report.", retry=RetryPolicy(backoff_seconds=0.0, jitter=0.0)),
+        provider=CallPieces(report_calls, fail_in_call=5),
+    )
+
+    @agent.tools.register(replay_policy="safe")
+    def figures(region: str, notes: str) -> str:
+        """A region's figures."""
+        return f"{region} 3 %"
+
+    async with target.open() as store:
+        run_id = await streamed_run(store, agent)
+        last = (await store.get_run(run_id)).event_count
+        stored = await store.read_events(run_id, 0, 1000)
+        deltas = [e.data for e in stored if e.type.value == "tool_call_delta"]
+        # The first attempt's 5 pieces of call_0, voided by a reset, then both calls whole.
+        assert [e.type.value for e in stored].count("attempt_reset") == 1
+        assert len(deltas) > 60
+        pages = (7, 500)
+        before = {(c, p): await read(store, run_id, c, p) for c in range(last + 1) for p in pages}
+        rows = await event_rows(store, run_id)
+
+        report = await compact_pass(store, 0.0, batch=10)
+        assert report.runs == 1 and await event_rows(store, run_id) == rows - report.rows
+        after = await store.read_events(run_id, 0, 1000)
+        calls = [(e.attempt_id, e.data) for e in after if e.type.value == "tool_call_delta"]
+        arguments = {call_id: json.dumps(value) for call_id, value in CALLS.items()}
+        assert calls == [
+            ("1", ToolCallDelta("call_0", "figures")),
+            ("1", ToolCallDelta("call_0", "figures", arguments["call_0"][:45])),
+            ("2", ToolCallDelta("call_0", "figures")),
+            ("2", ToolCallDelta("call_0", "figures", arguments["call_0"])),
+            ("2", ToolCallDelta("call_1", "figures")),
+            ("2", ToolCallDelta("call_1", "figures", arguments["call_1"])),
+        ]
+        for cursor in range(last + 1):
+            for page in pages:
+                assert await read(store, run_id, cursor, page) == before[(cursor, page)], (cursor, page)
 
 
 async def test_only_runs_finished_long_enough_ago_are_compacted(target: BackendTarget) -> None:

@@ -1149,7 +1149,7 @@ FROM due d ORDER BY d.finished_at;
 -- run id, cursor, type, step id, attempt id, payload.
 SELECT run_id, seq, type, step_id, attempt_id, data::text FROM events
 WHERE run_id = ANY ($1::text[]) AND harnessx_id_ms(run_id) = ANY ($2::bigint[])
-  AND type IN ('text_delta', 'thinking_delta')
+  AND type IN ('text_delta', 'thinking_delta', 'tool_call_delta')
 ORDER BY run_id, seq;
 
 -- name: compact_pieces

@@ -785,7 +785,8 @@ LIMIT ?2;
 -- The streamed text events (a piece each, or compacted before) of the runs in the JSON array ?1,
 -- in order: run id, cursor, type, step id, attempt id, payload.
 SELECT run_id, seq, type, step_id, attempt_id, data FROM events
-WHERE run_id IN (SELECT value FROM json_each(?1)) AND type IN ('text_delta', 'thinking_delta')
+WHERE run_id IN (SELECT value FROM json_each(?1))
+  AND type IN ('text_delta', 'thinking_delta', 'tool_call_delta')
 ORDER BY run_id, seq;
 
 -- name: compact_keep
