@@ -15,8 +15,10 @@ outgrow their model's window (counted before a call, or refused as too long);
 ``fetch`` tools concurrent, the ``s`` tools not; all ``safe``), then answers with their
 results; ``vendor-rpm``, ``chaos.agents``' agent calling the model vendor at ``$HX_VENDOR_URL``;
 ``extended``, ``hooked`` with an extension noting its turn callbacks in ``$HX_HOOKS`` too,
-``refusing``, whose extension's ``on_turn_start`` raises, and ``extended_approval``, whose
-tool needs approval.
+``refusing``, whose extension's ``on_turn_start`` raises, ``extended_approval``, whose
+tool needs approval, and ``drafting``, the ``safe`` agent whose model streams its tool call as
+the built-in providers do (``tool_call_delta`` chunks: the call's name, then its arguments in
+pieces).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import AsyncIterator
+from typing import Any
 
 from chaos.agents import LEDGER_POLICIES, ledger_agent, record, script, vendor_agent
 from harnessx import (
@@ -40,7 +44,9 @@ from harnessx import (
     RunResult,
     ScriptedProvider,
     ScriptedRequest,
+    StreamChunk,
     ToolCall,
+    ToolCallDelta,
     ToolRetry,
     TransientToolError,
     current_tool_context,
@@ -252,6 +258,43 @@ def _batched() -> Agent:
     return agent
 
 
+class _Drafting(ScriptedProvider):
+    """``script``'s model, streaming each tool call as the built-in providers do."""
+
+    async def stream(self, **kwargs: Any) -> AsyncIterator[StreamChunk]:
+        async for chunk in super().stream(**kwargs):
+            if chunk.kind == "response":
+                for call in chunk.data.tool_calls:
+                    yield StreamChunk("tool_call_delta", ToolCallDelta(call.id, call.name))
+                    arguments = json.dumps(call.input)
+                    for start in range(0, len(arguments), 5):
+                        yield StreamChunk(
+                            "tool_call_delta", ToolCallDelta(call.id, call.name, arguments[start : start + 5])
+                        )
+            yield chunk
+
+
+def _drafting() -> Agent:
+    def reply(request: ScriptedRequest) -> ProviderResponse | str:
+        if request.turn == 0:
+            call = ToolCall("call_0", "safe_tool", {"item": str(request.last_message.get("content", ""))})
+            return ProviderResponse(text="On it.", tool_calls=[call])
+        return "Done: " + "; ".join(str(m["content"]) for m in request.tool_results)
+
+    agent = Agent(config=AgentConfig(system_prompt="Ledger agent (safe)."), provider=_Drafting(reply))
+
+    @agent.tools.register(name="safe_tool", replay_policy="safe")
+    def safe_tool(item: str) -> str:
+        """Do the work.
+
+        Args:
+            item: What to do.
+        """
+        return record("safe_tool", item)
+
+    return agent
+
+
 registry = AgentRegistry()
 for _policy in LEDGER_POLICIES:
     registry.register(_policy, lambda policy=_policy: ledger_agent(policy), version="v1")
@@ -267,5 +310,6 @@ registry.register("batched", _batched, version="v1")
 registry.register("extended", lambda: _extended(refuse=False), version="v1")
 registry.register("refusing", lambda: _extended(refuse=True), version="v1")
 registry.register("extended_approval", lambda: _asking(_extended(refuse=False)), version="v1")
+registry.register("drafting", _drafting, version="v1")
 # Calls the model vendor at $HX_VENDOR_URL as gpt-rpm (tests/fake_vendor.py; the rate limits).
 registry.register("vendor-rpm", functools.partial(vendor_agent, "gpt-rpm"), version="v1")

@@ -8,6 +8,7 @@ import html
 import json
 import re
 import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -23,7 +24,9 @@ from harnessx import (
     AgentRuntime,
     ProviderResponse,
     ScriptedProvider,
+    StreamChunk,
     ToolCall,
+    ToolCallDelta,
 )
 from harnessx._errors import ConfigurationError
 from harnessx._operator import Operator
@@ -250,6 +253,48 @@ async def test_the_runs_page_says_what_its_counts_count(target: BackendTarget) -
             assert counted is not None, page.text
             assert counted.group(1).endswith("recounted every 2.5 s"), counted.group(1)
             assert counted.group(1).startswith("of all runs, not only those filtered;") is filtered
+
+
+class _Drafting(ScriptedProvider):
+    """Streams its tool call as the built-in providers do: the call's name, then its arguments."""
+
+    async def stream(self, **kwargs: Any) -> AsyncIterator[StreamChunk]:
+        async for chunk in super().stream(**kwargs):
+            for call in chunk.data.tool_calls if chunk.kind == "response" else []:
+                yield StreamChunk("tool_call_delta", ToolCallDelta(call.id, call.name))
+                yield StreamChunk(
+                    "tool_call_delta", ToolCallDelta(call.id, call.name, json.dumps(call.input))
+                )
+            yield chunk
+
+
+async def test_a_run_page_shows_a_streamed_tool_call_once_whole(target: BackendTarget) -> None:
+    """The pieces of a tool call as the model wrote it are left out of the timeline, as the
+    pieces of its text are: the tool_call_start after them shows the call whole."""
+    call = ToolCall("c0", "step", {"n": 7})
+    agent = Agent(provider=_Drafting([ProviderResponse(text="one step", tool_calls=[call]), "all done"]))
+
+    @agent.tools.register(replay_policy="safe")
+    def step(n: int) -> str:
+        """One step.
+
+        Args:
+            n: Step number.
+        """
+        return f"step {n} done"
+
+    async with target.open() as store:
+        async with AgentRuntime(agent, backend=store) as runtime:
+            handle = await runtime.submit("go")
+            assert (await handle.result()).ok
+        kinds = [event.type.value for event in await store.read_events(handle.run_id, 0, 100)]
+        assert kinds.count("tool_call_delta") == 2
+        async with serve_console(store) as served, httpx.AsyncClient(base_url=served.url) as client:
+            await sign_in(client, OPERATOR)
+            page = await client.get(f"/runs/{handle.run_id}")
+    shown = re.findall(r'class="event-([a-z_]+)"', page.text)
+    assert "tool_call_start" in shown and "tool_result" in shown
+    assert "tool_call_delta" not in shown and "text_delta" not in shown
 
 
 async def _counts(client: httpx.AsyncClient, total: int) -> dict[str, int] | None:

@@ -28,6 +28,7 @@ from harnessx import (
     SessionBusyError,
     SQLiteBackend,
     StorageError,
+    ToolCallDelta,
     UnknownExecutionKey,
 )
 from harnessx.temporal import TemporalBackend, TemporalWorkerMetrics, replayer
@@ -127,6 +128,33 @@ async def test_events_are_those_of_a_sqlite_run(backend: TemporalBackend, tmp_pa
     assert on_temporal == in_sqlite
     assert on_temporal[0] == "text_delta" and on_temporal[-1] == "run_result"
     assert "tool_call_start" in on_temporal and "tool_result" in on_temporal
+
+
+async def _deltas(runtime: AgentRuntime, message: str) -> tuple[list[str], list[Any]]:
+    handle = await runtime.submit(message)
+    events = [event async for event in handle.events()]
+    assert (await handle.result()).ok
+    kinds = [event.type.value for event in events]
+    return kinds, [event.data for event in events if event.type is RunEventType.TOOL_CALL_DELTA]
+
+
+async def test_tool_call_deltas_travel_as_text_deltas_do(backend: TemporalBackend, tmp_path: Path) -> None:
+    """A model streaming its tool call (the built-in providers' tool_call_delta chunks): the
+    Temporal run's stream carries the same TOOL_CALL_DELTA events as a SQLite run's, each a
+    ToolCallDelta, before the call is dispatched (as 0.9.1's Temporal worker publishes them
+    with the text deltas)."""
+    remote = AgentRuntime(AgentRef("drafting", "v1"), backend=backend)
+    on_temporal, deltas = await _deltas(remote, "draft")
+    local = AgentRuntime(registry.create(AgentRef("drafting", "v1")), backend=SQLiteBackend(tmp_path / "db"))
+    try:
+        in_sqlite, local_deltas = await _deltas(local, "draft")
+    finally:
+        await local.stop()
+    assert on_temporal == in_sqlite
+    assert on_temporal.index("tool_call_delta") < on_temporal.index("tool_call_start")
+    assert deltas == local_deltas and all(isinstance(d, ToolCallDelta) for d in deltas)
+    assert deltas[0] == ToolCallDelta("call_0", "safe_tool")
+    assert json.loads("".join(d.partial_json for d in deltas)) == {"item": "draft"}
 
 
 def _hooks_noted(path: Path) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from harnessx import (
     RunEventType,
     StreamChunk,
     ToolCall,
+    ToolCallDelta,
 )
 from harnessx.providers.base import streams
 
@@ -138,3 +139,43 @@ async def test_a_provider_streaming_through_create_is_not_cut() -> None:
     ):
         result = await stream.result()
     assert result.ok and result.output == "done"
+
+
+class WritesAnArgument(LLMProvider):
+    """Streams one tool call's long argument in ``tool_call_delta`` pieces, each gap under the
+    idle limit, all of them together over it, as a model writing a whole file does."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def create(self, **kwargs: Any) -> ProviderResponse:
+        raise AssertionError("streamed")
+
+    async def stream(self, **kwargs: Any) -> AsyncIterator[StreamChunk]:
+        self.calls += 1
+        if self.calls > 1:
+            yield StreamChunk("text_delta", "written")
+            yield StreamChunk("response", ProviderResponse(text="written"))
+            return
+        yield StreamChunk("tool_call_delta", ToolCallDelta("c1", "save"))
+        pieces = ['{"text": "', *["line of the report " for _ in range(10)], '"}']
+        for piece in pieces:
+            await asyncio.sleep(0.04)
+            yield StreamChunk("tool_call_delta", ToolCallDelta("c1", "save", piece))
+        call = ToolCall("c1", "save", {"text": "".join(pieces[1:-1])})
+        yield StreamChunk("response", ProviderResponse(tool_calls=[call], stop_reason="tool_use"))
+
+    async def count_tokens(self, **kwargs: Any) -> int:
+        return 0
+
+
+async def test_a_tool_call_being_written_keeps_the_stream_alive() -> None:
+    provider = WritesAnArgument()
+    a = make(provider, stream_idle_timeout_seconds=0.2)
+    a.tools.register_tool(lambda text: "saved", name="save", permission=PermissionLevel.ALLOW)
+    async with a, a.run_stream("write the report") as stream:
+        events = [event async for event in stream]
+        result = await stream.result()
+    assert result.ok and provider.calls == 2, "no retry: each piece reset the idle deadline"
+    deltas = [e.data for e in events if e.type is RunEventType.TOOL_CALL_DELTA]
+    assert len(deltas) == 13 and RunEventType.ATTEMPT_RESET not in [e.type for e in events]

@@ -26,7 +26,9 @@
   var body = document.getElementById("run-body");
   if (timeline && body && window.EventSource) {
     var state = document.getElementById("live-state");
-    var noisy = { text_delta: true, thinking_delta: true };
+    // A run's streamed pieces (text, thinking, a tool call's arguments as they are written):
+    // the events that follow them (text_complete, tool_call_start) show them whole.
+    var noisy = { text_delta: true, thinking_delta: true, tool_call_delta: true };
     var moves = {
       tool_call_start: true, tool_call_complete: true, tool_result: true, approval_required: true,
       recovery_required: true, waiting: true, run_result: true, error: true, turn_complete: true,
