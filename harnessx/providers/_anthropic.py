@@ -531,16 +531,24 @@ def to_wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         role = message.get("role")
         if role not in ("user", "assistant"):
             raise ConfigurationError(f"unknown message role {role!r}; expected user or assistant")
-        blocks = [b for b in map(_to_wire_block, _content_blocks(message.get("content"))) if b is not None]
+        content = message.get("content")
+        blocks = [b for b in map(_to_wire_block, _content_blocks(content)) if b is not None]
         if not blocks:  # the API rejects empty content; an empty turn says nothing anyway
             continue
         if wire and wire[-1]["role"] == role:
+            if isinstance(wire[-1]["content"], str):
+                wire[-1]["content"] = [{"type": "text", "text": wire[-1]["content"]}]
             wire[-1]["content"].extend(blocks)
+        elif isinstance(content, str):
+            # A plain string goes as the string, as 0.9.1 sends it (the API reads it as one
+            # text block); a cache marker on it makes it that block (_marked_message).
+            wire.append({"role": role, "content": content})
         else:
             wire.append({"role": role, "content": blocks})
     for entry in wire:
-        # Tool results must open the user message that answers the tool calls.
-        entry["content"].sort(key=lambda block: block.get("type") != "tool_result")
+        if isinstance(entry["content"], list):
+            # Tool results must open the user message that answers the tool calls.
+            entry["content"].sort(key=lambda block: block.get("type") != "tool_result")
     return wire
 
 

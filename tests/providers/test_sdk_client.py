@@ -85,7 +85,7 @@ async def test_anthropic_create_goes_through_the_sdk(server: ScriptedServer) -> 
         "model": "m",
         "max_tokens": 50,
         "temperature": 0.5,
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "?"}]}],
+        "messages": [{"role": "user", "content": "?"}],
     }
 
 
