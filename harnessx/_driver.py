@@ -608,10 +608,10 @@ class Driver:
         return waited
 
     async def processed_response(self, response: ProviderResponse) -> ProviderResponse:
-        """The model's reply after response middleware (``after_llm_call``). Signed thinking
-        and redacted thinking must reach the next request as the provider sent them, so a
-        middleware that changes them fails the run (as 0.9.1), rather than its next request
-        being refused."""
+        """The model's reply after response middleware (``after_llm_call``). Signed thinking,
+        redacted thinking and the provider's own blocks must reach the next request as the
+        provider sent them, so a middleware that changes them fails the run (as 0.9.1),
+        rather than its next request being refused."""
         protected = _protected(given_blocks(response))
         processed = _canonical(await self.settings.middleware.process_llm_response(response))
         if _protected(given_blocks(processed)) != protected:
@@ -1185,12 +1185,13 @@ def _fresh(state: RunState) -> bool:
 
 
 def _protected(content: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Copies of the blocks of a reply that only the provider may write: signed thinking
-    and redacted thinking."""
+    """Copies of the blocks of a reply that only the provider may write: signed thinking,
+    redacted thinking and the provider's own blocks (``provider``: a server tool's call and
+    result, sent back to it verbatim)."""
     kept = []
     for block in content or []:
         kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "redacted_thinking" or (kind == "thinking" and "signature" in block):
+        if kind in ("redacted_thinking", "provider") or (kind == "thinking" and "signature" in block):
             kept.append(copy.deepcopy(block))
     return kept
 

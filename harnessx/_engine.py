@@ -338,6 +338,8 @@ class Engine:
             self.recover_empty
             and not calls
             and not response.text.strip()
+            # A server tool's call or result (a provider block) is part of the conversation.
+            and not any(b.get("type") == "provider" for b in given_blocks(response))
             # A refusal says something by stopping; a paused turn is continued as it is.
             and StopReason.coerce(response.stop_reason)
             not in (StopReason.SAFETY, StopReason.REFUSAL, StopReason.PAUSE_TURN)
@@ -485,7 +487,9 @@ class Engine:
             message[THINKING_BLOCKS] = thinking
         texts = text_blocks(given)
         if texts:
-            message[TEXT_BLOCKS] = texts  # shown as they came (citations), sent as the text
+            # Shown as they came (citations), sent as the text; the provider's own blocks
+            # among them (a server tool's call and result) are sent back as they came.
+            message[TEXT_BLOCKS] = texts
         events = []
         if response.text:
             events.append(self._event(state, RunEventType.TEXT_COMPLETE, response.text))

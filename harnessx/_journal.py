@@ -15,6 +15,7 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,7 +26,7 @@ from harnessx._events import RunEvent
 from harnessx._ids import uuid7
 from harnessx._results import ToolResult
 from harnessx._state import UNCHANGED, Delta, Phase, RunState, ToolEntry
-from harnessx.providers._base import ProviderResponse, StopReason
+from harnessx.providers._base import ProviderResponse, StopReason, given_blocks
 
 __all__ = [
     "RECORD_KINDS",
@@ -115,15 +116,20 @@ def step_of(iteration: int) -> str:
 
 
 def response_payload(response: ProviderResponse) -> dict[str, Any]:
-    """A model reply as the journal keeps it (``raw`` stays out: it is the provider's own object)."""
+    """A model reply as the journal keeps it (``raw`` stays out: it is the provider's own
+    object), with its content blocks in order when the provider gave blocks (as 0.9.1
+    records them: signed thinking, the provider's own blocks)."""
     usage = response.usage
-    return {
+    payload: dict[str, Any] = {
         "text": response.text,
         "tool_calls": [call.to_dict() for call in response.tool_calls or []],
         "thinking": response.thinking,
         "stop_reason": StopReason.coerce(response.stop_reason).value,
         "usage": usage.to_dict() if usage is not None else None,
     }
+    if isinstance(response, ProviderResponse) and response._blocks is not None:
+        payload["content"] = copy.deepcopy(given_blocks(response))
+    return payload
 
 
 def decision_payload(

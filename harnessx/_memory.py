@@ -117,7 +117,7 @@ class ConversationMemory:
                         if hasattr(block, k)
                     }
                 )
-        if not any(b.get("type") == "tool_use" or str(b.get("text", "")).strip() for b in blocks):
+        if not any(_says_something(b) for b in blocks):
             return
         self._messages.extend(from_blocks([{"role": "assistant", "content": blocks}]))
 
@@ -331,3 +331,15 @@ class ConversationMemory:
 
     async def aclose(self) -> None:
         """Nothing to release: large results are kept in memory, not in files."""
+
+
+def _says_something(block: dict[str, Any]) -> bool:
+    """Whether an assistant turn with ``block`` in it is worth keeping (as 0.9.1 keeps one): a
+    call, non-blank text, or what only the provider can write again (signed thinking, a block
+    of its own such as a server tool's call)."""
+    kind = block.get("type")
+    if kind in ("tool_use", "provider", "redacted_thinking"):
+        return True
+    if kind == "thinking":
+        return bool(block.get("signature"))
+    return kind == "text" and bool(str(block.get("text", "")).strip())

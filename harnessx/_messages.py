@@ -48,28 +48,48 @@ _THINKING_KINDS = ("thinking", "redacted_thinking")
 
 
 # ... and its text blocks, when one of them carries more than its text (an SDK's
-# ``citations: None``, real citations): the content-block form shows them as they came, as
-# 0.9.1's memory keeps a block. ``content`` stays the joined text, which is what is sent;
-# an edit of it since (a middleware, condensing) shows the edited text instead.
+# ``citations: None``, real citations) or the reply holds blocks of the provider's own
+# (``{"type": "provider", "provider": "anthropic", "data": {...}}``: a server tool's call
+# and result, 0.9.1's form), those too, all in the order they came: the content-block form
+# shows them so, as 0.9.1's memory keeps a block, and a provider's own blocks go back to it
+# verbatim. ``content`` stays the joined text, which is what is sent of the text; an edit of
+# it since (a middleware, condensing) shows the edited text in the first text block's place,
+# the provider's blocks where they were.
 TEXT_BLOCKS = "text_blocks"
+_BODY_KINDS = ("text", "provider")
 
 
 def text_blocks(content: Iterable[Any] | None) -> list[dict[str, Any]]:
-    """Copies of the text blocks among ``content`` if any has fields besides ``type`` and
-    ``text``; none otherwise (the joined text says it all)."""
-    texts = [b for b in content or [] if isinstance(b, dict) and b.get("type") == "text"]
-    if not any(set(b) - {"type", "text"} for b in texts):
+    """Copies of the text and ``provider`` blocks among ``content``, in order, if a text
+    block has fields besides ``type`` and ``text`` or a provider block is there; none
+    otherwise (the joined text says it all)."""
+    body = [b for b in content or [] if isinstance(b, dict) and b.get("type") in _BODY_KINDS]
+    if not any(b.get("type") == "provider" or set(b) - {"type", "text"} for b in body):
         return []
-    return copy.deepcopy(texts)
+    return copy.deepcopy(body)
 
 
 def _kept_text_blocks(message: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     kept, text = message.get(TEXT_BLOCKS), message.get("content") or ""
     if not isinstance(kept, list) or not isinstance(text, str):
         return None
-    if "\n".join(str(b.get("text", "")) for b in kept if isinstance(b, dict)) != text:
-        return None  # the text was changed since: show the text as it is now
-    return copy.deepcopy([b for b in kept if isinstance(b, dict)])
+    body = copy.deepcopy([b for b in kept if isinstance(b, dict)])
+    texts = [str(b.get("text", "")) for b in body if b.get("type") == "text"]
+    if text in ("\n".join(texts), "".join(texts)):  # joined by a provider with or without newlines
+        return body
+    # The text was changed since: the text as it is now, the provider's blocks as they came.
+    if not any(b.get("type") == "provider" for b in body):
+        return None
+    edited: list[dict[str, Any]] = []
+    for block in body:
+        if block.get("type") != "text":
+            edited.append(block)
+        elif text:
+            edited.append({"type": "text", "text": text})
+            text = ""
+    if text:
+        edited.append({"type": "text", "text": text})
+    return edited
 
 
 def thinking_blocks(content: Iterable[Any] | None) -> list[dict[str, Any]]:
@@ -161,8 +181,15 @@ def _check_block(role: str, block: Any) -> None:
         if "is_error" in block and type(block["is_error"]) is not bool:
             raise ConfigurationError("a tool_result block's is_error must be True or False")
     elif kind == "provider":
-        if role != "assistant" or not isinstance(block.get("data"), dict):
-            raise ConfigurationError("a provider block belongs to an assistant message and needs data")
+        if (
+            role != "assistant"
+            or not isinstance(block.get("provider"), str)
+            or not block["provider"]
+            or not isinstance(block.get("data"), dict)
+        ):
+            raise ConfigurationError(
+                "a provider block belongs to an assistant message and needs the provider's name and its data"
+            )
     elif kind in _MEDIA:
         raise ConfigurationError(MEDIA_UNSUPPORTED.format(kind=kind))
     else:

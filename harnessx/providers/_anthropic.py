@@ -48,7 +48,7 @@ from harnessx.providers._sdk_client import (
 )
 from harnessx.providers._vendor_fields import JSONValue, checked_extra_body, merge_extra_body
 
-__all__ = ["ANTHROPIC_API_VERSION", "AnthropicProvider"]
+__all__ = ["ANTHROPIC_API_VERSION", "AnthropicProvider", "is_server_tool"]
 
 logger = logging.getLogger("harnessx.providers")
 
@@ -102,6 +102,11 @@ _EAGER = "eager_input_streaming"
 # (not one the API sends) by which _sdk_events tells the parser so.
 _SDK_UNREADABLE_ARGUMENTS = "Unable to parse tool parameter JSON"
 _UNREADABLE_ARGUMENTS = "harnessx_unreadable_tool_arguments"
+
+# The blocks of a reply the run reads itself; the others are the API's own, kept as
+# ``provider`` blocks under this provider's name (see _reply_block).
+_OWN_BLOCKS = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
+PROVIDER_BLOCK_NAME = "anthropic"
 
 # Stream error events that are the streaming form of a 529 / 500 / 429.
 _TRANSIENT_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
@@ -445,8 +450,12 @@ class AnthropicProvider(HTTPProvider):
         payload = self._base_payload(model, messages, system, tools)
         if self.eager_tool_streaming and payload.get("tools"):
             # Sent streamed or not, so the tool definitions (part of the cached prefix) are the
-            # same for both; a tool that says either way itself keeps its choice.
-            payload["tools"] = [{**tool, _EAGER: tool.get(_EAGER, True)} for tool in payload["tools"]]
+            # same for both; a tool that says either way itself keeps its choice. A server tool
+            # (web search, ...) has no arguments of ours to stream and is sent as given.
+            payload["tools"] = [
+                tool if is_server_tool(tool) else {**tool, _EAGER: tool.get(_EAGER, True)}
+                for tool in payload["tools"]
+            ]
         payload["max_tokens"] = max_tokens if max_tokens is not None else self.default_max_tokens(model)
         if temperature is not None and self._sends_temperature(temperature):
             payload["temperature"] = temperature
@@ -606,6 +615,14 @@ def _to_wire_block(block: dict[str, Any]) -> dict[str, Any] | None:
         }
     if kind == "redacted_thinking":
         return {"type": "redacted_thinking", "data": as_text(block.get("data"))}
+    if kind == "provider":
+        # A block of the provider's own (server_tool_use, web_search_tool_result, ...), kept
+        # from a reply: Anthropic's go back exactly as the API sent them (a paused turn is
+        # continued from them); another provider's mean nothing here and are left out.
+        data = block.get("data")
+        if block.get("provider") != PROVIDER_BLOCK_NAME or not isinstance(data, dict):
+            return None
+        return copy.deepcopy(data)
     if kind in ("image", "document"):
         return {"type": kind, "source": block.get("source")}
     raise ConfigurationError(
@@ -613,9 +630,23 @@ def _to_wire_block(block: dict[str, Any]) -> dict[str, Any] | None:
     )
 
 
+def is_server_tool(tool: Mapping[str, Any]) -> bool:
+    """Whether ``tool`` is one of the API's own tools (``{"type": "web_search_20250305",
+    "name": "web_search", "max_uses": 3}``, code execution, ...): a ``type`` other than
+    ``custom`` and no ``input_schema``. The server runs it; the run never sees its calls."""
+    kind = tool.get("type")
+    return isinstance(kind, str) and kind != "custom" and "input_schema" not in tool
+
+
 def to_wire_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request's tools as the API takes them: ours as ``name``, ``description`` and
+    ``input_schema``; a server tool (``is_server_tool``) exactly as given, as 0.9.1 sends
+    it (a request middleware's ``before_llm_call`` is how a program adds one)."""
     wire = []
     for tool in tools:
+        if is_server_tool(tool):
+            wire.append(copy.deepcopy(dict(tool)))
+            continue
         entry: dict[str, Any] = {
             "name": tool["name"],
             "input_schema": tool.get("input_schema") or {"type": "object", "properties": {}},
@@ -681,8 +712,18 @@ def _response(
         stop_reason=_stop_reason(message.get("stop_reason")),
         usage=_usage(message.get("usage")),
         raw=message,
-        content=blocks,
+        content=[_reply_block(block) for block in blocks],
     )
+
+
+def _reply_block(block: dict[str, Any]) -> dict[str, Any]:
+    """A reply's block as ``ProviderResponse.content`` holds it: text, thinking and tool calls
+    as they came; any other (``server_tool_use``, ``web_search_tool_result``,
+    ``code_execution_tool_result``, ...) wrapped as 0.9.1 wraps it, ``{"type": "provider",
+    "provider": "anthropic", "data": block}``, to be kept in its place and sent back as it is."""
+    if block.get("type") in _OWN_BLOCKS:
+        return block
+    return {"type": "provider", "provider": PROVIDER_BLOCK_NAME, "data": block}
 
 
 # --------------------------------------------------------------------------- streaming

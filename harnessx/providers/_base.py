@@ -42,6 +42,7 @@ __all__ = [
     "ToolCall",
     "ToolCallDelta",
     "call_create",
+    "native_continuation",
     "streams_natively",
 ]
 
@@ -336,6 +337,22 @@ def given_blocks(response: Any) -> list[dict[str, Any]]:
     if isinstance(response, ProviderResponse):
         return [] if response._blocks is None else response._edited_blocks(response._blocks)
     return [b for b in getattr(response, "content", None) or [] if isinstance(b, dict)]
+
+
+def native_continuation(response: Any) -> bool:
+    """Whether ``response`` leaves a turn open that only its provider can continue: a paused
+    turn (``pause_turn``), or a server tool's call (a ``provider`` block holding
+    ``server_tool_use``) with no result among the reply's blocks yet. A ``FallbackProvider``
+    sends the next call to the member that gave it, as 0.9.1's does."""
+    if StopReason.coerce(getattr(response, "stop_reason", None)) is StopReason.PAUSE_TURN:
+        return True
+    native = [
+        b["data"]
+        for b in given_blocks(response)
+        if b.get("type") == "provider" and isinstance(b.get("data"), dict)
+    ]
+    calls = {b.get("id") for b in native if b.get("type") == "server_tool_use"}
+    return bool(calls - {b.get("tool_use_id") for b in native})
 
 
 def block_dict(block: Any) -> dict[str, Any]:

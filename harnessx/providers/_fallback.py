@@ -12,14 +12,23 @@ caller; after that, a failure is the run's retry path to handle (``attempt_reset
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from harnessx._errors import ConfigurationError
+from harnessx._model_limits import PROVIDER_CACHE
 from harnessx._policies import Fallback, PromptCacheHint
 from harnessx._prompt_cache import offer_cache
-from harnessx.providers._base import LLMProvider, ProviderResponse, StreamChunk, call_create, streams_natively
+from harnessx.providers._base import (
+    LLMProvider,
+    ProviderResponse,
+    StreamChunk,
+    call_create,
+    native_continuation,
+    streams_natively,
+)
 
 __all__ = ["FallbackProvider"]
 
@@ -101,6 +110,10 @@ class FallbackProvider(LLMProvider):
         # The member whose failure the caller saw last: the run asks the chain whether to
         # retry, and the chain asks that member, as 0.9.1's does.
         self._failing: _Member | None = None
+        # The member whose reply left a turn only it can continue (native_continuation: a
+        # paused turn, a server tool's call without its result): the next call goes to it
+        # alone, and its failure is the run's to retry, not another member's to answer.
+        self._pinned: _Member | None = None
 
     @classmethod
     def from_config(cls, config: Any) -> FallbackProvider:
@@ -117,6 +130,8 @@ class FallbackProvider(LLMProvider):
         return tuple(m.label for m in self._members)
 
     def _eligible(self) -> list[_Member]:
+        if self._pinned is not None:
+            return [self._pinned]
         now = time.monotonic()
         ready = [m for m in self._members if m.skip_until <= now]
         return ready or list(self._members)  # all cooling down: try them all
@@ -130,10 +145,46 @@ class FallbackProvider(LLMProvider):
             member.skip_until = time.monotonic() + self.cooldown_seconds
         return True
 
-    def _served(self, member: _Member) -> None:
+    def _served(self, member: _Member, response: Any) -> None:
         member.strikes = 0
         self.last_served = member.label
         self._failing = None
+        self._pinned = member if native_continuation(response) else None
+
+    def export_state(self) -> dict[str, Any]:
+        """What a session snapshot carries of the chain (0.9.1's method): the model limits it
+        and its members learned, and which member a turn left open is pinned to (and which
+        failed last), by position."""
+        state: dict[str, Any] = {
+            "members": [{"limits": copy.deepcopy(_learned(m.provider))} for m in self._members],
+            "pinned": self._index(self._pinned),
+            "failing": self._index(self._failing),
+        }
+        if _learned(self):
+            state["limits"] = copy.deepcopy(_learned(self))
+        return state
+
+    def restore_state(self, state: Mapping[str, Any]) -> None:
+        """Take back what ``export_state`` gave (from this chain or one of the same members)."""
+        limits = state.get("limits")
+        if isinstance(limits, dict):
+            setattr(self, PROVIDER_CACHE, copy.deepcopy(limits))
+        members = state.get("members")
+        for member, saved in zip(self._members, members if isinstance(members, list) else [], strict=False):
+            learned = saved.get("limits") if isinstance(saved, dict) else None
+            if isinstance(learned, dict) and learned:
+                with contextlib.suppress(AttributeError, TypeError):  # a provider without attributes
+                    setattr(member.provider, PROVIDER_CACHE, copy.deepcopy(learned))
+        self._pinned = self._member_at(state.get("pinned"))
+        self._failing = self._member_at(state.get("failing"))
+
+    def _index(self, member: _Member | None) -> int | None:
+        return None if member is None else self._members.index(member)
+
+    def _member_at(self, index: object) -> _Member | None:
+        if type(index) is int and 0 <= index < len(self._members):
+            return self._members[index]
+        return None
 
     def is_transient(self, exc: BaseException) -> bool:
         """Whether the run tries the chain again: as the member that failed last (the first
@@ -160,7 +211,7 @@ class FallbackProvider(LLMProvider):
                 if not member.transient(exc) or not self._move_on(member, index == len(chain) - 1):
                     raise
                 continue
-            self._served(member)
+            self._served(member, response)
             return response
         raise AssertionError("a FallbackProvider always has a member")  # pragma: no cover
 
@@ -173,11 +224,14 @@ class FallbackProvider(LLMProvider):
             request = offer_cache(member.provider.stream, member.request(kwargs), kwargs.get("cache"))
             iterator = member.provider.stream(**request).__aiter__()
             delivered = False
+            final: Any = None
             try:
                 async for chunk in iterator:
                     if not delivered and chunk.kind != "progress":
                         delivered = True
                         self.last_served = member.label
+                    if chunk.kind == "response":
+                        final = chunk.data
                     yield chunk
             except Exception as exc:
                 self._failing = member
@@ -190,7 +244,7 @@ class FallbackProvider(LLMProvider):
                 if closer is not None:
                     with contextlib.suppress(Exception):
                         await closer()
-            self._served(member)
+            self._served(member, final)
             return
 
     async def count_tokens(self, **kwargs: Any) -> int:
@@ -206,3 +260,8 @@ class FallbackProvider(LLMProvider):
         for member in self._members:
             if member.owned:
                 await member.provider.aclose()
+
+
+def _learned(provider: object) -> dict[str, Any]:
+    learned = getattr(provider, PROVIDER_CACHE, None)
+    return learned if isinstance(learned, dict) else {}

@@ -10,6 +10,7 @@ from harnessx.providers._base import (
     StreamChunk,
     TokenUsage,
     ToolCall,
+    native_continuation,
     streams_natively,
 )
 from harnessx.providers._http import marked_tool_arguments as parse_tool_arguments
@@ -24,6 +25,7 @@ __all__ = [
     "TokenUsage",
     "ToolCall",
     "make_provider",
+    "native_continuation",
     "parse_tool_arguments",
     "streams",
 ]

@@ -268,3 +268,31 @@ async def test_decisions_are_journaled_with_the_call(target: BackendTarget) -> N
     }
     order = kinds(records)
     assert order.index("tool.resolved") < order.index("run.resumed") < order.index("tool.started")
+
+
+async def test_a_reply_given_as_blocks_is_journaled_with_them_in_order(target: BackendTarget) -> None:
+    """As 0.9.1 records it: the blocks a provider gave (signed thinking, a block of its own
+    between them) are in the ``model.response`` and ``model.processed`` records, in order."""
+    content = [
+        {"type": "thinking", "thinking": "", "signature": "sig-a"},
+        {"type": "provider", "provider": "anthropic", "data": {"type": "redacted_thinking", "data": "x"}},
+        {"type": "thinking", "thinking": "thought", "signature": "sig-b"},
+        {"type": "text", "text": "answer"},
+    ]
+
+    class Native(LLMProvider):
+        async def create(self, **kwargs: Any) -> ProviderResponse:
+            return ProviderResponse(content=content)
+
+        async def count_tokens(self, **kwargs: Any) -> int:
+            return 0
+
+    async with (
+        target.open() as backend,
+        AgentRuntime(Agent(provider=Native()), backend=backend, recording=True) as runtime,
+    ):
+        result = await runtime.run("go")
+        assert result.ok and result.output == "answer"
+        records = await journal(backend, runtime.session_id, result.run_id)
+    for kind in ("model.response", "model.processed"):
+        assert next(r for r in records if r["kind"] == kind)["payload"]["content"] == content

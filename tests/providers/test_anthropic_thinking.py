@@ -184,7 +184,8 @@ async def test_a_block_type_added_later_is_kept(server: ScriptedServer, anthropi
     )
     chunks = await collect(anthropic().stream(**ASK, tools=[], max_tokens=None))
     assert chunks[-1].data.content == [
-        {"type": "fresh_block", "payload": {"a": 1}},
+        # The API's own block, in its place, as 0.9.1 wraps it (sent back as it came).
+        {"type": "provider", "provider": "anthropic", "data": {"type": "fresh_block", "payload": {"a": 1}}},
         {"type": "text", "text": "Hi"},
     ]
     assert chunks[-1].data.text == "Hi"
