@@ -7,10 +7,12 @@ tool needs a person's approval first (set on the agent, not at registration), an
 ``TransientToolError`` on its first ``$HX_FLAKY_FAILURES`` tries of a call (each try writes a
 ledger line first; ``$HX_LEDGER`` must be set); ``hooked``, the ``safe`` agent noting every
 hook it fires in ``$HX_HOOKS``; ``truncated``, whose model's first reply is cut off at its
-token budget (the second says what budget it was given); ``recovering``, noting its hooks as
-``hooked`` does, whose model replies empty, then cut off, then pausing its turn, then
-answers; ``condensing`` and ``overflowing``, noting their hooks too, whose conversations
-outgrow their model's window (counted before a call, or refused as too long);
+token budget (the second says what budget it was given); ``searching``, whose model pauses
+its turn in a web search (a server tool's blocks) and finishes it when the turn comes back;
+``recovering``, noting its hooks as ``hooked`` does, whose model replies empty, then cut
+off, then pausing its turn, then answers; ``condensing`` and ``overflowing``, noting their
+hooks too, whose conversations outgrow their model's window (counted before a call, or
+refused as too long);
 ``batched``, whose model calls ``fetch_a``, ``s1``, ``fetch_b``, ``s2`` in one reply (the
 ``fetch`` tools concurrent, the ``s`` tools not; all ``safe``), then answers with their
 results; ``vendor-rpm``, ``chaos.agents``' agent calling the model vendor at ``$HX_VENDOR_URL``;
@@ -175,6 +177,36 @@ def _truncated() -> Agent:
     )
 
 
+# A server tool's call and result, as AnthropicProvider keeps them (0.9.1's provider blocks).
+SEARCH_CALL = {
+    "type": "provider",
+    "provider": "anthropic",
+    "data": {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "q"}},
+}
+SEARCH_RESULT = {
+    "type": "provider",
+    "provider": "anthropic",
+    "data": {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+}
+
+
+def _searching() -> Agent:
+    """A turn the server pauses in the middle of a web search, then finishes once the paused
+    turn comes back to it as it stands (the answer says whether it did)."""
+    paused = [{"type": "text", "text": "Searching. "}, SEARCH_CALL]
+
+    def reply(request: ScriptedRequest) -> ProviderResponse | str:
+        if request.turn == 0:
+            return ProviderResponse(content=paused, stop_reason="pause_turn")
+        if request.last_message != {"role": "assistant", "content": paused}:
+            return f"the paused turn came back as {json.dumps(request.last_message)}"
+        return ProviderResponse(content=[SEARCH_RESULT, {"type": "text", "text": "Found it."}])
+
+    return Agent(
+        config=AgentConfig(model="claude-sonnet-4-6", planning=False), provider=ScriptedProvider(reply)
+    )
+
+
 def _recovering() -> Agent:
     """Every reply the driver recovers from after it is recorded, in turn, noting its hooks
     as ``hooked`` does: an empty reply, one cut off at its budget, a paused turn, an answer."""
@@ -303,6 +335,7 @@ registry.register("flaky", lambda: _flaky("safe"), version="v1")
 registry.register("flaky_manual", lambda: _flaky("manual"), version="v1")
 registry.register("hooked", _hooked, version="v1")
 registry.register("truncated", _truncated, version="v1")
+registry.register("searching", _searching, version="v1")
 registry.register("recovering", _recovering, version="v1")
 registry.register("condensing", _condensing, version="v1")
 registry.register("overflowing", _overflowing, version="v1")

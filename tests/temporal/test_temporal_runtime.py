@@ -73,6 +73,23 @@ async def test_a_reply_cut_off_at_its_budget_is_continued(backend: TemporalBacke
     assert result.ok and result.output == "The first half, the rest (budget 64000)."
 
 
+async def test_a_paused_turn_goes_back_with_the_servers_blocks(backend: TemporalBackend) -> None:
+    """A server tool's blocks (provider blocks) pass through the activity, the workflow's
+    state and the store: the paused turn goes back verbatim and the conversation keeps them."""
+    from temporal_agents import SEARCH_CALL, SEARCH_RESULT
+
+    runtime = AgentRuntime(AgentRef("searching", "v1"), backend=backend)
+    result = await runtime.run("search")
+    assert result.ok and result.output == "Searching. Found it."
+    stored = await backend.latest_run(result.session_id)
+    assert stored is not None
+    replies = [m["content"] for m in stored["messages"] if m["role"] == "assistant"]
+    assert replies == [
+        [{"type": "text", "text": "Searching. "}, SEARCH_CALL],
+        [SEARCH_RESULT, {"type": "text", "text": "Found it."}],
+    ]
+
+
 async def _event_types(runtime: AgentRuntime, message: str) -> list[str]:
     handle = await runtime.submit(message)
     types = []
