@@ -76,8 +76,51 @@ def sales_script(tool: str, count: int = 1) -> Any:
     return reply
 
 
+# A web search the server pauses, as AnthropicProvider keeps its blocks (0.9.1's provider
+# blocks): the paused turn, and what the server adds once that turn comes back to it.
+PAUSED_SEARCH: list[dict[str, Any]] = [
+    {"type": "text", "text": "Searching. "},
+    {
+        "type": "provider",
+        "provider": "anthropic",
+        "data": {
+            "type": "server_tool_use",
+            "id": "srvtoolu_1",
+            "name": "web_search",
+            "input": {"query": "q"},
+        },
+    },
+]
+SEARCH_DONE: list[dict[str, Any]] = [
+    {
+        "type": "provider",
+        "provider": "anthropic",
+        "data": {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+    },
+    {"type": "text", "text": "Found it."},
+]
+
+
+def search_script(*, die_when_continued: bool = False) -> Any:
+    """A model whose first reply is a paused web search; asked again, it finishes the search
+    if the paused turn came back verbatim, and says what came back otherwise.
+    ``die_when_continued``: the process SIGKILLs itself when asked again instead."""
+
+    def reply(request: ScriptedRequest) -> ProviderResponse | str:
+        if request.turn == 0:
+            return ProviderResponse(content=PAUSED_SEARCH, stop_reason="pause_turn")
+        if die_when_continued:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if request.last_message != {"role": "assistant", "content": PAUSED_SEARCH}:
+            return f"the paused turn came back as {json.dumps(request.last_message)}"
+        return ProviderResponse(content=SEARCH_DONE)
+
+    return reply
+
+
 def make_agent(
     *,
+    script: str = "sales",
     policy: str = "manual",
     permission: str | None = None,
     count: int = 1,
@@ -86,15 +129,18 @@ def make_agent(
     system_prompt: str = "You write sales reports.",
     tool_seconds: float = 0.0,
 ) -> Agent:
-    """A sales agent whose ``write_report`` tool appends to ``ledger``.
+    """A sales agent whose ``write_report`` tool appends to ``ledger`` (``script="search"``:
+    its model searches the web instead, ``search_script``).
 
     With ``block_marker``, the tool's first attempt creates that file and then hangs, so
     a test can kill the process while the tool is running.
     """
-    agent = Agent(
-        config=AgentConfig(system_prompt=system_prompt),
-        provider=ScriptedProvider(sales_script("write_report", count)),
-    )
+    replies = {
+        "sales": lambda: sales_script("write_report", count),
+        "search": search_script,
+        "search_dying": lambda: search_script(die_when_continued=True),
+    }[script]()
+    agent = Agent(config=AgentConfig(system_prompt=system_prompt), provider=ScriptedProvider(replies))
 
     @agent.tools.register(replay_policy=policy, permission=permission)
     def write_report(region: str) -> str:

@@ -226,3 +226,21 @@ async def test_a_request_the_dead_holder_never_acted_on_is_acted_on_when_resumed
         session = await backend.get_session(child.session_id)
         assert session is not None and session.control is None  # acted on: cleared
         await runtime.stop()
+
+
+async def test_a_paused_search_killed_before_it_is_continued_goes_back_verbatim(
+    target: BackendTarget, tmp_path: Path
+) -> None:
+    """The process dies as it asks the model to continue a paused turn holding a server
+    tool's blocks; the run resumed here sends that turn back as it was stored."""
+    child = spawn_child(target, tmp_path, agent={"script": "search_dying"}, prompt="Search.")
+    code, _, _ = child.finish()
+    assert code == -signal.SIGKILL
+    async with target.open() as backend:
+        await holder_gone(backend, child.session_id)
+        runtime = AgentRuntime(make_agent(script="search"), backend=backend)
+        handle = await runtime.resume(child.session_id)
+        assert handle is not None
+        result = await handle.result()
+        await runtime.stop()
+    assert result.ok and result.output == "Searching. Found it."
