@@ -145,7 +145,8 @@ def overflow_recoveries(messages: Iterable[dict[str, Any]]) -> int:
 
 def cut_point(blocks: list[dict[str, Any]], keep: int = _KEEP) -> int:
     """The latest index (content-block form) the conversation can be cut at, keeping at
-    least ``keep`` messages: every call made before it is answered before it. 0: none."""
+    least ``keep`` messages: every call made before it (a server tool's too) is answered
+    before it. 0: none."""
     for index in range(len(blocks) - keep, 0, -1):
         called: set[str] = set()
         answered: set[str] = set()
@@ -158,6 +159,14 @@ def cut_point(blocks: list[dict[str, Any]], keep: int = _KEEP) -> int:
                     called.add(str(block.get("id")))
                 elif block.get("type") == "tool_result":
                     answered.add(str(block.get("tool_use_id")))
+                elif block.get("type") == "provider" and isinstance(block.get("data"), dict):
+                    # A server tool's call and its result (a paused turn and the reply that
+                    # continued it): the API refuses a result whose call was cut away.
+                    data = block["data"]
+                    if str(data.get("type", "")).endswith("tool_use"):
+                        called.add(str(data.get("id")))
+                    elif "tool_use_id" in data:
+                        answered.add(str(data.get("tool_use_id")))
         if called <= answered:
             return index
     return 0
