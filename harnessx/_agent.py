@@ -148,7 +148,7 @@ class Agent:
         )
         self.hooks = hooks or HookManager()
         self.middleware = middleware or MiddlewarePipeline()
-        install_builtin_tools(self.tools, planning=self.config.planning)
+        install_builtin_tools(self.tools, planning=self.config.planning, memory=lambda: self.memory)
         self._session_id = uuid7()
         self.session_metadata: dict[str, Any] = {}
         # Texts appended to the system prompt of each model call (extensions register them).

@@ -14,7 +14,7 @@ import contextlib
 import contextvars
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from harnessx._condense import VIEW_KEY
 from harnessx._large_results import read_section
@@ -30,6 +30,7 @@ __all__ = [
     "RunView",
     "install_builtin_tools",
     "install_planning_tools",
+    "result_reader",
     "is_builtin",
     "normalize_todos",
     "planning_guidance",
@@ -90,6 +91,9 @@ class RunView:
     lookup_result: Callable[[str], Awaitable[str | None]]
     max_result_chars: int
 
+
+# Marks a built-in tool's handler: an application's own tool of the same name is left alone.
+_BUILTIN = "__harnessx_builtin__"
 
 _view: contextvars.ContextVar[RunView | None] = contextvars.ContextVar("harnessx_run_view", default=None)
 
@@ -217,54 +221,81 @@ async def read_todos() -> str:
 # ---------------------------------------------------------------- large results
 
 
-async def read_tool_result(
-    result_id: str,
-    offset: int = 0,
-    limit: int = 2000,
-    max_chars: int = 0,
-    char_offset: int = 0,
-    pattern: str = "",
-) -> str:
-    """Read a tool result that was too large for the conversation and reached it as a preview.
+class StoredResults(Protocol):
+    """Where ``read_tool_result`` reads outside a run: an agent's memory."""
 
-    Prefer pattern: it returns only the passages that match. Reading in order returns as much
-    as fits in one reply; the header of each reply says where to continue. Do not call the
-    original tool again for the same information.
+    def read_evicted(
+        self,
+        tool_use_id: str,
+        offset: int = 0,
+        limit: int = 2_000,
+        *,
+        max_chars: int = 0,
+        char_offset: int = 0,
+        pattern: str = "",
+    ) -> str: ...
 
-    Args:
-        result_id: The tool call id the preview's notice names.
-        pattern: A regular expression (case-insensitive) to find instead of reading in order.
-        offset: First line to return, counting from 0.
-        limit: Number of lines to return, at most 2000.
-        max_chars: Character cap for one read; 0 means the most one reply may hold.
-        char_offset: Character position to continue from inside the selected lines.
-    """
-    view = _current_view()
-    content = await view.lookup_result(result_id) if view is not None else None
-    if content is None:
-        raise LookupError(f"no stored result with id {result_id!r}; only results too large to show are kept")
-    return read_section(
-        result_id,
-        content,
-        offset,
-        limit,
-        max_chars=max_chars,
-        char_offset=char_offset,
-        pattern=pattern,
-        max_result_chars=view.max_result_chars if view is not None else 12_000,
-    )
+
+def result_reader(memory: Callable[[], StoredResults] | None) -> Callable[..., Awaitable[str]]:
+    """The built-in ``read_tool_result``: in a run it reads the run's results; called
+    outside one (``agent.tools.execute``), the results kept by the memory ``memory()``
+    returns (an agent passes its own, as 0.9.1's binds the tool to its memory)."""
+
+    async def read_tool_result(
+        result_id: str,
+        offset: int = 0,
+        limit: int = 2000,
+        max_chars: int = 0,
+        char_offset: int = 0,
+        pattern: str = "",
+    ) -> str:
+        """Read a tool result that was too large for the conversation and reached it as a preview.
+
+        Prefer pattern: it returns only the passages that match. Reading in order returns as
+        much as fits in one reply; the header of each reply says where to continue. Do not
+        call the original tool again for the same information.
+
+        Args:
+            result_id: The tool call id the preview's notice names.
+            pattern: A regular expression (case-insensitive) to find instead of reading in order.
+            offset: First line to return, counting from 0.
+            limit: Number of lines to return, at most 2000.
+            max_chars: Character cap for one read; 0 means the most one reply may hold.
+            char_offset: Character position to continue from inside the selected lines.
+        """
+        view = _current_view()
+        if view is None and memory is not None:
+            return memory().read_evicted(
+                result_id, offset, limit, max_chars=max_chars, char_offset=char_offset, pattern=pattern
+            )
+        content = await view.lookup_result(result_id) if view is not None else None
+        if content is None:
+            raise LookupError(
+                f"no stored result with id {result_id!r}; only results too large to show are kept"
+            )
+        return read_section(
+            result_id,
+            content,
+            offset,
+            limit,
+            max_chars=max_chars,
+            char_offset=char_offset,
+            pattern=pattern,
+            max_result_chars=view.max_result_chars if view is not None else 12_000,
+        )
+
+    setattr(read_tool_result, _BUILTIN, True)
+    return read_tool_result
 
 
 # ---------------------------------------------------------------- installing
-
-_BUILTIN = "__harnessx_builtin__"
 
 
 def is_builtin(handler: Any) -> bool:
     return bool(getattr(handler, _BUILTIN, False))
 
 
-for _handler in (read_tool_result, write_todos, read_todos):
+for _handler in (write_todos, read_todos):
     setattr(_handler, _BUILTIN, True)
 
 
@@ -273,11 +304,14 @@ def _ours_or_free(registry: ToolRegistry, name: str) -> bool:
     return tool is None or is_builtin(tool.handler)
 
 
-def install_builtin_tools(registry: ToolRegistry, *, planning: bool) -> None:
-    """Register the built-in tools an agent gets, leaving an application's own alone."""
+def install_builtin_tools(
+    registry: ToolRegistry, *, planning: bool, memory: Callable[[], StoredResults] | None = None
+) -> None:
+    """Register the built-in tools an agent gets, leaving an application's own alone;
+    ``read_tool_result`` reads ``memory`` when it is called outside a run."""
     if _ours_or_free(registry, "read_tool_result"):
         registry.register_tool(
-            read_tool_result, permission=PermissionLevel.ALLOW, replay_policy="safe", replace=True
+            result_reader(memory), permission=PermissionLevel.ALLOW, replay_policy="safe", replace=True
         )
     if planning:
         install_planning_tools(registry)

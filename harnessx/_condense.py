@@ -26,7 +26,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from harnessx._large_results import is_preview, preview_result
+from harnessx._large_results import is_preview, spilled_result
 from harnessx._messages import from_blocks
 
 __all__ = [
@@ -60,6 +60,7 @@ MAX_CONDENSATIONS = 3
 MAX_OVERFLOW_RECOVERIES = 2
 # A spill shows tool results longer than this as a preview.
 SPILL_THRESHOLD = 2_000
+_DEFAULT_MAX_RESULT_CHARS = 12_000
 # The summary's reply budget: room for a dense record, never a 128K-token reply.
 SUMMARY_MAX_TOKENS = 8_000
 # The conversation is condensed once the request would take this share of what the window
@@ -105,18 +106,21 @@ def view(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             shown = kept
         elif "spill_over" in spec:
             limit = int(spec["spill_over"])
-            shown = [_spilled(m, limit) for m in shown]
+            reads = int(spec.get("max_result_chars") or _DEFAULT_MAX_RESULT_CHARS)
+            shown = [_spilled(m, limit, reads) for m in shown]
     return shown
 
 
-def _spilled(message: dict[str, Any], limit: int) -> dict[str, Any]:
+def _spilled(message: dict[str, Any], limit: int, max_result_chars: int) -> dict[str, Any]:
     content = message.get("content")
     if message.get("role") != "tool" or not isinstance(content, str) or len(content) <= limit:
         return message
     if is_preview(content):
         return message
-    # A preview of about half the threshold, and the way to read the rest.
-    return {**message, "content": preview_result(str(message.get("tool_call_id", "")), content, limit)}
+    preview = spilled_result(str(message.get("tool_call_id", "")), content, max_result_chars)
+    # A preview is about 3,000 characters whatever the threshold: a result not much over
+    # it is shown as it is.
+    return {**message, "content": preview} if len(preview) < len(content) else message
 
 
 def condensation(summary: str, replaces: int, *, summarized: bool, forced: bool) -> dict[str, Any]:
@@ -129,9 +133,14 @@ def condensation(summary: str, replaces: int, *, summarized: bool, forced: bool)
     }
 
 
-def spill(limit: int = SPILL_THRESHOLD) -> dict[str, Any]:
-    """The view message showing tool results longer than ``limit`` as previews."""
-    return {"role": "user", "content": "", VIEW_KEY: {"spill_over": limit}}
+def spill(limit: int = SPILL_THRESHOLD, max_result_chars: int | None = None) -> dict[str, Any]:
+    """The view message showing tool results longer than ``limit`` as previews;
+    ``max_result_chars``: the agent's, which sets how much one ``read_tool_result`` returns
+    (the previews say so; a spill written without it reads as the default's)."""
+    spec: dict[str, Any] = {"spill_over": limit}
+    if max_result_chars is not None:
+        spec["max_result_chars"] = max_result_chars
+    return {"role": "user", "content": "", VIEW_KEY: spec}
 
 
 def condensations(messages: Iterable[dict[str, Any]]) -> int:

@@ -18,7 +18,7 @@ from harnessx._builtin_tools import render_todos, todos_of, todos_payload
 from harnessx._config import Limits
 from harnessx._errors import CostLimitError, MaxIterationsError, ResolutionError, UnknownExecutionKey
 from harnessx._events import RunEvent, RunEventType
-from harnessx._large_results import cap_stored, preview_result
+from harnessx._large_results import cap_stored, shown_result
 from harnessx._loopguard import call_signature, repetition_notice, trip_at
 from harnessx._messages import TEXT_BLOCKS, THINKING_BLOCKS, close_open_calls, text_blocks, thinking_blocks
 from harnessx._policies import ToolRetry
@@ -967,12 +967,14 @@ def _merge(first: Delta, second: Delta) -> Delta:
 
 
 def _tool_message(entry: ToolEntry, max_chars: int) -> dict[str, Any]:
-    """The answer the model reads: the result, or a preview of it when it is longer than
-    ``max_chars`` (the whole text stays on the tool entry, for ``read_tool_result``)."""
+    """The answer the model reads: the result, or when it is longer than ``max_chars`` what
+    ``shown_result`` makes of it (the whole text stays on the tool entry, for
+    ``read_tool_result``). Made once, as the step's results are committed: a run resumed
+    later reads it from its messages, whatever this build would make of it."""
     result = entry.result or ToolResult(entry.call.id, "", True)
     content = result.content
     if len(content) > max_chars:
-        content = preview_result(entry.call.id, content, max_chars)
+        content = shown_result(entry.call.id, content, max_chars)
     return {
         "role": "tool",
         "tool_call_id": entry.call.id,

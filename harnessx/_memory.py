@@ -26,7 +26,7 @@ from harnessx._condense import (
     spill,
     view,
 )
-from harnessx._large_results import is_preview, preview_result, read_section
+from harnessx._large_results import read_section, shown_in_part, shown_result
 from harnessx._messages import Message, from_blocks, to_blocks
 from harnessx._results import ToolResult
 
@@ -230,28 +230,30 @@ class ConversationMemory:
     def spill_large_results(self, *, threshold_chars: int = SPILL_THRESHOLD) -> int:
         """Show every tool result longer than ``threshold_chars`` as a preview (its whole
         text stays readable with ``read_tool_result``); the characters freed."""
+        spilled = spill(threshold_chars, self._max_result_chars)
         shown = view(self._messages)
-        after = view([*self._messages, spill(threshold_chars)])
+        after = view([*self._messages, spilled])
         freed = 0
         for before, now in zip(shown, after, strict=True):
             # Compared by content: a view builds new messages each time it is taken.
             if before.get("content") != now.get("content"):
                 freed += len(str(before.get("content", ""))) - len(str(now.get("content", "")))
-                self.keep_result(str(before.get("tool_call_id", "")), str(before.get("content", "")))
+                # A list of records cut to fit was kept whole when it was given.
+                self._results.setdefault(str(before.get("tool_call_id", "")), str(before.get("content", "")))
         if freed <= 0:
             return 0
-        self._messages.append(spill(threshold_chars))
+        self._messages.append(spilled)
         return freed
 
     # ---------------------------------------------------- large results
 
     def fit(self, result_id: str, content: str) -> str:
-        """``content`` as the conversation should hold it: itself, or a preview (the whole
-        text is then kept for ``read_tool_result``)."""
+        """``content`` as the conversation should hold it: itself, or what ``shown_result``
+        makes of it (the whole text is then kept for ``read_tool_result``)."""
         if len(content) <= self._max_result_chars:
             return content
         self._results[result_id] = content
-        return preview_result(result_id, content, self._max_result_chars)
+        return shown_result(result_id, content, self._max_result_chars)
 
     def keep_result(self, result_id: str, content: str) -> None:
         """Remember the whole text of a result the conversation holds as a preview."""
@@ -275,7 +277,7 @@ class ConversationMemory:
         shown = {
             str(m.get("tool_call_id"))
             for m in self._messages
-            if m.get("role") == "tool" and is_preview(str(m.get("content", "")))
+            if m.get("role") == "tool" and shown_in_part(str(m.get("content", "")))
         }
         return {key: value for key, value in self._results.items() if key in shown}
 

@@ -208,6 +208,7 @@ async def recover_overflow(
     if window:
         learn_model_limits(request.model, provider=provider, context_window=window)
     done = overflow_recoveries(_own(state))
+    limits = driver.settings.limits
     if done < MAX_OVERFLOW_RECOVERIES:
         blocks = to_blocks(view(state.messages))
         if cut_point(blocks):
@@ -219,16 +220,16 @@ async def recover_overflow(
             )
             return await condense(driver, state, forced=True)
         shown = view(state.messages)
-        if view([*state.messages, spill()]) != shown:
+        spilled = spill(max_result_chars=limits.max_result_chars if limits is not None else None)
+        if view([*state.messages, spilled]) != shown:
             await driver.hook(
                 HookEvent.RECOVERY,
                 reason="context_overflow_spill",
                 attempt=done + 1,
                 reply_budget=request.max_tokens,
             )
-            await driver.commit(state, Delta(state.phase, messages=[spill()]))
+            await driver.commit(state, Delta(state.phase, messages=[spilled]))
             return True
-    limits = driver.settings.limits
     size = (limits.max_context_tokens if limits is not None else None) or (
         await resolve_model_limits(provider, request.model)
     ).context_window

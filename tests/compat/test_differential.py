@@ -44,6 +44,17 @@ KNOWN: dict[str, str] = {
         "deliberate: an injected built-in provider is not refused for the config's provider name"
     ),
     "public_checks:binding.openai_without_config": "follows from public_checks:binding.openai_as_anthropic",
+    "large_results:where_is_a_file": (
+        "deliberate: a large result is kept whole on its tool call in the store, not in a temporary file"
+    ),
+    "large_results:small_limit.shown": (
+        "deliberate: under a limit of 3,600 a preview is shortened to stay near the limit (0.9.1 shows "
+        "3,000 characters whatever the limit)"
+    ),
+    "large_results:freed_by_spills": (
+        "deliberate: a spill counts what it takes out of the conversation (0.9.1 counts a trimmed list's "
+        "whole result, and the file path of its notices)"
+    ),
 }
 
 

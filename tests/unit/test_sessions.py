@@ -103,7 +103,10 @@ def test_memory_add_methods_and_clear() -> None:
     blocks = memory.get_messages()
     assert len(blocks) == 3
     shown = blocks[2]["content"][0]["content"]
-    assert len(shown) < 1000 and 'read_tool_result(result_id="t"' in shown
+    # The start of it, within the limit, and how to read on.
+    assert "Not shown: characters 101 to 5,000." in shown
+    assert shown.endswith("\n\n" + "x" * 100 + "\n... [preview truncated]")
+    assert 'read_tool_result(result_id="t", char_offset=100, max_chars=200)' in shown
     assert memory.read_evicted("t", 0, 1).startswith("[t: lines 1-1 of 1]")
     memory.clear()
     assert memory.message_count == 0
