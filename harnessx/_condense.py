@@ -37,6 +37,7 @@ __all__ = [
     "SUMMARY_MAX_TOKENS",
     "SUMMARY_SYSTEM",
     "VIEW_KEY",
+    "clearly_within",
     "condensation",
     "condensations",
     "cut_point",
@@ -66,6 +67,8 @@ SUMMARY_MAX_TOKENS = 8_000
 # The conversation is condensed once the request would take this share of what the window
 # leaves after the reply.
 _FULL = 0.8
+# A request estimated under this share of it is not counted (counting is a request to the vendor).
+_CLEARLY_WITHIN = 0.6
 # The newest messages (content-block form) are always kept as they are.
 _KEEP = 4
 
@@ -184,6 +187,12 @@ def cut_point(blocks: list[dict[str, Any]], keep: int = _KEEP) -> int:
 def replaced_count(blocks: list[dict[str, Any]], split: int) -> int:
     """How many shown messages of the engine's form the first ``split`` blocks are."""
     return len(from_blocks(blocks[:split]))
+
+
+def clearly_within(estimate: float, window: int, reply_tokens: int) -> bool:
+    """Whether a request estimated at ``estimate`` tokens is far enough below what the
+    window leaves the reply to be sent without counting it (0.9.1's rule: under 60 %)."""
+    return estimate < max(1, window - max(0, reply_tokens)) * _CLEARLY_WITHIN
 
 
 def over_budget(counted: int | None, window: int, reply_tokens: int) -> bool:

@@ -439,7 +439,7 @@ class Driver:
         counted = self.counted_tokens
         if not counted:
             return budget
-        window = (await resolve_model_limits(self._known_provider(), self.settings.model)).context_window
+        window = (await resolve_model_limits(self.known_provider(), self.settings.model)).context_window
         room = window - counted - _CONTEXT_SAFETY
         return max(min(budget, room), min(budget, _CONTEXT_SAFETY))
 
@@ -456,7 +456,7 @@ class Driver:
 
     async def _reply_budget(self, state: RunState, *, raised: int) -> int:
         settings = self.settings
-        return await reply_budget(self._known_provider(), settings.model, settings.max_tokens, raised=raised)
+        return await reply_budget(self.known_provider(), settings.model, settings.max_tokens, raised=raised)
 
     async def admit_call(self, state: RunState, request: ModelRequest) -> tuple[Admission | None, bool]:
         """Reserve ``request``'s start under the fleet's rate limits and wait for it (no
@@ -540,7 +540,7 @@ class Driver:
             HookEvent.LLM_RESPONSE,
             response=response,
             stop_reason=response.stop_reason,
-            provider=served_by(self._known_provider()),
+            provider=served_by(self.known_provider()),
         )
         if self.stream and middleware.rewrites_responses and response.text:
             # Middleware rewrote the reply, so it reaches the stream whole, as rewritten.
@@ -563,7 +563,7 @@ class Driver:
         call's retry (which waits it too, under the RetryPolicy)."""
         if admission is None or self.rates is None:
             return
-        provider = self._known_provider()
+        provider = self.known_provider()
         seconds = retry_after(exc, provider)
         if seconds is not None and is_rate_limited(exc, provider):
             await self.rates.pause(admission, seconds)
@@ -651,7 +651,7 @@ class Driver:
             except (_Cancelled, LeaseLostError, StorageError):
                 raise
             except Exception as exc:
-                provider = self._known_provider()
+                provider = self.known_provider()
                 limit = None if lowered else self._reply_limit(exc, request, provider)
                 if limit is not None:
                     # Refused for the budget, before any output: ask again within the limit
@@ -730,7 +730,7 @@ class Driver:
         limited = is_rate_limited(exc, provider)
         return retry.spent(attempt, rate_limited=limited, waited=waited, next_wait=wait)
 
-    def _known_provider(self) -> LLMProvider | None:
+    def known_provider(self) -> LLMProvider | None:
         """The provider, or None when there is none to be had (the model call failed on it)."""
         try:
             return self._provider()

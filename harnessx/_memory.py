@@ -11,6 +11,7 @@ session snapshots carry them.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 from harnessx._condense import (
     SPILL_THRESHOLD,
+    clearly_within,
     condensation,
     cut_point,
     over_budget,
@@ -170,11 +172,21 @@ class ConversationMemory:
         measured: int | None = None,
     ) -> bool:
         """Whether the next request (counted by ``provider.count_tokens``) would not leave
-        room for a reply of ``reply_tokens`` in the window, and there is a place to cut."""
+        room for a reply of ``reply_tokens`` in the window, and there is a place to cut.
+
+        ``measured``: the size the provider reported for the previous request and its
+        reply. While that, plus the newest message (at four characters a token), is under
+        60 % of the room, the request is taken to fit without counting it (a request to
+        the vendor); ``last_prompt_tokens`` is then that estimate."""
         blocks = self.get_messages()
         self.last_prompt_tokens = None
         if len(blocks) < 6:
             return False
+        if measured is not None and measured > 0:
+            estimate = measured + len(json.dumps(blocks[-1], default=str)) // 4
+            if clearly_within(estimate, max_context_tokens, reply_tokens):
+                self.last_prompt_tokens = estimate
+                return False
         counted = await self._count(provider, model, system, tools)
         self.last_prompt_tokens = counted
         return over_budget(counted, max_context_tokens, reply_tokens) and cut_point(blocks) > 0

@@ -31,6 +31,7 @@ from harnessx._condense import (
     MAX_OVERFLOW_RECOVERIES,
     SUMMARY_MAX_TOKENS,
     SUMMARY_SYSTEM,
+    clearly_within,
     condensation,
     condensations,
     cut_point,
@@ -61,10 +62,6 @@ __all__ = ["condense_if_due", "is_context_overflow", "recover_overflow"]
 logger = logging.getLogger("harnessx.driver")
 
 
-# A request measured below this share of what the window leaves the reply is not counted.
-_CLEARLY_WITHIN = 0.6
-
-
 def _since_last_reply(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for index in range(len(messages) - 1, -1, -1):
         if messages[index].get("role") == "assistant":
@@ -77,29 +74,32 @@ def _own(state: RunState) -> list[dict[str, object]]:
 
 
 async def condense_if_due(driver: Driver, state: RunState) -> None:
-    """Condense before the next model call if the request would not fit (only with
-    ``Limits.max_context_tokens`` set: counting is a request to the vendor)."""
+    """Condense before the next model call if the request would not leave the reply its
+    room in the window (``Limits.max_context_tokens``, else the model's), as 0.9.1: counted
+    by the provider unless it is clearly within it."""
+    provider = driver.known_provider()
+    if provider is None or condensations(_own(state)) >= MAX_CONDENSATIONS:
+        return  # (without a provider the model call fails the run, saying why)
     limits = driver.settings.limits
-    window = limits.max_context_tokens if limits is not None else None
-    if not window or condensations(_own(state)) >= MAX_CONDENSATIONS:
-        return
-    blocks = to_blocks(view(state.messages))
-    if len(blocks) < 6 or not cut_point(blocks):
-        return
-    system, offered = driver.request_frame(state)
+    window = (limits.max_context_tokens if limits is not None else None) or (
+        await resolve_model_limits(provider, driver.settings.model)
+    ).context_window
     reply = await driver.reply_tokens(state)
+    # Counting is a request to the vendor on Anthropic: skipped while the last request's
+    # measured size, plus what came after its reply, is well within the window.
     if driver.last_measured:
-        # Counting is a request to the vendor on Anthropic: skipped while the last request's
-        # measured size, plus what came after its reply, is well within the window.
         estimate = driver.last_measured + estimated_tokens(_since_last_reply(state.messages))
-        if estimate < max(1, window - reply) * _CLEARLY_WITHIN:
+        if clearly_within(estimate, window, reply):
             driver.counted_tokens = estimate
             return
+    blocks = to_blocks(view(state.messages))
+    if len(blocks) < 6:
+        return
+    system, offered = driver.request_frame(state)
     # Counted as it would be sent: old tool results cleared first (fit_context), so that
     # the conversation is summarized only when clearing them is not enough.
     fitted = fit_context(view(state.messages), driver.context_room(reply), system, offered)
     messages = request_messages(to_blocks(fitted))
-    provider = driver.provider()
     try:
         counted: int | None = int(
             await provider.count_tokens(
@@ -109,7 +109,7 @@ async def condense_if_due(driver: Driver, state: RunState) -> None:
     except Exception:
         logger.info("count_tokens failed for run %s; condensing rather than risk an overflow", state.run_id)
         counted = None
-    if over_budget(counted, window, reply):
+    if over_budget(counted, window, reply) and cut_point(blocks):
         await condense(driver, state, forced=False)
     else:
         # The request as counted: the reply budget is fitted into what it leaves.

@@ -247,8 +247,10 @@ def _conversation() -> ConversationMemory:
 class Counter:
     def __init__(self, count: int | None) -> None:
         self.count = count
+        self.calls = 0
 
     async def count_tokens(self, **kwargs: Any) -> int:
+        self.calls += 1
         if self.count is None:
             raise RuntimeError("counting unavailable")
         return self.count
@@ -327,3 +329,62 @@ async def test_the_reply_budget_is_fitted_into_what_the_counted_request_leaves()
         assert provider.calls[0]["max_tokens"] == 1_024, "a full window still leaves the reply some room"
     finally:
         model_limits._registered.pop("tiny-window", None)
+
+
+class Sized(Model):
+    """Reports ``measured`` input tokens for every reply and counts the counts."""
+
+    def __init__(self, script: list[Any], *, measured: int, count: int) -> None:
+        super().__init__(script, count=count)
+        self.measured = measured
+        self.counts = 0
+
+    async def create(self, **kwargs: Any) -> ProviderResponse:
+        response = await super().create(**kwargs)
+        response.usage = TokenUsage(input_tokens=self.measured, output_tokens=10)
+        return response
+
+    async def count_tokens(self, **kwargs: Any) -> int:
+        self.counts += 1
+        return self.count
+
+
+@pytest.mark.parametrize(("measured", "counts"), [(150_000, 3), (1_000, 0)])
+async def test_without_a_configured_window_a_request_near_the_models_is_counted(
+    measured: int, counts: int
+) -> None:
+    """As 0.9.1: the window is the model's when Limits.max_context_tokens is unset. A
+    request the provider measured near it (60 % of what it leaves the reply) is counted
+    before the call; one with clear room is not."""
+    model_limits.register_model_limits("m-200k", context_window=200_000, max_output=8_000)
+    provider = Sized(
+        [ProviderResponse(tool_calls=[ToolCall(f"c{i}", "noop", {})]) for i in range(5)],
+        measured=measured,
+        count=800,
+    )
+    agent = Agent(config=AgentConfig(model="m-200k", planning=False), provider=provider)
+    agent.tools.register_tool(lambda: "done", name="noop", permission=PermissionLevel.ALLOW)
+    try:
+        async with agent:
+            assert (await agent.run("go")).ok
+    finally:
+        model_limits._registered.pop("m-200k", None)
+    # Six calls; from the fourth the history has six messages, the least worth counting.
+    assert len(provider.calls) == 6 and provider.counts == counts and not provider.summaries
+
+
+async def test_the_memory_trusts_a_measured_size_only_with_clear_room() -> None:
+    memory, counter = _conversation(), Counter(1_000)
+
+    async def needs(measured: int, reply_tokens: int = 0) -> bool:
+        return await memory.needs_condensing(
+            counter, "m", "", [], max_context_tokens=100_000, reply_tokens=reply_tokens, measured=measured
+        )
+
+    assert not await needs(10_000)
+    assert counter.calls == 0 and (memory.last_prompt_tokens or 0) >= 10_000
+    assert not await needs(70_000)
+    assert counter.calls == 1 and memory.last_prompt_tokens == 1_000
+    # What the reply needs comes out of the room: 10,000 is not clear of 60 % of 15,000.
+    await needs(10_000, reply_tokens=85_000)
+    assert counter.calls == 2

@@ -4,6 +4,7 @@ guard, repeated calls, and slow-model notices (the original harnessx 0.9.1's beh
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -121,6 +122,73 @@ async def test_a_large_result_reaches_the_model_as_a_preview_and_reads_back() ->
     small.tools.register(name="dump", replay_policy="safe")(lambda: "x" * 2_000)
     await small.run("dump it")
     assert len(script_of(small).requests[1].tool_results[0]["content"]) < 1_000
+
+
+def _search_results(records: int, size: int) -> str:
+    return json.dumps(
+        {
+            "query": "rates",
+            "results": [
+                {
+                    "title": f"Source {i}",
+                    "url": f"https://example.com/{i}",
+                    "content": "word " * size + f"end-{i}",
+                }
+                for i in range(records)
+            ],
+        }
+    )
+
+
+async def test_a_list_of_records_is_trimmed_to_fit_or_previewed_record_by_record() -> None:
+    """As 0.9.1: every record stays when their texts can be cut to fit; past that, each
+    record is named in the preview. What is left out is still read by read_tool_result,
+    in a run and (agent.tools.execute) after it."""
+    replies: list[ProviderResponse | str] = [
+        ProviderResponse(
+            tool_calls=[ToolCall("few", "search", {"n": 8}), ToolCall("many", "search", {"n": 300})]
+        ),
+        "ok",
+    ]
+    agent = Agent(
+        provider=ScriptedProvider(replies), config=AgentConfig(limits=Limits(max_result_chars=20_000))
+    )
+    agent.tools.register(name="search", replay_policy="safe")(lambda n: _search_results(n, 1_000))
+    async with agent:
+        assert (await agent.run("search")).ok
+        trimmed, previewed = (r["content"] for r in script_of(agent).requests[1].tool_results)
+        header, guide, body = trimmed.split("\n", 2)
+        assert header.startswith("[Tool result trimmed to fit (") and len(trimmed) <= 20_000
+        assert 'read_tool_result(result_id="few", pattern="<words>")' in guide
+        records = json.loads(body)["results"]
+        assert [r["title"] for r in records] == [f"Source {i}" for i in range(8)]
+        assert all(r["content"].endswith(" more characters]") for r in records)
+        assert previewed.startswith("[Tool result too large (1 line, ")
+        assert "Not shown: the full text of the 300 records" in previewed
+        assert (
+            'JSON with 300 records in "results".' in previewed
+            and "1. Source 0 | https://example.com/0" in previewed
+        )
+        read = await agent.tools.execute(
+            ToolCall("r", "read_tool_result", {"result_id": "few", "pattern": "end-7"})
+        )
+        assert not read.is_error and read.content.startswith("[few: 1 matches for 'end-7'")
+
+
+def test_a_spilled_list_of_records_is_previewed_with_the_whole_results_size() -> None:
+    from harnessx import ToolResult
+    from harnessx.memory import ConversationMemory
+
+    whole = _search_results(8, 1_000)
+    memory = ConversationMemory(max_result_chars=len(whole) - 1)
+    memory.add_user_message("go")
+    memory.add_assistant_message([{"type": "tool_use", "id": "t1", "name": "search", "input": {}}])
+    memory.add_tool_results([ToolResult(tool_call_id="t1", content=whole)])
+    assert memory.get_messages()[-1]["content"][0]["content"].startswith("[Tool result trimmed to fit")
+    assert memory.spill_large_results() > 20_000
+    spilled = memory.get_messages()[-1]["content"][0]["content"]
+    assert spilled.startswith(f"[Tool result too large (1 line, {len(whole):,} chars).")
+    assert "end-7" in memory.read_evicted("t1", pattern="end-7")
 
 
 async def test_an_unknown_result_id_is_an_error_result_for_the_model() -> None:

@@ -40,8 +40,10 @@ class Script(LLMProvider):
         self.replies = [
             ProviderResponse(tool_calls=[ToolCall("c1", "dump", {})], stop_reason="tool_use"),
             *(
-                ProviderResponse(tool_calls=[ToolCall(f"r{i}", "read_tool_result", read)], stop_reason="tool_use")
-                for i, read in enumerate(reads, 1)
+                ProviderResponse(
+                    tool_calls=[ToolCall(f"r{i}", "read_tool_result", a)], stop_reason="tool_use"
+                )
+                for i, a in enumerate(reads, 1)
             ),
             ProviderResponse(text="done"),
         ]
@@ -99,6 +101,7 @@ async def spilled(content: str, limit: int) -> dict[str, Any]:
 
 
 def search_blob(records: int = 8, size: int = 6000, nav: str = "") -> str:
+    filler = "filler text "
     return json.dumps(
         {
             "query": "US economy 2026",
@@ -108,7 +111,7 @@ def search_blob(records: int = 8, size: int = 6000, nav: str = "") -> str:
                 {
                     "url": f"https://example.com/{i}",
                     "title": f"Source {i}",
-                    "content": f"{nav}Opening of source {i}. " + "filler text " * (size // 12) + f" marker-{i}",
+                    "content": f"{nav}Opening of source {i}. " + filler * (size // 12) + f" marker-{i}",
                 }
                 for i in range(records)
             ],
@@ -120,6 +123,8 @@ async def main() -> None:
     rows = "\n".join(f"row {i}" for i in range(3000))
     line = "".join(f"[{i:05d}]" for i in range(5000))
     nav = "## What We Do ### GLOBAL BANKING & MARKETS ### ASSET & WEALTH MANAGEMENT ### "
+    marker = {"result_id": "c1", "pattern": "marker-6"}
+    start = {"result_id": "c1", "max_chars": 500}
     plain_records = json.dumps([{"n": i, "tags": ["a", "b"], "score": i / 7} for i in range(3000)])
     emit(
         {
@@ -144,11 +149,11 @@ async def main() -> None:
                 ],
             ),
             "small_limit": await case("\n".join("x" * 150 for _ in range(10)), 1_000, []),
-            "records_by_record": await case(search_blob(), 3_500, [{"result_id": "c1", "pattern": "marker-6"}]),
+            "records_by_record": await case(search_blob(), 3_500, [marker]),
             "records_trimmed_to_fit": await case(search_blob(), 30_000, []),
             "too_many_records_to_trim": await case(search_blob(records=200, size=600), 12_000, []),
             "records_behind_page_navigation": await case(search_blob(nav=nav + " "), 3_500, []),
-            "records_without_text": await case(plain_records, 12_000, [{"result_id": "c1", "max_chars": 500}]),
+            "records_without_text": await case(plain_records, 12_000, [start]),
             "trimmed_then_spilled": await spilled(search_blob(), 30_000),
             "whole_then_spilled": await spilled(search_blob(size=1000), 30_000),
             "where_is_a_file": WHERE_IS_A_FILE,
