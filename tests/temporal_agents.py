@@ -18,9 +18,10 @@ refused as too long);
 results; ``vendor-rpm``, ``chaos.agents``' agent calling the model vendor at ``$HX_VENDOR_URL``;
 ``extended``, ``hooked`` with an extension noting its turn callbacks in ``$HX_HOOKS`` too,
 ``refusing``, whose extension's ``on_turn_start`` raises, ``extended_approval``, whose
-tool needs approval, and ``drafting``, the ``safe`` agent whose model streams its tool call as
+tool needs approval, ``drafting``, the ``safe`` agent whose model streams its tool call as
 the built-in providers do (``tool_call_delta`` chunks: the call's name, then its arguments in
-pieces).
+pieces), and ``previewing``, whose tool returns two results too large to show whole
+(``LONG_LINE``, ``RECORDS``), which the model then reads with ``read_tool_result``.
 """
 
 from __future__ import annotations
@@ -327,6 +328,38 @@ def _drafting() -> Agent:
     return agent
 
 
+# The large results of ``previewing``: one long line, and a list of records a little over the limit.
+LONG_LINE = "".join(f"[{i:05d}]" for i in range(500))
+RECORDS = json.dumps({"results": [{"title": f"S{i}", "content": "w " * 300} for i in range(4)]})
+
+
+def _previewing() -> Agent:
+    def reply(request: ScriptedRequest) -> ProviderResponse | str:
+        if request.turn == 0:
+            return ProviderResponse(
+                tool_calls=[
+                    ToolCall("line", "dump", {"which": "line"}),
+                    ToolCall("recs", "dump", {"which": "recs"}),
+                ]
+            )
+        if request.turn == 1:
+            reads = [{"result_id": "line", "char_offset": 1_000}, {"result_id": "recs", "pattern": "S3"}]
+            return ProviderResponse(
+                tool_calls=[ToolCall(f"r{i}", "read_tool_result", a) for i, a in enumerate(reads)]
+            )
+        return "Read: " + " / ".join(r["content"][:40] for r in request.tool_results)
+
+    config = AgentConfig(planning=False, limits=Limits(max_result_chars=2_500))
+    agent = Agent(config=config, provider=ScriptedProvider(reply))
+
+    @agent.tools.register(permission=PermissionLevel.ALLOW, replay_policy="safe")
+    def dump(which: str) -> str:
+        """Return a large result."""
+        return LONG_LINE if which == "line" else RECORDS
+
+    return agent
+
+
 registry = AgentRegistry()
 for _policy in LEDGER_POLICIES:
     registry.register(_policy, lambda policy=_policy: ledger_agent(policy), version="v1")
@@ -340,6 +373,7 @@ registry.register("recovering", _recovering, version="v1")
 registry.register("condensing", _condensing, version="v1")
 registry.register("overflowing", _overflowing, version="v1")
 registry.register("batched", _batched, version="v1")
+registry.register("previewing", _previewing, version="v1")
 registry.register("extended", lambda: _extended(refuse=False), version="v1")
 registry.register("refusing", lambda: _extended(refuse=True), version="v1")
 registry.register("extended_approval", lambda: _asking(_extended(refuse=False)), version="v1")

@@ -323,6 +323,18 @@ async def test_a_history_recorded_before_the_recovery_hooks_replays() -> None:
     assert replay.replay_failure is None
 
 
+async def test_a_history_recorded_before_the_previews_took_0_9_1s_layout_replays() -> None:
+    """A session of the ``previewing`` agent recorded before large results were shown as
+    0.9.1 shows them (tests/fixtures/temporal/previews_before_0_9_1_layout.json: two results
+    over the limit, both previewed in the earlier wording, then read with
+    ``read_tool_result``) replays on this one: the preview is only what the next model call
+    is given, no decision of the workflow's."""
+    recorded = FIXTURES / "previews_before_0_9_1_layout.json"
+    history = WorkflowHistory.from_json("harnessx-session:recorded", recorded.read_text())
+    replay = await replayer(registry).replay_workflow(history, raise_on_replay_failure=True)
+    assert replay.replay_failure is None
+
+
 async def test_events_after_a_cursor(backend: TemporalBackend) -> None:
     runtime = AgentRuntime(AgentRef("safe", "v1"), backend=backend)
     handle = await runtime.submit("y")
