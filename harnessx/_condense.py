@@ -12,9 +12,11 @@ an audit still have the whole of it. Two kinds, both user-role messages carrying
   are replaced by this message's text, ``[Earlier conversation, condensed]`` and a
   summary (the model's, or a plain digest when the model could not make one), joined to
   the first kept message when that is the user's, so that roles still alternate;
-- a **spill**, ``{"spill_over": n}``: tool results of the view longer than ``n`` characters
-  are shown as a preview (the whole text stays readable with ``read_tool_result``); the
-  message itself is not shown.
+- a **spill**, ``{"spill_over": n, "max_result_chars": m}``: tool results of the view
+  longer than ``n`` characters are shown as a preview where that is shorter (the whole
+  text stays readable with ``read_tool_result``, ``m`` characters a read; a spill written
+  before ``m`` was recorded reads as the default's); the message itself is not shown. Its
+  previews are made each time the view is taken, in this build's layout.
 
 A cut point never separates a tool call from its result: the messages dropped answer
 every call they make. The rules, limits and wording follow harnessx 0.9.1.

@@ -60,11 +60,14 @@ class Limits:
       model is asked once more, with no tools, for its account of what it did and what is
       left (``final_answer_on_limit``); the run then completes with stop reason
       ``max_iterations`` (``RunResult.limited``).
-    - ``max_context_tokens``: the context window old tool results are cleared against
-      (``None``: no limit is applied).
-    - ``max_result_chars``: a tool result longer than this reaches the model as a preview
-      plus a notice naming ``read_tool_result``, which reads the rest; the whole result is
-      stored once.
+    - ``max_context_tokens``: the context window a request must leave the reply room in:
+      old tool results are cleared against it, and the older conversation condensed when
+      the request, counted before the call, takes more than 80 % of that room (``None``:
+      the model's window, and nothing is cleared).
+    - ``max_result_chars``: a tool result longer than this reaches the model as 0.9.1
+      shows it: a list of records with every record's long texts cut to fit, else a
+      preview under a notice naming ``read_tool_result``, which reads the rest; the whole
+      result is stored once.
     - ``max_stored_chars`` (extension): the most characters of one payload a run stores. A
       tool result longer than this is cut to its first ``max_stored_chars`` characters plus
       a line saying so, which the model reads; a message longer than this is refused by
