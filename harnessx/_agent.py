@@ -315,23 +315,24 @@ class Agent:
 
     # ------------------------------------------------------------------ runs
 
-    async def run(self, message: str) -> RunResult:
-        """Run the agent on ``message`` and wait for the result. A failure (no model
+    # The message's parameter is ``user_message``, 0.9.1's name, so that a call naming it works.
+    async def run(self, user_message: str) -> RunResult:
+        """Run the agent on ``user_message`` and wait for the result. A failure (no model
         configured, say) is in ``result.error``, not raised. Cancelling the call cancels
         the run (it ends ``cancelled``, its hooks and extensions told) and raises
         ``CancelledError``."""
-        stream = self._stream(message, stream=False)
+        stream = self._stream(user_message, stream=False)
         try:
             return await stream.result()
         except asyncio.CancelledError:
             await stream.aclose()
             raise
 
-    def run_stream(self, message: str) -> RunStream:
-        """Run the agent on ``message``, yielding typed events as they happen (text deltas
-        included). The run starts when the stream is first iterated, entered or awaited.
+    def run_stream(self, user_message: str) -> RunStream:
+        """Run the agent on ``user_message``, yielding typed events as they happen (text
+        deltas included). The run starts when the stream is first iterated, entered or awaited.
         """
-        return self._stream(message, stream=True)
+        return self._stream(user_message, stream=True)
 
     def _stream(self, message: str, *, stream: bool) -> RunStream:
         log = MemoryRunLog()
@@ -366,9 +367,9 @@ class Agent:
 
         return RunStream(log.follow, result, start=start, cancel=cancel)
 
-    async def stream_text(self, message: str, *, on_reset: OnReset | None = None) -> AsyncIterator[str]:
+    async def stream_text(self, user_message: str, *, on_reset: OnReset | None = None) -> AsyncIterator[str]:
         """Only the answer's text; raises a ``RunError`` at the end if the run is not ``ok``."""
-        async with self.run_stream(message) as stream:
+        async with self.run_stream(user_message) as stream:
             async for chunk in stream.text(on_reset=on_reset):
                 yield chunk
 

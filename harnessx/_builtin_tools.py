@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,6 +54,15 @@ PLANNING_GUIDANCE = (
     "When the work is done, give your answer; the list needs no final update."
 )
 
+TODO_ITEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "content": {"type": "string", "description": "One step, as a short imperative sentence."},
+        "status": {"type": "string", "enum": list(TODO_STATUSES)},
+    },
+    "required": ["content", "status"],
+}
+
 WRITE_TODOS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -61,14 +70,7 @@ WRITE_TODOS_SCHEMA: dict[str, Any] = {
             "type": "array",
             "maxItems": MAX_TODOS,
             "description": "The whole list on every call, completed items included.",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "content": {"type": "string", "description": "One step, as a short imperative sentence."},
-                    "status": {"type": "string", "enum": list(TODO_STATUSES)},
-                },
-                "required": ["content", "status"],
-            },
+            "items": TODO_ITEM_SCHEMA,
         }
     },
     "required": ["todos"],
@@ -317,26 +319,53 @@ def install_builtin_tools(
         install_planning_tools(registry)
 
 
-def install_planning_tools(registry: ToolRegistry, *, replace: bool = False) -> list[str]:
-    """Register ``write_todos`` and ``read_todos`` (an application's own tool of the same
-    name stays, unless ``replace``); the names registered."""
+PLANNING_TOOLS = ("write_todos", "read_todos")
+
+
+def select_planning_tools(
+    include: Sequence[str] | None, exclude: Sequence[str] | None, available: Sequence[str] = PLANNING_TOOLS
+) -> list[str]:
+    """The tools of ``available`` that ``include`` and ``exclude`` leave (both may name
+    only tools of ``available``)."""
+    for label, names in (("include", include), ("exclude", exclude)):
+        if isinstance(names, str):
+            raise TypeError(f"{label} must be a collection of tool names, such as [{names!r}]")
+        unknown = sorted(set(names or ()) - set(available))
+        if unknown:
+            raise ValueError(f"Unknown tool names in {label}: {unknown}; available: {list(available)}")
+    return [n for n in available if (include is None or n in include) and n not in (exclude or ())]
+
+
+def install_planning_tools(
+    registry: ToolRegistry,
+    *,
+    include: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
+    permission: PermissionLevel | None = None,
+    replace: bool = False,
+) -> list[str]:
+    """Register ``write_todos`` and ``read_todos``, or those of them ``include`` and
+    ``exclude`` leave, with ``permission`` (default ``ALLOW``); an application's own tool
+    of the same name stays, unless ``replace``. The names registered."""
+    selected = select_planning_tools(include, exclude)
+    level = PermissionLevel.ALLOW if permission is None else permission
     names = []
-    if replace or _ours_or_free(registry, "write_todos"):
+    if "write_todos" in selected and (replace or _ours_or_free(registry, "write_todos")):
         names.append("write_todos")
         registry.register_with_schema(
             "write_todos",
             WRITE_TODOS_DESCRIPTION,
             WRITE_TODOS_SCHEMA,
             write_todos,
-            permission=PermissionLevel.ALLOW,
+            permission=level,
             concurrent=False,
             replay_policy="safe",
             replace=True,
         )
-    if replace or _ours_or_free(registry, "read_todos"):
+    if "read_todos" in selected and (replace or _ours_or_free(registry, "read_todos")):
         names.append("read_todos")
         registry.register_tool(
-            read_todos, permission=PermissionLevel.ALLOW, concurrent=False, replay_policy="safe", replace=True
+            read_todos, permission=level, concurrent=False, replay_policy="safe", replace=True
         )
     return names
 

@@ -85,7 +85,6 @@ class Limits:
     max_iterations: int = 50
     max_context_tokens: int | None = None
     max_result_chars: int = 12_000
-    max_stored_chars: int = 10_000_000
     max_cost_dollars: float | None = None
     input_cost_per_m: float | None = None
     output_cost_per_m: float | None = None
@@ -94,6 +93,8 @@ class Limits:
     loop_guard: LoopGuard = field(default_factory=LoopGuard)
     max_truncation_recoveries: int = 3
     final_answer_on_limit: bool = True
+    # This project's fields come after 0.9.1's, so that positional arguments mean the same.
+    max_stored_chars: int = 10_000_000
     max_tool_calls_per_turn: int = 64
     tool_concurrency: int = 8
 

@@ -25,6 +25,10 @@ class GuardrailsEngine:
     tokens cost ``cache_read_cost_multiplier`` (read) or ``cache_write_cost_multiplier``
     (written) times the input price."""
 
+    # The prices assumed when none is given (dollars per million tokens), as 0.9.1 names them.
+    INPUT_COST_PER_M = 3.0
+    OUTPUT_COST_PER_M = 15.0
+
     def __init__(
         self,
         max_iterations: int = 50,
@@ -36,8 +40,8 @@ class GuardrailsEngine:
     ) -> None:
         self.max_iterations = max_iterations
         self.max_cost_dollars = max_cost_dollars
-        self.input_cost_per_m = 3.0 if input_cost_per_m is None else input_cost_per_m
-        self.output_cost_per_m = 15.0 if output_cost_per_m is None else output_cost_per_m
+        self.input_cost_per_m = self.INPUT_COST_PER_M if input_cost_per_m is None else input_cost_per_m
+        self.output_cost_per_m = self.OUTPUT_COST_PER_M if output_cost_per_m is None else output_cost_per_m
         self.cache_read_cost_multiplier = cache_read_cost_multiplier
         self.cache_write_cost_multiplier = cache_write_cost_multiplier
         self.usage_incomplete = False

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from harnessx._config import RuntimeState
 from harnessx._errors import ConfigurationError
 from harnessx._ids import uuid7
 from harnessx.providers._base import TokenUsage
@@ -71,7 +72,7 @@ class RuntimeStatus:
     """A runtime's status as the original's type describes it."""
 
     session_id: str
-    state: Any = None
+    state: RuntimeState = RuntimeState.INITIALIZING
     started_at: str = ""
     uptime_seconds: float = 0.0
     iterations_completed: int = 0

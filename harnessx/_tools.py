@@ -19,7 +19,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -144,6 +144,19 @@ def _replay_policy(value: ReplayPolicy | str) -> ReplayPolicy:
         raise ConfigurationError(
             f"unknown replay_policy {value!r}: use 'safe', 'idempotent' or 'manual'"
         ) from None
+
+
+def retry_wanted(definition: ToolDefinition, retry: ToolRetry, result: ToolResult) -> bool:
+    """Whether a result a tool returned counts as a transient failure to try again: its
+    ``retry_if_result`` says so (one that raises is logged and says no), or, with
+    ``retry_error_results``, it is an error whose text reads as a throttle or an overload."""
+    if definition.retry_if_result is not None:
+        try:
+            if definition.retry_if_result(result):
+                return True
+        except Exception:
+            logger.exception("retry_if_result of tool %s raised; the result is kept", definition.name)
+    return retry.retry_error_results and result.is_error and looks_transient(result.content)
 
 
 def _tool_retry(value: ToolRetry | RetryPolicy | Mapping[str, Any] | None) -> ToolRetry | None:
@@ -299,13 +312,7 @@ class ToolDefinition:
         return result
 
     def _wants_retry(self, retry: ToolRetry, result: ToolResult) -> bool:
-        if self.retry_if_result is not None:
-            try:
-                if self.retry_if_result(result):
-                    return True
-            except Exception:
-                logger.exception("retry_if_result of tool %s raised; the result is kept", self.name)
-        return retry.retry_error_results and result.is_error and looks_transient(result.content)
+        return retry_wanted(self, retry, result)
 
     async def _call_once(self, arguments: dict[str, Any]) -> Any:
         kwargs = bind_arguments(self.handler, arguments) if self.bind else dict(arguments)
@@ -641,23 +648,33 @@ class ToolRegistry:
         self._inherits_retry.discard(name)
         return self._tools.pop(name, None) is not None
 
-    def load_builtin(self, bundle_or_tool: str, *, replace: bool = False) -> list[str]:
-        """Register a built-in tool bundle; the names registered. ``"planning"`` (or one of
-        its tools, ``"write_todos"``, ``"read_todos"``) is the bundle this harnessx has."""
-        from harnessx._builtin_tools import install_planning_tools  # it registers into this class
+    def load_builtin(
+        self,
+        bundle_or_tool: str,
+        *,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        permission: PermissionLevel | None = None,
+        replace: bool = False,
+    ) -> list[str]:
+        """Register a built-in tool bundle, or one tool of it (``include`` and ``exclude``
+        name the tools to take or leave, ``permission`` overrides their level); the names
+        registered. ``"planning"`` (also ``"todos"``, ``"plan"``, or one of its tools,
+        ``"write_todos"``, ``"read_todos"``) is the bundle this harnessx has."""
+        from harnessx._builtin_tools import PLANNING_TOOLS, install_planning_tools, select_planning_tools
 
-        if bundle_or_tool not in ("planning", "write_todos", "read_todos"):
+        name = bundle_or_tool.lower()
+        if name in PLANNING_TOOLS:
+            # One tool of the bundle: include and exclude may name only it.
+            include, exclude = select_planning_tools(include, exclude, available=[name]), None
+        elif name not in ("planning", "todos", "plan"):
             raise ConfigurationError(
                 f"built-in tool bundle {bundle_or_tool!r} is not supported by this harnessx yet (only "
                 "'planning' is); docs/compatibility.md lists what is supported"
             )
-        names = install_planning_tools(self, replace=replace)
-        if bundle_or_tool != "planning":
-            for name in names:
-                if name != bundle_or_tool:
-                    self.unregister(name)
-            names = [n for n in names if n == bundle_or_tool]
-        return names
+        return install_planning_tools(
+            self, include=include, exclude=exclude, permission=permission, replace=replace
+        )
 
     # ------------------------------------------------------------- lookups
 

@@ -1,7 +1,13 @@
-"""The original harnessx's ``harnessx.recorder``: the flight recorder."""
+"""The original harnessx's ``harnessx.recorder``: the flight recorder.
+
+It also offers what 0.9.1's module imported from elsewhere, which programs import from it too.
+"""
 
 from __future__ import annotations
 
+from harnessx._bundle import FORMAT, VERSION
+from harnessx._errors import HarnessError
+from harnessx._events import RunEvent
 from harnessx._journal import RecordingError
 from harnessx._recorder import (
     BundleLimits,
@@ -14,12 +20,16 @@ from harnessx._recorder import (
 )
 
 __all__ = [
+    "FORMAT",
+    "VERSION",
     "BundleLimits",
     "ExportPolicy",
+    "HarnessError",
     "IncidentError",
     "IncidentRecorder",
     "Playback",
     "RecordingError",
+    "RunEvent",
     "VerificationReport",
     "export_incident",
 ]

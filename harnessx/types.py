@@ -1,11 +1,13 @@
 """The original harnessx's ``harnessx.types``: configuration and data types in one namespace.
 
 Everything here is also importable from ``harnessx``.
+It also offers what 0.9.1's module imported from elsewhere, which programs import from it too.
 """
 
 from __future__ import annotations
 
 from harnessx._config import AgentConfig, Limits, RetryPolicy, RuntimeState
+from harnessx._errors import ConfigurationError
 from harnessx._permissions import PermissionLevel
 from harnessx._policies import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -21,7 +23,7 @@ from harnessx._policies import (
 )
 from harnessx._results import ToolResult
 from harnessx._runtime import RuntimeConfig
-from harnessx._sessions import SessionState
+from harnessx._sessions import CheckpointData, RuntimeStatus, SessionState
 from harnessx._tools import ReplayPolicy, ToolDefinition
 from harnessx.providers._base import (
     ProviderResponse,
@@ -36,6 +38,8 @@ __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
     "DEFAULT_TOOL_TIMEOUT_SECONDS",
     "AgentConfig",
+    "CheckpointData",
+    "ConfigurationError",
     "Fallback",
     "Limits",
     "LoopGuard",
@@ -48,6 +52,7 @@ __all__ = [
     "RetryPolicy",
     "RuntimeConfig",
     "RuntimeState",
+    "RuntimeStatus",
     "SessionState",
     "StopReason",
     "StreamChunk",

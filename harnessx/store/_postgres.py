@@ -154,14 +154,24 @@ class PostgresBackend(
 
     def __init__(
         self,
-        dsn: str,
+        dsn: str | None = None,
         *,
+        connection_string: str | None = None,
         schema: str = DEFAULT_SCHEMA,
         auto_migrate: bool = True,
         lease_seconds: float = 30,
         pool_size: int = 10,
         connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
+        # ``connection_string`` is 0.9.1's name for the DSN, kept so its programs run unchanged.
+        if connection_string is not None:
+            if dsn is not None:
+                raise ConfigurationError("give the DSN once: as dsn or as connection_string, not both")
+            dsn = connection_string
+        if dsn is None:
+            raise ConfigurationError(
+                "PostgresBackend needs a DSN (a postgresql:// URL) as its first argument"
+            )
         if not isinstance(dsn, str):
             raise ConfigurationError("dsn must be a str (a postgresql:// URL)")
         self._dsn = check_dsn(dsn)

@@ -223,3 +223,19 @@ async def test_a_backend_closed_by_async_with_opens_again_with_another(target: B
         async with AgentRuntime(Agent(provider=ScriptedProvider(["Again."])), backend=backend) as runtime:
             assert (await runtime.run("Two.")).output == "Again."
     await backend.aclose()  # closing a closed backend does nothing
+
+
+async def test_a_postgres_backend_given_its_dsn_as_connection_string(pg_database: str) -> None:
+    """0.9.1's keyword for the DSN, in the constructor and in ``connect``: a run is stored
+    and read back through either."""
+    from harnessx.backends.postgres import PostgresBackend as OriginalPath
+
+    backend = OriginalPath(connection_string=pg_database)
+    async with backend, AgentRuntime(Agent(provider=ScriptedProvider(["Done."])), backend=backend) as runtime:
+        result = await runtime.run("One.")
+    connected = await OriginalPath.connect(connection_string=pg_database)
+    try:
+        record = await connected.get_run(result.run_id)
+    finally:
+        await connected.aclose()
+    assert record is not None and (record["status"], record["output"]) == ("completed", "Done.")
