@@ -98,6 +98,7 @@ from harnessx.providers._base import ToolCallDelta
 from harnessx.providers._fallback import FallbackProvider
 from harnessx.providers._registry import make_provider, register_provider
 from harnessx.providers._scripted import ScriptedProvider, ScriptedRequest
+from harnessx.providers._tool_choice import ToolChoice
 from harnessx.store import SQLiteBackend
 
 if TYPE_CHECKING:
@@ -197,6 +198,7 @@ __all__ = [
     "Tool",
     "ToolApprovalRequired",
     "ToolCall",
+    "ToolChoice",
     "ToolCallDelta",
     "ToolContext",
     "ToolDefinition",

@@ -55,7 +55,6 @@ FEATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (),
     ),
     "structured decisions (JEV)": ((), ("harnessx.decisions",)),
-    "the tool_choice option (use the providers' extra_body)": (("ToolChoice",), ()),
 }
 
 # The original's internal modules: imported by its own tests, never public API (none left:

@@ -33,6 +33,7 @@ from harnessx.providers._base import (
     ToolCall,
     ToolCallDelta,
 )
+from harnessx.providers._tool_choice import ToolChoice
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
@@ -59,6 +60,7 @@ __all__ = [
     "TokenUsage",
     "ToolCall",
     "ToolCallDelta",
+    "ToolChoice",
     "ToolDefinition",
     "ToolPolicy",
     "ToolResult",

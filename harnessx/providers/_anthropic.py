@@ -46,6 +46,7 @@ from harnessx.providers._sdk_client import (
     sdk_kwargs,
     sse,
 )
+from harnessx.providers._tool_choice import ToolChoice, normalize_tool_choice
 from harnessx.providers._vendor_fields import JSONValue, checked_extra_body, merge_extra_body
 
 __all__ = ["ANTHROPIC_API_VERSION", "AnthropicProvider", "is_server_tool"]
@@ -123,7 +124,12 @@ class AnthropicProvider(HTTPProvider):
     ``anthropic_version`` defaults to the current API version, which has no sampling
     parameters: a configured ``temperature`` is then not sent (a warning says so once);
     ``anthropic_version="2023-06-01"`` sends it. ``extra_body`` holds other request fields
-    (``thinking``, ``tool_choice``, ``top_k`` on the older version, ``metadata``, ...).
+    (``thinking``, ``top_k`` on the older version, ``metadata``, ...).
+
+    ``tool_choice`` (``"auto"``, ``"any"``, ``"none"`` or a ``ToolChoice``; else
+    ``ANTHROPIC_TOOL_CHOICE``; unset sends nothing) goes as ``{"type": ...}`` in requests
+    that carry tools. A ``tool_choice`` in ``extra_body`` (``{"type": "tool", "name": ...}``)
+    wins over it.
 
     Usage: ``input_tokens`` counts every prompt token, the cached ones included (the API's
     own ``input_tokens`` leaves out those it reports as cache reads and writes), the same as
@@ -163,8 +169,11 @@ class AnthropicProvider(HTTPProvider):
         extra_body: Mapping[str, JSONValue] | None = None,
         client: object | None = None,
         eager_tool_streaming: bool = True,
+        tool_choice: ToolChoice | str | None = None,
     ) -> None:
         model, client = model_and_client("AnthropicProvider", model, client)
+        # Checked before anything is built: a bad value (or ANTHROPIC_TOOL_CHOICE) fails here.
+        self.tool_choice = normalize_tool_choice(tool_choice, env_var="ANTHROPIC_TOOL_CHOICE")
         super().__init__(
             model,
             api_key=api_key,
@@ -418,7 +427,7 @@ class AnthropicProvider(HTTPProvider):
         payload = self._base_payload(model, messages, system, tools)
         # The fields that change the count; the endpoint refuses the others (metadata, ...).
         counted = {key: value for key, value in self.extra_body.items() if key in _COUNTED_FIELDS}
-        merge_extra_body(payload, counted, has_tools=bool(tools))
+        merge_extra_body(payload, {**self._tool_choice_field(), **counted}, has_tools=bool(tools))
         data = await self._post_json("/v1/messages/count_tokens", payload)
         count = data.get("input_tokens")
         if not isinstance(count, int):
@@ -459,8 +468,12 @@ class AnthropicProvider(HTTPProvider):
         payload["max_tokens"] = max_tokens if max_tokens is not None else self.default_max_tokens(model)
         if temperature is not None and self._sends_temperature(temperature):
             payload["temperature"] = temperature
-        merge_extra_body(payload, self.extra_body, has_tools=bool(tools))
+        merge_extra_body(payload, {**self._tool_choice_field(), **self.extra_body}, has_tools=bool(tools))
         return payload
+
+    def _tool_choice_field(self) -> dict[str, Any]:
+        # The plain value, not the member: the body is JSON, and checked as the SDK types it.
+        return {} if self.tool_choice is None else {"tool_choice": {"type": self.tool_choice.value}}
 
     def _sends_temperature(self, temperature: float) -> bool:
         if self.accepts_sampling:

@@ -39,6 +39,7 @@ from harnessx.providers._http import (
     parse_tool_arguments,
 )
 from harnessx.providers._sdk_client import await_sdk, jsonable, model_and_client, sdk_kwargs, sse
+from harnessx.providers._tool_choice import ToolChoice, normalize_tool_choice
 from harnessx.providers._vendor_fields import JSONValue, checked_extra_body, merge_extra_body
 
 __all__ = ["MaxTokensParam", "OpenAIProvider", "is_reasoning_model"]
@@ -95,8 +96,13 @@ class OpenAIProvider(HTTPProvider):
     ``max_tokens`` for a compatible server that only knows the older name.
     ``reasoning_model`` says whether the model refuses ``temperature`` (OpenAI's reasoning
     models do); ``None`` decides by the model name (o1, o3, o4-mini, gpt-5, ...).
-    ``extra_body`` holds any other request fields to send (``tool_choice``,
-    ``parallel_tool_calls``, ``seed``, ``reasoning_effort``, ...); see ``_vendor_fields``.
+    ``extra_body`` holds any other request fields to send (``parallel_tool_calls``,
+    ``seed``, ``reasoning_effort``, ...); see ``_vendor_fields``.
+
+    ``tool_choice`` (``"auto"``, ``"any"``, ``"none"`` or a ``ToolChoice``; else
+    ``OPENAI_TOOL_CHOICE``; unset sends nothing) goes in requests that carry tools, ``any``
+    as OpenAI's ``"required"``. A ``tool_choice`` in ``extra_body`` (a named function) wins
+    over it.
 
     ``client=`` takes an ``openai.AsyncOpenAI`` (or any object of its shape), as 0.9.1's
     provider did: requests then go through ``client.chat.completions.create``, which chooses
@@ -137,8 +143,11 @@ class OpenAIProvider(HTTPProvider):
         extra_body: Mapping[str, JSONValue] | None = None,
         client: object | None = None,
         allow_missing_finish_reason_for_text: bool = False,
+        tool_choice: ToolChoice | str | None = None,
     ) -> None:
         model, client = model_and_client("OpenAIProvider", model, client)
+        # Checked before anything is built: a bad value (or OPENAI_TOOL_CHOICE) fails here.
+        self.tool_choice = normalize_tool_choice(tool_choice, env_var="OPENAI_TOOL_CHOICE")
         if max_tokens_param not in ("max_completion_tokens", "max_tokens"):
             raise ConfigurationError(
                 f"OpenAIProvider(max_tokens_param={max_tokens_param!r}): use 'max_completion_tokens' "
@@ -317,8 +326,14 @@ class OpenAIProvider(HTTPProvider):
             payload[self.max_tokens_param] = max_tokens
         if temperature is not None and self._accepts_temperature(chosen, temperature):
             payload["temperature"] = temperature
-        merge_extra_body(payload, self.extra_body, has_tools=bool(tools))
+        merge_extra_body(payload, {**self._tool_choice_field(), **self.extra_body}, has_tools=bool(tools))
         return payload
+
+    def _tool_choice_field(self) -> dict[str, Any]:
+        # OpenAI's word for "any" is "required"; the plain value, not the member, goes out.
+        if self.tool_choice is None:
+            return {}
+        return {"tool_choice": "required" if self.tool_choice is ToolChoice.ANY else self.tool_choice.value}
 
     def _accepts_temperature(self, model: str, temperature: float) -> bool:
         reasoning = is_reasoning_model(model) if self.reasoning_model is None else self.reasoning_model

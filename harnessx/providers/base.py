@@ -27,13 +27,14 @@ from harnessx.providers._registry import (
     provider_factory,
     registered_providers,
 )
+from harnessx.providers._tool_choice import TOOL_CHOICES, ToolChoice, normalize_tool_choice
 
 __all__ = [
-    "retry_after_seconds",
-    "DEFAULT_MAX_TOKENS",
     "BUILTIN_PROVIDERS",
+    "DEFAULT_MAX_TOKENS",
     "DEFAULT_OUTPUT_CAP",
     "INVALID_ARGUMENTS",
+    "TOOL_CHOICES",
     "LLMProvider",
     "ModelLimits",
     "PromptCacheHint",
@@ -42,15 +43,18 @@ __all__ = [
     "StreamChunk",
     "TokenUsage",
     "ToolCall",
+    "ToolChoice",
     "default_reply_budget",
     "is_rate_limited",
     "is_transient",
     "lookup_model_limits",
     "make_provider",
     "native_continuation",
+    "normalize_tool_choice",
     "parse_tool_arguments",
     "provider_factory",
     "registered_providers",
+    "retry_after_seconds",
     "sdk_connection_failure",
     "streams",
 ]
