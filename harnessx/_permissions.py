@@ -19,7 +19,7 @@ import asyncio
 import copy
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from enum import StrEnum
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from harnessx._errors import ConfigurationError
@@ -39,7 +39,10 @@ __all__ = [
 PERMISSION_DENIED = "Permission denied"
 
 
-class PermissionLevel(StrEnum):
+class PermissionLevel(str, Enum):  # noqa: UP042 - str() gives the member name, as in 0.9.1
+    """Whether a tool runs, asks first, or is refused. A ``str`` enum: ``level == "ask"``
+    holds; ``str(level)`` is ``PermissionLevel.ASK``, ``level.value`` the string."""
+
     ALLOW = "allow"
     ASK = "ask"
     DENY = "deny"

@@ -21,7 +21,7 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from typing import Any, TypeVar
 
 from harnessx._config import RetryPolicy
@@ -59,12 +59,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 TOOL_ERROR_PREFIX = "Tool execution error: "
 
 
-class ReplayPolicy(StrEnum):
+class ReplayPolicy(str, Enum):  # noqa: UP042 - str() gives the member name, as in 0.9.1
     """What recovery may do with a call that was dispatched but has no committed result.
 
     ``safe``: repeating it is harmless; call it again. ``idempotent``: the external system
     deduplicates on ``execution_key``; call it again. ``manual`` (default): the effect may
-    have happened; stop and ask a person (``PendingTool(status="uncertain")``).
+    have happened; stop and ask a person (``PendingTool(status="uncertain")``). A ``str``
+    enum: ``str(policy)`` is ``ReplayPolicy.SAFE``, ``policy.value`` the string.
     """
 
     SAFE = "safe"

@@ -24,7 +24,7 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import Enum
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Self
 
@@ -47,8 +47,9 @@ __all__ = [
 ]
 
 
-class StopReason(StrEnum):
-    """Why the model stopped producing output."""
+class StopReason(str, Enum):  # noqa: UP042 - str() gives the member name, as in 0.9.1
+    """Why the model stopped producing output. A ``str`` enum: ``reason == "end_turn"``
+    holds; ``str(reason)`` is ``StopReason.END_TURN``, ``reason.value`` the string."""
 
     END_TURN = "end_turn"
     TOOL_USE = "tool_use"
