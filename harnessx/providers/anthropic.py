@@ -19,6 +19,7 @@ from harnessx.providers._base import (
     ToolCall,
     ToolCallDelta,
 )
+from harnessx.providers._tool_choice import ToolChoice, normalize_tool_choice
 
 __all__ = [
     "INVALID_ARGUMENTS",
@@ -33,5 +34,7 @@ __all__ = [
     "TokenUsage",
     "ToolCall",
     "ToolCallDelta",
+    "ToolChoice",
     "lookup_model_limits",
+    "normalize_tool_choice",
 ]

@@ -74,7 +74,6 @@ TEMPORAL = "deliberate: this project's own Temporal binding (docs/temporal.md)"
 ENGINE = "deliberate: internal to 0.9.1's engine, no counterpart (its run-state dict, its wiring)"
 WORDING = "deliberate: the same guidance in this project's own words"
 NAME_ONLY = "differs in a positional parameter's name only (called positionally)"
-TOOL_CHOICE = "tool_choice (issue 12, done separately)"
 KNOWN: dict[tuple[str, str], str] = {
     (
         "*",
@@ -109,7 +108,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ),
     ("*", r"^__version__: "): "deliberate: the version of this distribution (harnessx-durable)",
     ("*", r"^BUILTIN_PROVIDERS: \["): "not yet supported: the Gemini, OpenRouter and Azure OpenAI providers",
-    ("*", r"tool_choice|ToolChoice|TOOL_CHOICES"): TOOL_CHOICE,
     ("*", r"^(Extension|ResultSpillExtension)\.install\(\.\.\.\)|^accepts_cache\(\.\.\.\)"): NAME_ONLY,
     ("*", r"^AnthropicProvider\(\.\.\.\): ('client'|positional order)"): (
         "same: a client given first is taken for the client (docs/compatibility.md, providers)"
