@@ -6,7 +6,7 @@ import asyncio
 import copy
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -215,10 +215,10 @@ class AnthropicProvider(HTTPProvider):
         With an SDK client the client chooses the version: sent, and dropped if refused."""
         return self._sdk is not None or self.anthropic_version < _NO_SAMPLING_FROM
 
-    def model_limits(self, model: str) -> ModelLimits | Awaitable[ModelLimits | None] | None:
+    async def model_limits(self, model: str) -> ModelLimits | None:
         """With an SDK client, the limits its Models API states (asked once per model and
-        endpoint; no answer leaves the table's); without one, the table's
-        (``harnessx.models``)."""
+        endpoint; no answer leaves the table's); without one, ``None``: the table's
+        (``harnessx.models``). A coroutine, as 0.9.1's (``await provider.model_limits(m)``)."""
         if self._sdk is None:
             return None
         if model in self._models_api:
@@ -227,7 +227,7 @@ class AnthropicProvider(HTTPProvider):
         if shared is not None:
             self._models_api[model] = shared
             return shared
-        return self._limits_from_api(model)
+        return await self._limits_from_api(model)
 
     @staticmethod
     def clear_model_limits_cache() -> None:

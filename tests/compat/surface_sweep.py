@@ -116,10 +116,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("*", r"^ToolRegistry\.load_builtin\(\.\.\.\): no \*\*options"): (
         "not yet supported: the options of the other built-in bundles (sandbox, base_path)"
     ),
-    ("*", r"\.model_limits: a method here, a async method"): (
-        "not yet: AnthropicProvider.model_limits answers at once from what it knows "
-        "(0.9.1 awaits the Models API)"
-    ),
 }
 
 

@@ -197,7 +197,7 @@ async def test_the_models_api_is_asked_once_per_model(server: ScriptedServer) ->
         assert await resolve_model_limits(provider, "claude-next") == ModelLimits(400_000, 96_000)
     assert [r.path for r in server.requests] == ["/v1/models/claude-next"]
     # Without a client the table answers, and nothing is asked.
-    assert AnthropicProvider().model_limits("claude-next") is None
+    assert await AnthropicProvider().model_limits("claude-next") is None
 
 
 def model_info(model: str, window: int, output: int) -> dict[str, Any]:

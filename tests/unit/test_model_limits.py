@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from harnessx import Agent, AgentConfig, ModelLimits, ProviderResponse, ToolCall, register_model_limits
+from harnessx import (
+    Agent,
+    AgentConfig,
+    Fallback,
+    ModelLimits,
+    ProviderResponse,
+    ToolCall,
+    register_model_limits,
+)
 from harnessx import models as model_limits
 from harnessx.models import (
     DEFAULT_OUTPUT_CAP,
@@ -212,3 +220,24 @@ async def test_a_call_marked_unreadable_is_answered_with_the_reason() -> None:
         assert (await agent.run("go")).ok
     answer = provider.calls[1]["messages"][-1]["content"][0]
     assert answer["is_error"] and "not valid JSON" in answer["content"] and ran == []
+
+
+async def test_model_limits_of_the_built_in_providers_and_a_chain_are_awaited_as_in_0_9_1() -> None:
+    """0.9.1's ``AnthropicProvider.model_limits`` and ``FallbackProvider.model_limits`` are
+    coroutines: ``await provider.model_limits(m)``. A chain answers for the member that serves
+    the next call, with that member's own model, over a registration of its nominal model."""
+    from harnessx.providers.anthropic import AnthropicProvider
+    from harnessx.providers.fallback import FallbackProvider
+
+    anthropic = AnthropicProvider(api_key="test-key")
+    assert await anthropic.model_limits("claude-sonnet-4-6") is None  # the table's, no SDK client
+    await anthropic.aclose()
+
+    register_model_limits("nominal", context_window=1_000, max_output=100)
+    register_model_limits("member-model", context_window=64_000, max_output=8_000)
+
+    chain = FallbackProvider(
+        Fallback(Recording(), model="member-model"), fallbacks=[Fallback(Recording(), model="other")]
+    )
+    assert await chain.model_limits("nominal") == ModelLimits(64_000, 8_000)
+    assert await resolve_model_limits(chain, "nominal") == ModelLimits(64_000, 8_000)
