@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from harnessx._errors import ConfigurationError
-from harnessx._model_limits import PROVIDER_CACHE, ModelLimits
+from harnessx._model_limits import PROVIDER_CACHE, ModelLimits, resolve_model_limits
 from harnessx._policies import Fallback, PromptCacheHint
 from harnessx._prompt_cache import offer_cache
 from harnessx.providers._base import (
@@ -254,8 +254,6 @@ class FallbackProvider(LLMProvider):
     async def model_limits(self, model: str) -> ModelLimits:
         """The limits of the member that serves the next call, for its own model (the one
         a paused turn is pinned to first), as 0.9.1's chain answers them."""
-        from harnessx._model_limits import resolve_model_limits  # the resolver asks the chain
-
         member = self._eligible()[0]
         return await resolve_model_limits(member.provider, member.model or model)
 
