@@ -40,3 +40,7 @@ __all__ = [
     "registered_providers",
     "unregister_provider",
 ]
+
+# 0.9.1's package imported its public modules, so ``import harnessx.providers`` alone made
+# ``harnessx.providers.openai`` (and the others) attributes a program can reach; so here.
+from harnessx.providers import anthropic, base, fallback, openai, registry, retry  # noqa: F401

@@ -116,6 +116,18 @@ IMPORTED_THERE = {
         "ToolCallDelta",
     ],
     "harnessx.providers.base": ["ModelLimits", "PromptCacheHint"],
+    "harnessx.providers.openai": [
+        "IncompleteStreamError",
+        "LLMProvider",
+        "PromptCacheHint",
+        "ProviderResponse",
+        "StopReason",
+        "StreamChunk",
+        "TokenUsage",
+        "ToolCall",
+        "ToolCallDelta",
+        "ToolChoice",
+    ],
     "harnessx.providers.fallback": ["LLMProvider", "PromptCacheHint", "ProviderResponse", "StreamChunk"],
     "harnessx.recorder": ["HarnessError", "RunEvent"],
     "harnessx.tools": [
@@ -166,6 +178,35 @@ def test_functions_and_constants_0_9_1_imported_into_a_module() -> None:
     assert base.retry_after_seconds is fallback.retry_after_seconds is retry.retry_after_seconds
     assert fallback.resolve_model_limits is models.resolve_model_limits
     assert fallback.MemberSpec == harnessx.Fallback | harnessx.LLMProvider | str
+
+
+def test_the_openai_module_offers_parse_tool_arguments_as_0_9_1s() -> None:
+    # 0.9.1's harnessx.providers.openai imported it from providers.base (the sweep found it
+    # missing once it was run against an original venv with the openai package).
+    from harnessx.providers import base
+    from harnessx.providers.openai import normalize_tool_choice, parse_tool_arguments
+
+    assert parse_tool_arguments is base.parse_tool_arguments
+    assert normalize_tool_choice is base.normalize_tool_choice
+    assert parse_tool_arguments('{"a": 1}') == {"a": 1}
+
+
+def test_importing_the_providers_package_reaches_its_public_modules_as_0_9_1s() -> None:
+    # 0.9.1's package imported them, so `import harnessx.providers` alone gave programs
+    # `harnessx.providers.openai.OpenAIProvider`; a fresh interpreter, as nothing else may
+    # have imported them yet.
+    import subprocess
+    import sys
+
+    program = (
+        "import harnessx.providers as p\n"
+        "print(p.openai.OpenAIProvider is p.OpenAIProvider,"
+        " p.anthropic.AnthropicProvider is p.AnthropicProvider,"
+        " p.base.LLMProvider is p.LLMProvider, p.fallback.FallbackProvider is p.FallbackProvider,"
+        " callable(p.registry.register_provider), callable(p.retry.is_transient))"
+    )
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True"] * 6
 
 
 def test_runtime_status_starts_initializing_as_0_9_1s() -> None:
