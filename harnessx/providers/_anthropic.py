@@ -652,22 +652,23 @@ def is_server_tool(tool: Mapping[str, Any]) -> bool:
 
 
 def to_wire_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The request's tools as the API takes them: ours as ``name``, ``description`` and
-    ``input_schema``; a server tool (``is_server_tool``) exactly as given, as 0.9.1 sends
-    it (a request middleware's ``before_llm_call`` is how a program adds one)."""
+    """The request's tools as the API takes them: each as given, with every field it carries,
+    as 0.9.1 sends them. A program's middleware may put Anthropic's own fields on a tool
+    (``cache_control`` for prompt caching of the tool list, ``strict``, ``defer_loading``,
+    ``input_examples``, ``eager_input_streaming``) and they must reach the API; a server tool
+    (``is_server_tool``) is sent exactly as given too. Only one of ours without an
+    ``input_schema`` gets an empty object schema, which the API requires (0.9.1 sends none
+    and the call is refused)."""
     wire = []
     for tool in tools:
         if is_server_tool(tool):
             wire.append(copy.deepcopy(dict(tool)))
             continue
-        entry: dict[str, Any] = {
-            "name": tool["name"],
-            "input_schema": tool.get("input_schema") or {"type": "object", "properties": {}},
-        }
-        if tool.get("description"):
-            entry["description"] = tool["description"]
-        if isinstance(tool.get(_EAGER), bool):
-            entry[_EAGER] = tool[_EAGER]
+        # A shallow copy: the schema is the registry's own (not copied per request), and
+        # nothing on the way to the wire changes a tool in place.
+        entry = dict(tool)
+        if not entry.get("input_schema"):
+            entry["input_schema"] = {"type": "object", "properties": {}}
         wire.append(entry)
     return wire
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import json
@@ -441,17 +442,27 @@ def _to_wire_assistant(content: object) -> dict[str, Any]:
 
 
 def to_wire_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": tool["name"],
-                "description": tool.get("description", ""),
-                "parameters": tool.get("input_schema") or {"type": "object", "properties": {}},
-            },
-        }
-        for tool in tools
-    ]
+    """Each tool as a Chat Completions function: its name, description and schema, as 0.9.1
+    sends them. Other fields are not sent, ``strict`` included: a schema that strict mode
+    does not accept would turn a request 0.9.1 sends into a refusal. A tool already in the
+    API's own form (``{"type": "function", "function": {...}}``, where a program asks for
+    ``strict`` itself) is sent as given; 0.9.1 fails on one with a ``KeyError``."""
+    wire: list[dict[str, Any]] = []
+    for tool in tools:
+        if tool.get("type") == "function" and isinstance(tool.get("function"), dict):
+            wire.append(copy.deepcopy(dict(tool)))
+            continue
+        wire.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": tool["name"],
+                    "description": tool.get("description", ""),
+                    "parameters": tool.get("input_schema") or {"type": "object", "properties": {}},
+                },
+            }
+        )
+    return wire
 
 
 # --------------------------------------------------------------------------- response
