@@ -9,6 +9,7 @@ import importlib
 import pytest
 
 import harnessx
+import harnessx.core
 import harnessx.errors
 from harnessx import (
     Agent,
