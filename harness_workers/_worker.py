@@ -234,7 +234,7 @@ class Worker:
             ready = await self._prepare(lease, run_id)
             if ready is None:
                 return  # settled without starting (see _starting); nothing left to drive
-            agent, state, record, session = ready
+            agent, state, record, session, rate_holds = ready
             logger.info("claimed run %s", run_id)
             execution = self.executor.launch(
                 agent,
@@ -244,6 +244,7 @@ class Worker:
                 resumed=True,
                 recording=session.recording,
                 pending=session.control,
+                rate_holds=rate_holds,
             )
             launched = True
             self.active[run_id] = execution
@@ -286,9 +287,10 @@ class Worker:
 
     async def _prepare(
         self, lease: Lease, run_id: str
-    ) -> tuple[Agent, RunState, RunRecord, SessionRecord] | None:
+    ) -> tuple[Agent, RunState, RunRecord, SessionRecord, tuple[str, ...]] | None:
         """The run's agent, state, row and session (is it flight-recorded, is a pause or
-        cancel request waiting on it), ready to drive; ``None`` once a run that cannot be
+        cancel request waiting on it) and the buckets whose rate reservation is kept for it,
+        ready to drive; ``None`` once a run that cannot be
         started is settled (failed, or queued again for a later attempt). Store failures
         propagate (see ``harness_workers._starting``)."""
         loaded = await self.store.load_run(run_id)  # row, session and state in one read
@@ -309,7 +311,7 @@ class Worker:
             return None
         if record.start_attempts:
             await self.store.clear_start_attempts(lease, run_id)
-        return agent, state, record, session
+        return agent, state, record, session, loaded.rate_holds
 
     async def _end_unreadable(self, lease: Lease, record: RunRecord, exc: CorruptStateError) -> None:
         self.metrics.start_failures.labels(cause="corrupt_state", outcome="failed").inc()

@@ -64,7 +64,7 @@ from harnessx._model_limits import (
 from harnessx._overflow import condense_if_due, is_context_overflow, recover_overflow
 from harnessx._policies import ProgressPolicy, PromptCachePolicy
 from harnessx._prompt_cache import build_hint, offer_cache
-from harnessx._rate_gate import Admission, RateGate
+from harnessx._rate_gate import Admission, RateGate, bucket_of
 from harnessx._results import RunResult, RunStatus, ToolResult
 from harnessx._retry import is_rate_limited, is_transient, retry_after
 from harnessx._runlog import Committer
@@ -262,6 +262,10 @@ class Driver:
         # place); ``held`` is then the reservation the run goes back to the queue with.
         self.rate_hold_seconds = rate_hold_seconds
         self.held: Admission | None = None
+        # The buckets whose reservation is kept for this run (it gave its slot back to wait
+        # for budget; the worker read them as it loaded the run): its next call of each
+        # takes it from the store. Every other call may come from the gate's lease.
+        self.rate_holds: frozenset[str] = frozenset()
         self.stream = stream
         self.checkpoints = checkpoints
         self._sleep = sleep
@@ -466,8 +470,14 @@ class Driver:
         if self.rates is None:
             return None, True
         hold = self.rate_hold_seconds
-        run_id = state.run_id if hold is not None else None  # only a pool run has a kept reservation
+        run_id = None
+        if hold is not None and self.rate_holds:  # only a pool run has a kept reservation
+            bucket = bucket_of(self._provider(), request.model)
+            if bucket in self.rate_holds:
+                run_id = state.run_id
         admission = await self.rates.admit(self._provider(), request, run_id)
+        if run_id is not None and admission is not None:
+            self.rate_holds -= {admission.bucket}  # taken (or, gone meanwhile, not there)
         if admission is None or admission.wait <= 0:
             return admission, True
         if hold is not None and not admission.held and admission.wait > hold:

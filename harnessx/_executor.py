@@ -77,15 +77,19 @@ class RunExecutor:
         recording: bool = False,
         stream: bool = True,
         pending: ControlRequest | None = None,
+        rate_holds: tuple[str, ...] = (),
     ) -> Execution:
         """Drive ``state`` under ``lease``; ``recording``: the session is flight-recorded;
         ``stream``: the model's text is recorded as it is written (text deltas), for
         followers of the run's events; ``pending``: the pause/cancel request the claimed
-        session already carries (the run acts on it at once)."""
+        session already carries (the run acts on it at once); ``rate_holds``: the buckets
+        whose rate reservation is kept for the run (``LoadedRun.rate_holds``)."""
         control = RunControl()
         feed = RunFeed(first_seq=last_seq + 1)
         task = asyncio.create_task(
-            self._execute(agent, lease, state, control, feed, last_seq, resumed, recording, stream, pending),
+            self._execute(
+                agent, lease, state, control, feed, last_seq, resumed, recording, stream, pending, rate_holds
+            ),
             name=f"harnessx-run-{state.run_id}",
         )
         return Execution(state.session_id, state.run_id, lease, control, feed, last_seq, task)
@@ -195,6 +199,7 @@ class RunExecutor:
         recording: bool,
         stream: bool,
         pending: ControlRequest | None,
+        rate_holds: tuple[str, ...] = (),
     ) -> RunResult:
         me = asyncio.current_task()
         lost = False
@@ -224,6 +229,7 @@ class RunExecutor:
                 on_release=lambda: self.keeper.drop(lease),
             )
             driver = self.driver(agent, committer, control, lease, stream=stream)
+            driver.rate_holds = frozenset(rate_holds)
             if journal is not None and journal.has_notes:
                 # run.resumed, also when neither recovery nor reopening has anything to commit.
                 await driver.commit(state, Delta(state.phase))

@@ -18,6 +18,14 @@ so losing them errs on the limit's side.
 A vendor's 429 with ``Retry-After`` on a reserved call pauses the bucket for the whole fleet
 (``pause``): every worker's next reservations of it start no earlier.
 
+*Leases.* A bucket this process calls often is reserved several calls at a time: the
+reservation asks for about as many starts as the gate's calls of the bucket took in the last
+``LEASE_SECONDS``, and the store grants, besides the call's own, only those that may also
+start now. The gate spends them on its next calls of the bucket with no round trip, each
+within ``LEASE_SECONDS`` of the grant; what is not spent by then (or when the gate flushes,
+or the bucket is paused) is given back. Only the store can make a call wait, so waits and
+their metrics are those of the store's reservations.
+
 The limits themselves are read from the store at most every ``refresh_seconds``, so a model
 call of a bucket that nothing limits costs no round trip.
 """
@@ -29,6 +37,7 @@ import logging
 import math
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,7 +47,7 @@ from harnessx._middleware import ModelRequest
 from harnessx.providers._base import LLMProvider, TokenUsage
 from harnessx.providers._http import estimate_tokens
 from harnessx.store._protocol import Store
-from harnessx.store._scheduling import RateLimit, governing_rate
+from harnessx.store._scheduling import RateLimit, RateRelease, governing_rate
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -46,6 +55,8 @@ if TYPE_CHECKING:
 __all__ = [
     "HOLD_SECONDS",
     "LEAD_SECONDS",
+    "LEASE_CALLS",
+    "LEASE_SECONDS",
     "SETTLE_SECONDS",
     "Admission",
     "RateGate",
@@ -68,6 +79,19 @@ time a worker takes to claim and load it."""
 SETTLE_SECONDS = 1.0
 """The longest a call's token difference stays in this process before it reaches the store:
 the bound on how far the shared bucket may lag what the fleet's calls really used."""
+
+
+LEASE_SECONDS = 0.25
+"""A lease's lifetime L: a leased call starts within this long of the moment its lease was
+asked for, else it is given back. It is also how far ahead of now a leased call's own start
+in the bucket's schedule may lie (the store's ``slack``), so that a lease is possible at a
+burst of 0; from the calls' starts, any window of W seconds then holds at most
+(W + 2L + burst) x rpm / 60 + 1 calls (docs/scheduling.md, *Leases*)."""
+LEASE_CALLS = 32
+"""The most calls one lease holds."""
+LEASE_SHARE = 0.5
+"""The most of a limit's burst (and the lease's slack), in calls, that one lease holds: one
+worker never takes all the room there is from the others."""
 
 
 def bucket_of(provider: LLMProvider, model: str | None) -> str:
@@ -97,6 +121,26 @@ class Admission:
     def remaining(self) -> float:
         """Seconds left of the wait: the start is kept however long writing its event took."""
         return max(0.0, self.until - time.monotonic())
+
+
+@dataclass
+class _Lease:
+    """Calls' starts of one bucket the store granted this gate to spend itself: ``left`` of
+    them, and ``tokens`` (their estimates) to draw each call's own estimate from, until
+    ``expires`` (``time.monotonic()``). ``start`` is the grant's start by the store's clock
+    at ``granted`` (monotonic); ``end`` and ``mark`` are what the store needs to take the
+    unspent ones back (``RateRelease``)."""
+
+    left: int
+    tokens: int
+    expires: float
+    start: float
+    granted: float
+    end: float
+    mark: float
+
+    def release(self) -> RateRelease:
+        return RateRelease(self.left, self.end, self.mark)
 
 
 _SHARED: weakref.WeakKeyDictionary[Any, RateGate] = weakref.WeakKeyDictionary()
@@ -157,10 +201,12 @@ class RateGate:
         *,
         refresh_seconds: float = REFRESH_SECONDS,
         settle_seconds: float = SETTLE_SECONDS,
+        lease_seconds: float = LEASE_SECONDS,
     ) -> None:
         self.store = store
         self.refresh_seconds = refresh_seconds
         self.settle_seconds = settle_seconds
+        self.lease_seconds = lease_seconds
         self.observers: list[Callable[[str, float], None]] = []
         self._limits: list[RateLimit] = []
         self._read_at = -math.inf
@@ -170,6 +216,11 @@ class RateGate:
         # reservation of the bucket does first.
         self._owed: dict[str, int] = {}
         self._settling: asyncio.Task[None] | None = None
+        # Each bucket's lease, when's its calls were asked for lately (what the next lease
+        # asks for), and the task that gives back the leases that expire unspent.
+        self._leases: dict[str, _Lease] = {}
+        self._recent: dict[str, deque[float]] = {}
+        self._expiring: asyncio.Task[None] | None = None
 
     async def refresh(self) -> None:
         """Read the limits now (a worker does when it starts, so that its first model calls
@@ -202,8 +253,10 @@ class RateGate:
         self, provider: LLMProvider, request: ModelRequest, run_id: str | None = None
     ) -> Admission | None:
         """Reserve the start of ``request``'s call (or take the reservation kept for
-        ``run_id``); ``None`` when no limit governs it. What earlier calls of the bucket owe
-        is settled in the same statement."""
+        ``run_id``: pass it only for a run that has one, as it goes to the store); ``None``
+        when no limit governs it. A call this gate's lease of the bucket covers starts now,
+        with no round trip. What earlier calls of the bucket owe, and a lease given back,
+        go to the store in the same statement as the reservation."""
         bucket = bucket_of(provider, request.model)
         limit = await self.limit_for(bucket)
         if limit is None:
@@ -215,22 +268,102 @@ class RateGate:
             tokens = estimate_tokens(request.system, request.messages, request.tools) + (
                 request.max_tokens or 0
             )
+        asked = time.monotonic()
+        calls = self._lease_size(bucket, limit, tokens, asked)
+        lease = self._leases.get(bucket)
+        if run_id is None and lease is not None and asked < lease.expires and tokens <= lease.tokens:
+            lease.left -= 1
+            lease.tokens -= tokens
+            if lease.left == 0:  # spent: the allowance's rest is tokens given back
+                del self._leases[bucket]
+                if lease.tokens:
+                    self._owe(bucket, -lease.tokens)
+            return Admission(bucket, tokens, 0.0, lease.start + (asked - lease.granted), asked)
+        release = None
         owed = self._owed.pop(bucket, 0)
+        if run_id is not None:
+            calls = 1  # a kept reservation is one call's; the lease stays for other runs
+        elif lease is not None:  # expired, or it cannot cover this call: given back with it
+            del self._leases[bucket]
+            owed -= lease.tokens
+            release = lease.release()
         try:
-            taken = await self.store.reserve_rate(bucket, tokens, owed, run_id)
+            taken = await self.store.reserve_rate(
+                bucket, tokens, owed, run_id, calls=calls, slack=self.lease_seconds, release=release
+            )
         except BaseException:
             # Whether it reached the store is not known: owing more again errs on the
-            # limit's side, giving budget back twice would not.
+            # limit's side, giving budget back twice would not (nor would calls given back).
             if owed > 0:
                 self._owe(bucket, owed)
             raise
         if taken is None:  # the limit was removed since the gate last read them
             return None
+        if taken.granted > 1:
+            extra = taken.granted - 1
+            got = time.monotonic()
+            self._leases[bucket] = _Lease(
+                extra,
+                extra * tokens,
+                asked + self.lease_seconds,
+                taken.start,
+                got,
+                taken.requests_at,
+                taken.given_back,
+            )
+            self._expire_soon()
         wait = max(0.0, taken.wait)  # a kept reservation's start may have passed
         if wait > 0 and not taken.held:  # a kept one was counted when it was made
             for observe in self.observers:
                 observe(bucket, wait)
         return Admission(bucket, tokens, wait, taken.start, time.monotonic() + wait, taken.held)
+
+    def _lease_size(self, bucket: str, limit: RateLimit, tokens: int, now: float) -> int:
+        """How many calls' starts to ask for: about as many as this gate's calls of the
+        bucket in the last lease lifetime (at least this one), at most ``LEASE_CALLS`` and
+        ``LEASE_SHARE`` of what the limit lets start at once. Notes this call."""
+        recent = self._recent.setdefault(bucket, deque())
+        while recent and recent[0] <= now - self.lease_seconds:
+            recent.popleft()
+        wanted = min(max(1, len(recent)), LEASE_CALLS)
+        recent.append(now)
+        room = limit.burst_seconds + self.lease_seconds
+        if limit.requests_per_minute is not None:
+            wanted = min(wanted, int(room * limit.requests_per_minute / 60.0 * LEASE_SHARE))
+        if limit.tokens_per_minute is not None and tokens > 0:
+            wanted = min(wanted, int(room * limit.tokens_per_minute / 60.0 * LEASE_SHARE / tokens))
+        return max(1, wanted)
+
+    def _expire_soon(self) -> None:
+        if self._expiring is None or self._expiring.done():
+            self._expiring = asyncio.create_task(self._give_back_expired(), name="harnessx-rate-leases")
+
+    async def _give_back_expired(self) -> None:
+        """Give each lease back as it expires unspent, off every call's path."""
+        while self._leases:
+            first = min(lease.expires for lease in self._leases.values())
+            await asyncio.sleep(max(0.0, first - time.monotonic()))
+            now = time.monotonic()
+            for bucket, lease in list(self._leases.items()):
+                if lease.expires <= now and self._leases.get(bucket) is lease:
+                    del self._leases[bucket]
+                    try:
+                        await self._give_back(bucket, lease)
+                    except Exception as exc:  # a store closed meanwhile: nobody awaits this task
+                        logger.warning("could not give a rate lease back: %s", exc)
+                        return
+
+    async def _give_back(self, bucket: str, lease: _Lease) -> None:
+        """Give ``lease``'s unspent calls and tokens back, with what the bucket owes. A store
+        failure is only logged: calls not given back stay spent, which errs on the side of
+        the limit."""
+        owed = self._owed.pop(bucket, 0) - lease.tokens
+        try:
+            await self.store.release_rate(bucket, lease.release(), owed)
+        except StorageError as exc:
+            logger.warning("could not give back the unspent rate lease of bucket %s: %s", bucket, exc)
+            if owed > 0:
+                self._owe(bucket, owed)
 
     def settle(self, admission: Admission, usage: TokenUsage) -> None:
         """Owe the store the difference between the tokens the call reported using and what
@@ -255,9 +388,12 @@ class RateGate:
                 return
 
     async def flush(self) -> None:
-        """Send every bucket's owed tokens to the store now (a worker does as it stops). A
-        store failure is only logged: what fewer tokens would have given back stays spent,
-        which errs on the side of the limit; what more tokens owe is kept for later."""
+        """Give every unspent lease back and send every bucket's owed tokens to the store
+        now (a worker does as it stops). A store failure is only logged: what fewer tokens
+        or unspent calls would have given back stays spent, which errs on the side of the
+        limit; what more tokens owe is kept for later."""
+        while self._leases:
+            await self._give_back(*self._leases.popitem())
         while self._owed:
             bucket, tokens = self._owed.popitem()
             try:
@@ -274,9 +410,13 @@ class RateGate:
         only logged (the refused call's own retry still waits it out)."""
         if not (seconds > 0 and math.isfinite(seconds)):
             return
+        # This gate's leased calls of the bucket must not start during the pause either.
+        lease = self._leases.pop(admission.bucket, None)
         try:
             await self.store.pause_rate(admission.bucket, seconds)
         except StorageError as exc:
             logger.warning(
                 "could not pause bucket %s for the vendor's Retry-After: %s", admission.bucket, exc
             )
+        if lease is not None:
+            await self._give_back(admission.bucket, lease)

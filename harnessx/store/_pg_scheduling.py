@@ -18,6 +18,7 @@ from harnessx.store._scheduling import (
     QueueShape,
     RateBucket,
     RateLimit,
+    RateRelease,
     RateReservation,
     TenantShare,
     check_key,
@@ -32,6 +33,7 @@ __all__ = ["PostgresScheduling"]
 
 T = TypeVar("T")
 Q = load_queries("postgres")
+_NOTHING = RateRelease(0, 0.0, 0.0)  # no lease given back with a reservation
 
 
 class PostgresScheduling(PostgresExecution):
@@ -128,19 +130,40 @@ class PostgresScheduling(PostgresExecution):
         return await self._run("listing rate buckets", read)
 
     async def reserve_rate(
-        self, bucket: str, tokens: int, settle: int = 0, run_id: str | None = None
+        self,
+        bucket: str,
+        tokens: int,
+        settle: int = 0,
+        run_id: str | None = None,
+        calls: int = 1,
+        slack: float = 0.0,
+        release: RateRelease | None = None,
     ) -> RateReservation | None:
         # One statement (harnessx_reserve_rate): the bucket's row is locked inside the server
         # only, so reservations of one bucket take turns without waiting on each other's
-        # round trips; the arithmetic is _scheduling.reserve_rate's, on the database's clock.
+        # round trips; the arithmetic is _scheduling.reserve_rate's and lease_rate's, on the
+        # database's clock. A lease given back rides along (released_seconds).
+        given = release or _NOTHING
+        args = (bucket, tokens, settle, run_id, calls, float(slack), given.calls, given.end, given.mark)
         row = await self._run(
-            "reserving a model call's rate budget",
-            lambda conn: conn.fetchrow(Q["reserve_rate"], bucket, tokens, settle, run_id),
+            "reserving a model call's rate budget", lambda conn: conn.fetchrow(Q["reserve_rate"], *args)
         )
         if row is None:
             return None
-        wait, start, requests_at, tokens_at, held = row
-        return RateReservation(float(wait), float(start), float(requests_at), float(tokens_at), bool(held))
+        wait, start, requests_at, tokens_at, held, granted, given_back = row
+        return RateReservation(
+            float(wait),
+            float(start),
+            float(requests_at),
+            float(tokens_at),
+            bool(held),
+            int(granted),
+            float(given_back),
+        )
+
+    async def release_rate(self, bucket: str, release: RateRelease, settle: int = 0) -> None:
+        args = (bucket, settle, release.calls, release.end, release.mark)
+        await self._run("giving a rate lease back", lambda conn: conn.execute(Q["release_rate"], *args))
 
     async def hold_rate(self, lease: Lease, run_id: str, bucket: str, start: float, delay: float) -> None:
         held, _ = await self._run(

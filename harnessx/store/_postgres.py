@@ -622,13 +622,14 @@ class PostgresBackend(
         row = await self._run("loading a run", lambda conn: conn.fetchrow(Q["load_run"], run_id))
         if row is None:
             return None
-        *columns, session, bodies, tools, results = tuple(row)
+        *columns, session, bodies, tools, results, holds = tuple(row)
         record = run_record(columns)
+        kept = tuple(str(bucket) for bucket in holds)
         try:
             state = decode_state(record, bodies, tools, {(key, kind): text for key, kind, text in results})
         except CorruptStateError as exc:
-            return LoadedRun(record, session_record(tuple(session)), None, exc)
-        return LoadedRun(record, session_record(tuple(session)), state)
+            return LoadedRun(record, session_record(tuple(session)), None, exc, kept)
+        return LoadedRun(record, session_record(tuple(session)), state, rate_holds=kept)
 
     async def _load(self, conn: Connection, run_id: str) -> RunState:
         row = await conn.fetchrow(Q["get_run"], run_id)

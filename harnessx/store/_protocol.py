@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         QueueShape,
         RateBucket,
         RateLimit,
+        RateRelease,
         RateReservation,
         RunSchedule,
         Schedule,
@@ -447,7 +448,14 @@ class SchedulingStore(Protocol):
         """Every bucket used so far, the limit governing it and its waits."""
 
     async def reserve_rate(
-        self, bucket: str, tokens: int, settle: int = 0, run_id: str | None = None
+        self,
+        bucket: str,
+        tokens: int,
+        settle: int = 0,
+        run_id: str | None = None,
+        calls: int = 1,
+        slack: float = 0.0,
+        release: RateRelease | None = None,
     ) -> RateReservation | None:
         """Reserve the start of one model call of about ``tokens`` tokens in ``bucket``:
         how long to wait before starting it (``wait``, 0: now) and when that is (``start``,
@@ -455,7 +463,16 @@ class SchedulingStore(Protocol):
         fleet: every reservation gets a start of its own. ``settle``: tokens earlier calls of
         the bucket used beyond (negative: short of) their reservations, settled first, in
         the same statement (see ``settle_rate``). ``run_id``: the reservation kept for that
-        run (``hold_rate``), if there is one, is taken instead (``held``)."""
+        run (``hold_rate``), if there is one, is taken instead (``held``).
+
+        ``calls`` > 1 asks for a lease: up to that many calls' starts of ``tokens`` each,
+        the first as above and each further one only while it may also start within
+        ``slack`` seconds of now (``granted`` says how many). ``release``: a lease's unspent
+        calls given back first, in the same statement (see ``release_rate``)."""
+
+    async def release_rate(self, bucket: str, release: RateRelease, settle: int = 0) -> None:
+        """Give a lease's unspent calls back to ``bucket`` (only the part of their share of
+        its schedule still ahead of now), and settle ``settle`` tokens of earlier calls."""
 
     async def hold_rate(self, lease: Lease, run_id: str, bucket: str, start: float, delay: float) -> None:
         """Pool run ``run_id`` gives its worker slot back while it waits for its rate budget:

@@ -534,12 +534,15 @@ class IncidentSnapshot(NamedTuple):
 @dataclass
 class LoadedRun:
     """A run as a worker that claimed it starts from, read at once: its row, its session
-    and its state, or ``problem``, why the state cannot be read (nothing may drive it)."""
+    and its state, or ``problem``, why the state cannot be read (nothing may drive it);
+    ``rate_holds``: the buckets whose rate reservation is kept for it (it gave its slot back
+    to wait for budget), which its next model call of each takes from the store."""
 
     record: RunRecord
     session: SessionRecord
     state: RunState | None
     problem: CorruptStateError | None = None
+    rate_holds: tuple[str, ...] = ()
 
 
 @dataclass

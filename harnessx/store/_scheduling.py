@@ -28,6 +28,7 @@ __all__ = [
     "QueueShape",
     "RateBucket",
     "RateLimit",
+    "RateRelease",
     "RateReservation",
     "RunSchedule",
     "Schedule",
@@ -39,7 +40,9 @@ __all__ = [
     "check_weight",
     "delay_of",
     "governing_rate",
+    "lease_rate",
     "matching_pattern",
+    "released_seconds",
     "reserve_rate",
     "stride_allocation",
     "token_seconds",
@@ -188,6 +191,22 @@ class RateReservation:
     requests_at: float
     tokens_at: float
     held: bool = False
+    granted: int = 1
+    """Calls' starts reserved (a lease, ``calls`` > 1): the first as ever, the others only
+    if they may start now too (``lease_rate``)."""
+    given_back: float = 0.0
+    """The bucket's running total of request time given back (``RateRelease.mark``)."""
+
+
+@dataclass(frozen=True)
+class RateRelease:
+    """A lease's unspent calls given back to their bucket: ``calls`` of them, the bucket's
+    ``requests_at`` the grant left (``end``, store's clock) and its ``given_back`` then
+    (``mark``). See ``released_seconds``."""
+
+    calls: int
+    end: float
+    mark: float
 
 
 def check_rate(
@@ -252,6 +271,57 @@ def reserve_rate(
     if limit.tokens_per_minute is not None and tokens > 0:
         tokens_at = max(tokens_at, start) + tokens * 60.0 / limit.tokens_per_minute
     return RateReservation(start - now, start, requests_at, tokens_at)
+
+
+def lease_rate(
+    limit: RateLimit,
+    taken: RateReservation,
+    now: float,
+    tokens: int,
+    calls: int,
+    slack: float,
+) -> RateReservation:
+    """``taken`` (one call reserved by ``reserve_rate``) and as many more of the ``calls``
+    as may also start now: each is reserved by GCRA's own arithmetic (its request's share of
+    a minute, its ``tokens``' share), and granted only while its start would be at most
+    ``slack`` seconds from now. A first call that waits gets no company: a lease never
+    holds a call that would have had to wait. (``harnessx_reserve_rate``, migration 0035,
+    runs the same arithmetic.)"""
+    if calls <= 1 or taken.start > now:
+        return taken
+    burst = limit.burst_seconds
+    requests_at, tokens_at, granted = taken.requests_at, taken.tokens_at, 1
+    rpm, tpm = limit.requests_per_minute, limit.tokens_per_minute
+    while granted < calls:
+        if rpm is not None and requests_at - burst > now + slack:
+            break
+        if tpm is not None and tokens > 0 and tokens_at - burst > now + slack:
+            break
+        if rpm is not None:
+            requests_at += 60.0 / rpm
+        if tpm is not None and tokens > 0:
+            tokens_at += tokens * 60.0 / tpm
+        granted += 1
+    return RateReservation(
+        taken.wait, taken.start, requests_at, tokens_at, granted=granted, given_back=taken.given_back
+    )
+
+
+def released_seconds(
+    limit: RateLimit, release: RateRelease, requests_at: float, given_back: float, now: float
+) -> float:
+    """How far a lease's unspent calls move their bucket's ``requests_at`` back: what they
+    counted (``calls`` x 60 / rpm), but only the part of it still ahead of now. The calls
+    were reserved as the segment of the bucket's schedule ending at ``release.end``; what
+    of that segment has passed by ``now`` is spent time (giving it back would let later
+    calls crowd into the time those never used), and other leases given back since the
+    grant (``given_back - release.mark``) may have moved the segment that much earlier.
+    Never below now: a bucket at or before now is simply full."""
+    rpm = limit.requests_per_minute
+    if rpm is None or release.calls <= 0:
+        return 0.0
+    ahead = release.end - (given_back - release.mark) - now
+    return max(0.0, min(release.calls * 60.0 / rpm, ahead, requests_at - now))
 
 
 def token_seconds(limit: RateLimit, tokens: int) -> float:

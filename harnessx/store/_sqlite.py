@@ -489,10 +489,11 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
             session = conn.execute(Q["get_session"], (record.session_id,)).fetchone()
             if session is None:
                 return None
+            kept = tuple(str(bucket) for (bucket,) in conn.execute(Q["run_rate_holds"], (run_id,)))
             try:
-                return LoadedRun(record, session_record(session), self._load(conn, run_id))
+                return LoadedRun(record, session_record(session), self._load(conn, run_id), rate_holds=kept)
             except CorruptStateError as exc:
-                return LoadedRun(record, session_record(session), None, exc)
+                return LoadedRun(record, session_record(session), None, exc, kept)
 
         return await self._call(self._reading(read))
 

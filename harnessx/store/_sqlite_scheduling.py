@@ -12,6 +12,7 @@ import heapq
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harnessx.store._deadlines import LeaseDeadlines
@@ -26,6 +27,7 @@ from harnessx.store._scheduling import (
     QueueShape,
     RateBucket,
     RateLimit,
+    RateRelease,
     RateReservation,
     TenantShare,
     check_key,
@@ -34,7 +36,9 @@ from harnessx.store._scheduling import (
     check_rate,
     check_weight,
     governing_rate,
+    lease_rate,
     matching_pattern,
+    released_seconds,
     reserve_rate,
     stride_allocation,
     token_seconds,
@@ -284,7 +288,14 @@ class SQLiteScheduling:
         return await self._call(body)
 
     async def reserve_rate(
-        self, bucket: str, tokens: int, settle: int = 0, run_id: str | None = None
+        self,
+        bucket: str,
+        tokens: int,
+        settle: int = 0,
+        run_id: str | None = None,
+        calls: int = 1,
+        slack: float = 0.0,
+        release: RateRelease | None = None,
     ) -> RateReservation | None:
         # One write transaction, which SQLite lets in one at a time: the limit, the bucket's
         # row and its new times are read and written with no other reservation in between.
@@ -294,17 +305,25 @@ class SQLiteScheduling:
             if limit is None:
                 return None
             row = conn.execute(Q["rate_bucket"], (bucket,)).fetchone()
-            requests_at, tokens_at, paused = (float(v) for v in row) if row is not None else (0.0, 0.0, 0.0)
-            owed = token_seconds(limit, settle)
+            requests_at, tokens_at, paused, given_back = (
+                (float(v) for v in row) if row is not None else (0.0, 0.0, 0.0, 0.0)
+            )
             now = time.time()
+            tokens_at += token_seconds(limit, settle)
+            if release is not None:  # a lease's unspent calls, given back first
+                credit = released_seconds(limit, release, requests_at, given_back, now)
+                requests_at, given_back = requests_at - credit, given_back + credit
             if kept is not None:  # the run's own reservation, kept while it waited queued
-                if owed:
-                    conn.execute(Q["settle_rate"], (bucket, owed))
+                conn.execute(Q["reserve_rate"], (bucket, requests_at, tokens_at, 0.0, 0, given_back))
                 start = float(kept[0])
-                return RateReservation(start - now, start, requests_at, tokens_at + owed, held=True)
-            taken = reserve_rate(limit, requests_at, tokens_at + owed, now, tokens, paused)
+                return RateReservation(
+                    start - now, start, requests_at, tokens_at, held=True, given_back=given_back
+                )
+            taken = reserve_rate(limit, requests_at, tokens_at, now, tokens, paused)
+            taken = lease_rate(limit, replace(taken, given_back=given_back), now, tokens, calls, slack)
             waited = 1 if taken.wait > 0 else 0
-            conn.execute(Q["reserve_rate"], (bucket, taken.requests_at, taken.tokens_at, taken.wait, waited))
+            values = (bucket, taken.requests_at, taken.tokens_at, taken.wait, waited, given_back)
+            conn.execute(Q["reserve_rate"], values)
             return taken
 
         # Committed without waiting for the disk (docs/scheduling.md, *The algorithm*): the
@@ -313,6 +332,19 @@ class SQLiteScheduling:
         # written); a power failure may lose the last reservations, unless a later commit
         # (any run's next checkpoint) synced them first.
         return await self._call(self._unsynced, lambda conn: self._write(conn, body))
+
+    async def release_rate(self, bucket: str, release: RateRelease, settle: int = 0) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            limit = _governing(conn, bucket)
+            row = conn.execute(Q["rate_bucket"], (bucket,)).fetchone()
+            if limit is None or row is None:
+                return
+            requests_at, tokens_at, _, given_back = (float(v) for v in row)
+            credit = released_seconds(limit, release, requests_at, given_back, time.time())
+            values = (bucket, requests_at - credit, tokens_at + token_seconds(limit, settle), 0.0, 0)
+            conn.execute(Q["reserve_rate"], (*values, given_back + credit))
+
+        await self._call(self._unsynced, lambda conn: self._write(conn, body))
 
     async def settle_rate(self, bucket: str, tokens: int) -> None:
         def body(conn: sqlite3.Connection) -> None:

@@ -263,19 +263,21 @@ async def test_a_reservation_writes_its_buckets_row_once_and_takes_a_hold_once(t
                         after = await conn.fetchrow(counting)
                     return tuple(a - b for a, b in zip(after, before, strict=True)), tuple(row)
 
+                # The four-argument call of schema 34 still works (a worker of the previous
+                # version during a rolling upgrade); held is the fifth column.
                 mini = "SELECT * FROM harnessx_reserve_rate('openai/gpt-4o-mini', 10, {}, NULL)"
                 first, _ = await writes(mini.format(0))
                 assert first == (1, 1, 0)  # the bucket's first row, then its times
                 again, taken = await writes(mini.format(5))
-                assert again == (0, 1, 0) and taken[-1] is False
+                assert again == (0, 1, 0) and taken[4] is False
                 kept, taken = await writes(
                     f"SELECT * FROM harnessx_reserve_rate('openai/gpt-4o', 10, 0, '{handle.run_id}')"
                 )
-                assert kept == (0, 1, 1) and taken[-1] is True  # the run's hold, taken once
+                assert kept == (0, 1, 1) and taken[4] is True  # the run's hold, taken once
                 after, taken = await writes(
                     f"SELECT * FROM harnessx_reserve_rate('openai/gpt-4o', 10, 0, '{handle.run_id}')"
                 )
-                assert after == (0, 1, 0) and taken[-1] is False and taken[0] < 1  # a new one
+                assert after == (0, 1, 0) and taken[4] is False and taken[0] < 1  # a new one
             finally:
                 await conn.close()
         finally:

@@ -80,6 +80,7 @@ SQLITE_ONLY_QUERIES = {
     ),
     # PostgreSQL's reservation is one statement, a kept one's hold and requeue another.
     **dict.fromkeys(("rate_bucket", "take_rate_hold"), "reserve_rate"),
+    "run_rate_holds": "load_run",  # PostgreSQL reads a run's kept reservations with the run
     "requeue_later": "hold_rate",
     "leased_sessions": "find_orphans",
     # SQLite looks at every run waited on; a PostgreSQL waiter hears the stopping commit.

@@ -265,8 +265,9 @@ FROM runs_now WHERE session_id = $1 ORDER BY created_at DESC, created_seq DESC L
 
 -- name: load_run
 -- A run (the columns of get_run) with its session (the columns of get_session, as one row),
--- the session's whole conversation, the run's tool calls (the columns of run_tool_calls) and
--- their large results, in one statement: one round trip, and everything from one snapshot.
+-- the session's whole conversation, the run's tool calls (the columns of run_tool_calls),
+-- their large results and the buckets whose reservation is kept for it (rate_holds), in one
+-- statement: one round trip, and everything from one snapshot.
 SELECT r.id, r.session_id, r.request_id, r.request_message, r.status, r.phase, r.event_count, r.iteration,
        r.usage::text, r.output, r.stop_reason, r.error::text, r.usage_incomplete, r.history_length,
        r.queued_at IS NOT NULL, r.start_attempts,
@@ -276,7 +277,8 @@ SELECT r.id, r.session_id, r.request_id, r.request_message, r.status, r.phase, r
        ARRAY(SELECT ROW(tc.execution_key, tc.iteration, tc.idx, tc.call::text, tc.policy, tc.status,
                         tc.attempt, tc.approved, tc.raw_result::text, tc.result::text, tc.generation)
              FROM tool_calls tc WHERE tc.run_id = r.id ORDER BY tc.iteration, tc.idx),
-       ARRAY(SELECT ROW(tr.execution_key, tr.kind, tr.body) FROM tool_results tr WHERE tr.run_id = r.id)
+       ARRAY(SELECT ROW(tr.execution_key, tr.kind, tr.body) FROM tool_results tr WHERE tr.run_id = r.id),
+       ARRAY(SELECT h.bucket FROM rate_holds h WHERE h.run_id = r.id)
 FROM runs_now r JOIN sessions s ON s.id = r.session_id WHERE r.id = $1;
 
 -- name: session_messages
@@ -790,10 +792,37 @@ DELETE FROM rate_limits WHERE pattern = $1 RETURNING pattern;
 SELECT pattern, requests_per_minute, tokens_per_minute, burst_seconds FROM rate_limits ORDER BY pattern;
 
 -- name: reserve_rate
--- Reserve one model call of $2 tokens from bucket $1 after settling $3 tokens of earlier
--- calls, or take the reservation kept for run $4 (harnessx_reserve_rate, migration 0014):
--- one statement, on the database's clock. No row: no limit governs the bucket.
-SELECT wait, start, requests_at, tokens_at, held FROM harnessx_reserve_rate($1, $2, $3, $4);
+-- Reserve one model call of $2 tokens from bucket $1, and up to $5 in all while each may also
+-- start within $6 s (a lease), after settling $3 tokens of earlier calls and giving back $7
+-- unspent calls of a lease (its grant's requests_at $8, given_back $9); or take the
+-- reservation kept for run $4 (harnessx_reserve_rate, migration 0035): one statement, on the
+-- database's clock. No row: no limit governs the bucket.
+SELECT wait, start, requests_at, tokens_at, held, granted, given_back
+FROM harnessx_reserve_rate($1, $2, $3, $4, $5, $6, $7, $8, $9);
+
+-- name: release_rate
+-- A lease's $3 unspent calls go back to bucket $1 (its grant's requests_at $4, given_back $5):
+-- only the part of their share of the schedule still ahead of now (released_seconds), never
+-- below now; and $2 tokens of earlier calls are settled.
+UPDATE rate_buckets b
+SET requests_at = b.requests_at - c.credit, given_back = b.given_back + c.credit,
+    tokens_at = b.tokens_at + coalesce($2::integer * 60.0 / c.tokens_per_minute, 0)
+FROM (
+    SELECT x.name, l.tokens_per_minute,
+           CASE WHEN l.requests_per_minute IS NULL OR $3 <= 0 THEN 0.0
+                ELSE greatest(0.0, least($3::integer * 60.0 / l.requests_per_minute,
+                                         $4::float8 - (x.given_back - $5::float8) - extract(epoch FROM clock_timestamp()),
+                                         x.requests_at - extract(epoch FROM clock_timestamp())))
+           END AS credit
+    FROM rate_buckets x,
+         (SELECT requests_per_minute, tokens_per_minute FROM rate_limits
+          WHERE pattern = $1 OR (right(pattern, 1) = '*' AND starts_with($1, left(pattern, -1)))
+          ORDER BY pattern = $1 DESC, length(pattern) DESC
+          LIMIT 1) l
+    WHERE x.name = $1
+    FOR UPDATE OF x
+) c
+WHERE b.name = c.name;
 
 -- name: hold_rate
 -- Pool run $4 (lease $1-$3) gives its worker slot back while it waits for its rate budget:

@@ -611,14 +611,21 @@ DELETE FROM rate_limits WHERE pattern = ? RETURNING pattern;
 SELECT pattern, requests_per_minute, tokens_per_minute, burst_seconds FROM rate_limits ORDER BY pattern;
 
 -- name: rate_bucket
--- A bucket's theoretical arrival times and pause (absent: never used).
-SELECT requests_at, tokens_at, paused_until FROM rate_buckets WHERE name = ?;
+-- A bucket's theoretical arrival times, pause and the request time leases gave back (absent:
+-- never used).
+SELECT requests_at, tokens_at, paused_until, given_back FROM rate_buckets WHERE name = ?;
 
 -- name: reserve_rate
--- Record a reservation: the bucket's new arrival times, and a wait of ?4 seconds (?5: it waited).
-INSERT INTO rate_buckets (name, requests_at, tokens_at, waits, waited) VALUES (?1, ?2, ?3, ?5, ?4)
+-- Record a reservation: the bucket's new arrival times, a wait of ?4 seconds (?5: it waited)
+-- and the request time leases gave back so far (?6).
+INSERT INTO rate_buckets (name, requests_at, tokens_at, waits, waited, given_back)
+VALUES (?1, ?2, ?3, ?5, ?4, ?6)
 ON CONFLICT (name) DO UPDATE SET requests_at = excluded.requests_at, tokens_at = excluded.tokens_at,
-    waits = waits + excluded.waits, waited = waited + excluded.waited;
+    waits = waits + excluded.waits, waited = waited + excluded.waited, given_back = excluded.given_back;
+
+-- name: run_rate_holds
+-- The buckets whose reservation is kept for run ? (read as a worker loads the run).
+SELECT bucket FROM rate_holds WHERE run_id = ?;
 
 -- name: take_rate_hold
 -- The reservation kept for run ?1 in bucket ?2 (its start), removed as it is taken.
