@@ -12,12 +12,15 @@ from harnessx.store._scheduling import (
     QueueGroup,
     QueueShape,
     RateLimit,
+    RateRelease,
     Schedule,
     check_pattern,
     check_rate,
     delay_of,
     governing_rate,
+    lease_rate,
     matching_pattern,
+    released_seconds,
     reserve_rate,
     stride_allocation,
     token_seconds,
@@ -164,3 +167,30 @@ def test_rate_limits_are_checked_and_the_most_specific_governs() -> None:
     assert governing_rate(limits, "openai/gpt-4o-mini") == limits[1]
     assert governing_rate(limits, "anthropic/claude") == limits[0]
     assert governing_rate(limits[1:], "anthropic/claude") is None
+
+
+def test_a_lease_gives_back_only_what_is_still_ahead_of_now() -> None:
+    limit = RateLimit("m", 60, None)  # a call a second
+    # Three unspent calls of a lease whose share of the schedule ends at 110.
+    release = RateRelease(3, end=110.0, mark=5.0)
+    assert released_seconds(limit, release, requests_at=120.0, given_back=5.0, now=100.0) == 3.0
+    # Time has passed into their share: only what is still ahead goes back.
+    assert released_seconds(limit, release, requests_at=120.0, given_back=5.0, now=108.5) == 1.5
+    assert released_seconds(limit, release, requests_at=120.0, given_back=5.0, now=111.0) == 0.0
+    # Leases given back since the grant moved this one's share that much earlier.
+    assert released_seconds(limit, release, requests_at=120.0, given_back=7.0, now=106.0) == 2.0
+    # Never below now; nothing to give back without a request rate.
+    assert released_seconds(limit, release, requests_at=101.0, given_back=5.0, now=100.0) == 1.0
+    assert released_seconds(RateLimit("m", None, 600), release, 120.0, 5.0, 100.0) == 0.0
+
+
+def test_a_lease_holds_only_calls_that_may_start_now() -> None:
+    limit = RateLimit("m", 60, None, burst_seconds=2)
+    first = reserve_rate(limit, 0.0, 0.0, 100.0, 0)
+    assert lease_rate(limit, first, 100.0, 0, 10, 0.25).granted == 3  # now, and 2 s of burst
+    assert lease_rate(limit, first, 100.0, 0, 2, 0.25).granted == 2  # no more than asked
+    waits = reserve_rate(limit, 105.0, 0.0, 100.0, 0)  # the bucket is 3 s ahead: it waits
+    assert waits.wait == 3.0 and lease_rate(limit, waits, 100.0, 0, 10, 0.25).granted == 1
+    # No burst: the slack alone (a call every 0.1 s, 0.25 s ahead at most).
+    fast = RateLimit("m", 600, None)
+    assert lease_rate(fast, reserve_rate(fast, 0.0, 0.0, 100.0, 0), 100.0, 0, 10, 0.25).granted == 3
