@@ -173,6 +173,7 @@ STATEMENT_SETTINGS = {
 }
 # What a statement's text says it is, for the report (pg_stat_statements keeps the text).
 CLAIM, RESERVATION = "harnessx_claim_runs(", "harnessx_reserve_rate("
+RELEASE = "given_back = b.given_back + c.credit"  # a rate lease given back on its own (release_rate)
 
 
 class Statements:
@@ -204,17 +205,17 @@ class Statements:
             "WHERE query NOT LIKE '%pg_stat_statements%'"
         )
         found = {"sent": 0.0, "inside": 0.0, "plans": 0.0, "claims": 0.0, "claim_ms": 0.0}
-        found.update({"reservations": 0.0, "reservation_ms": 0.0})
+        found.update({"reservations": 0.0, "reservation_ms": 0.0, "releases": 0.0, "release_ms": 0.0})
         for toplevel, query, calls, plans, spent in rows:
             found["sent" if toplevel else "inside"] += calls
             found["plans"] += plans
-            for kind, marker in (("claim", CLAIM), ("reservation", RESERVATION)):
+            for kind, marker in (("claim", CLAIM), ("reservation", RESERVATION), ("release", RELEASE)):
                 if toplevel and marker in query:
                     found[f"{kind}s"] += calls
                     found[f"{kind}_ms"] += spent
-        for kind in ("claim", "reservation"):
+        for kind in ("claim", "reservation", "release"):
             found[f"{kind}_ms"] = found[f"{kind}_ms"] / found[f"{kind}s"] if found[f"{kind}s"] else 0.0
-        for key in ("sent", "inside", "plans", "claims", "reservations"):
+        for key in ("sent", "inside", "plans", "claims", "reservations", "releases"):
             found[key] /= runs
         return found
 
@@ -444,6 +445,7 @@ def report_rounds(args: argparse.Namespace, label: str, rounds: dict[str, dict[s
             ("claim_ms", "a claim, server ms", 3),
             ("reservations", "rate reservations", 2),
             ("reservation_ms", "a reservation, server ms", 3),
+            ("releases", "rate leases given back on their own", 2),
         ):
             values = {m: statistics.median(r[key] for r in rounds["statements"][m]) for m in modes}
             cells = [f"{values[m]:.{digits}f}" for m in modes]

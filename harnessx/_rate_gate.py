@@ -219,6 +219,8 @@ class RateGate:
         # Each bucket's lease, when's its calls were asked for lately (what the next lease
         # asks for), and the task that gives back the leases that expire unspent.
         self._leases: dict[str, _Lease] = {}
+        self._reserving: dict[str, asyncio.Event] = {}  # a lease being asked for, by bucket
+        self._giving_back: set[asyncio.Task[None]] = set()
         self._recent: dict[str, deque[float]] = {}
         self._expiring: asyncio.Task[None] | None = None
 
@@ -268,23 +270,44 @@ class RateGate:
             tokens = estimate_tokens(request.system, request.messages, request.tools) + (
                 request.max_tokens or 0
             )
-        asked = time.monotonic()
-        calls = self._lease_size(bucket, limit, tokens, asked)
-        lease = self._leases.get(bucket)
-        if run_id is None and lease is not None and asked < lease.expires and tokens <= lease.tokens:
-            lease.left -= 1
-            lease.tokens -= tokens
-            if lease.left == 0:  # spent: the allowance's rest is tokens given back
-                del self._leases[bucket]
-                if lease.tokens:
-                    self._owe(bucket, -lease.tokens)
-            return Admission(bucket, tokens, 0.0, lease.start + (asked - lease.granted), asked)
+        calls = self._lease_size(bucket, limit, tokens, time.monotonic())
+        while True:
+            asked = time.monotonic()
+            lease = self._leases.get(bucket)
+            if run_id is None and lease is not None and asked < lease.expires and tokens <= lease.tokens:
+                lease.left -= 1
+                lease.tokens -= tokens
+                if lease.left == 0:  # spent: the allowance's rest is tokens given back
+                    del self._leases[bucket]
+                    if lease.tokens:
+                        self._owe(bucket, -lease.tokens)
+                return Admission(bucket, tokens, 0.0, lease.start + (asked - lease.granted), asked)
+            reserving = self._reserving.get(bucket)
+            if run_id is not None or reserving is None:
+                break
+            # Another call of the bucket is asking the store for a lease: wait for it rather
+            # than ask too (it asked for about this call's share as well).
+            await reserving.wait()
+        if run_id is not None:
+            return await self._reserve(bucket, tokens, run_id, calls, lease, asked)
+        self._reserving[bucket] = asking = asyncio.Event()
+        try:
+            return await self._reserve(bucket, tokens, run_id, calls, lease, asked)
+        finally:
+            del self._reserving[bucket]
+            asking.set()
+
+    async def _reserve(
+        self, bucket: str, tokens: int, run_id: str | None, calls: int, lease: _Lease | None, asked: float
+    ) -> Admission | None:
+        """The store's part of ``admit``: one reservation, giving back ``lease`` (expired,
+        or it cannot cover this call) in the same statement."""
         release = None
         owed = self._owed.pop(bucket, 0)
         if run_id is not None:
             calls = 1  # a kept reservation is one call's; the lease stays for other runs
         elif lease is not None:  # expired, or it cannot cover this call: given back with it
-            del self._leases[bucket]
+            self._leases.pop(bucket, None)
             owed -= lease.tokens
             release = lease.release()
         try:
@@ -302,6 +325,11 @@ class RateGate:
         if taken.granted > 1:
             extra = taken.granted - 1
             got = time.monotonic()
+            older = self._leases.pop(bucket, None)
+            if older is not None:  # not expected (one call of a bucket asks at a time): not lost
+                task = asyncio.create_task(self._give_back(bucket, older), name="harnessx-rate-lease-back")
+                self._giving_back.add(task)
+                task.add_done_callback(self._giving_back.discard)
             self._leases[bucket] = _Lease(
                 extra,
                 extra * tokens,

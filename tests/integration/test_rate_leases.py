@@ -112,6 +112,23 @@ async def test_a_non_binding_limit_leases_and_later_calls_make_no_statement(
         assert await requests_at(store) == pytest.approx(first.start + 16, abs=0.01)
 
 
+async def test_calls_of_a_bucket_at_once_ask_the_store_once(
+    target: BackendTarget, provider: OpenAIProvider
+) -> None:
+    async with target.open() as store:
+        await store.set_rate_limit(BUCKET, 60, None, burst_seconds=60)
+        counted = Counted(store)
+        gate = RateGate(store, lease_seconds=30)
+        first = [await gate.admit(provider, REQUEST) for _ in range(8)][0]
+        assert first is not None and BUCKET not in gate._leases  # spent: the next call asks the store
+        asked = len(counted.reservations)
+        together = await asyncio.gather(*(gate.admit(provider, REQUEST) for _ in range(8)))
+        assert all(a is not None and a.wait == 0 for a in together)
+        # The first asks for a lease of 8; the others wait for it and spend it.
+        assert counted.reservations[asked:] == [8] and BUCKET not in gate._leases
+        assert await requests_at(store) == pytest.approx(first.start + 16, abs=0.01)
+
+
 async def test_a_bucket_near_its_limit_grants_one_call_and_spaces_them_as_before(
     target: BackendTarget, provider: OpenAIProvider
 ) -> None:
