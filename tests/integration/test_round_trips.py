@@ -158,7 +158,9 @@ async def test_the_one_statement_load_reads_what_get_run_reads(pg_database: str)
         run = [(a.name, a.type.name) for a in (await conn.prepare(queries["get_run"])).get_attributes()]
         load = [(a.name, a.type.name) for a in (await conn.prepare(queries["load_run"])).get_attributes()]
         assert [t for _, t in load[: len(run)]] == [t for _, t in run]
-        assert [t for _, t in load[len(run) :]] == ["record", "text[]", "record[]", "record[]"]
+        # Then the session, the conversation, the tool calls, their results and the kept
+        # rate reservations' buckets.
+        assert [t for _, t in load[len(run) :]] == ["record", "text[]", "record[]", "record[]", "text[]"]
 
 
 async def test_loading_a_claimed_run_reads_row_session_and_state_at_once(target: BackendTarget) -> None:
