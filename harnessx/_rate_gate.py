@@ -22,7 +22,7 @@ A vendor's 429 with ``Retry-After`` on a reserved call pauses the bucket for the
 reservation asks for about as many starts as the gate's calls of the bucket took in the last
 ``LEASE_SECONDS``, and the store grants, besides the call's own, only those that may also
 start now. The gate spends them on its next calls of the bucket with no round trip, each
-within ``LEASE_SECONDS`` of the grant; what is not spent by then (or when the gate flushes,
+within ``LEASE_SECONDS`` of asking; what is not spent by then (or when the gate flushes,
 or the bucket is paused) is given back. Only the store can make a call wait, so waits and
 their metrics are those of the store's reservations.
 
@@ -216,7 +216,7 @@ class RateGate:
         # reservation of the bucket does first.
         self._owed: dict[str, int] = {}
         self._settling: asyncio.Task[None] | None = None
-        # Each bucket's lease, when's its calls were asked for lately (what the next lease
+        # Each bucket's lease, when its calls were asked for lately (what the next lease
         # asks for), and the task that gives back the leases that expire unspent.
         self._leases: dict[str, _Lease] = {}
         self._reserving: dict[str, asyncio.Event] = {}  # a lease being asked for, by bucket
