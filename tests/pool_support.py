@@ -251,14 +251,21 @@ _LEADER_LOCK = """
 
 async def cut_leader_connection(dsn: str, within: float = 10) -> None:
     """Terminate the server connection holding the supervisor's leadership lock, as a server
-    restart would, without telling its process; return once the lock is free."""
+    restart would, without telling its process; return once that connection no longer holds
+    it (another may have taken it by then)."""
     import asyncpg
 
     conn = await asyncpg.connect(dsn, server_settings={"search_path": "harness_x"})
     try:
-        await conn.execute(f"SELECT pg_terminate_backend(l.pid) {_LEADER_LOCK}")
+        cut = [row[0] for row in await conn.fetch(f"SELECT l.pid {_LEADER_LOCK}")]
+        assert cut, "no connection holds the leadership lock"
+        await conn.execute("SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS t(pid)", cut)
         deadline = time.monotonic() + within
-        while await conn.fetchval(f"SELECT EXISTS (SELECT 1 {_LEADER_LOCK})"):
+        # Until the terminated connection no longer holds it: a standby may take the lock as
+        # soon as it is free, faster than this looks (that made "is it free" wait in vain).
+        while await conn.fetchval(
+            f"SELECT EXISTS (SELECT 1 {_LEADER_LOCK} AND l.pid = ANY ($1::int[]))", cut
+        ):
             assert time.monotonic() < deadline, "the terminated connection kept the leadership lock"
             await asyncio.sleep(0.02)
     finally:
