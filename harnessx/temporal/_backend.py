@@ -10,9 +10,11 @@ activities with the agents of ``registry``.
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Self
@@ -26,6 +28,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.service import RPCError
 
 from harnessx import _errors
@@ -87,7 +90,7 @@ class TemporalBackend:
             raise ConfigurationError("TemporalBackend needs events=RedisEvents(url): where run events go")
         if heartbeat_timeout <= 0 or model_timeout <= 0 or tool_timeout <= 0:
             raise ConfigurationError("TemporalBackend timeouts must be positive")
-        self.client = client
+        self._client: Client | None = client
         self.task_queue = task_queue
         self.events = events
         self.artifact_store = artifact_store
@@ -102,6 +105,17 @@ class TemporalBackend:
         # workers' model calls obey its rate limits (docs/scheduling.md). Not closed here.
         self.rate_limits = rate_limits
         self._owns_client = False
+        # connect()'s own Temporal runtime (the Rust core's thread pool), shut down by aclose().
+        self._runtime: Runtime | None = None
+
+    @property
+    def client(self) -> Client:
+        """The ``temporalio`` client. One ``connect()`` made is gone once the backend is closed."""
+        if self._client is None:
+            raise ConfigurationError(
+                "this TemporalBackend is closed (its Temporal client went with it): connect a new one"
+            )
+        return self._client
 
     def __repr__(self) -> str:
         return f"TemporalBackend(task_queue={self.task_queue!r}, events={self.events!r})"
@@ -114,12 +128,27 @@ class TemporalBackend:
         events: EventSink,
         namespace: str = "default",
         artifact_store: ArtifactStore | None = None,
+        runtime: Runtime | None = None,
         **kwargs: Any,
     ) -> TemporalBackend:
-        """Connect to the Temporal frontend at ``target`` (``host:port``)."""
+        """Connect to the Temporal frontend at ``target`` (``host:port``).
+
+        The client runs on a Temporal ``Runtime`` of its own (``runtime=``: on yours, which
+        nothing here shuts down), and ``aclose()`` shuts that runtime down."""
+        # Why a runtime of its own: the Rust core's threads complete each call's asyncio
+        # future while holding the GIL, and let go of it halfway (the loop's self-pipe
+        # write). Should the program return from asyncio.run in that gap, the interpreter
+        # starts finalizing, and that thread, taking the GIL back, aborts the process
+        # ("PyGILState_Release: ... finalizing", temporalio/sdk-python#300). Only dropping
+        # the runtime joins those threads, and the process-wide default one is never
+        # dropped; this one is, in aclose(), while the event loop still runs.
+        own_runtime = Runtime(telemetry=TelemetryConfig()) if runtime is None else None
         try:
             client = await Client.connect(
-                target, namespace=namespace, data_converter=data_converter(artifact_store)
+                target,
+                namespace=namespace,
+                data_converter=data_converter(artifact_store),
+                runtime=runtime or own_runtime,
             )
         except RuntimeError as exc:
             raise ConfigurationError(
@@ -128,6 +157,7 @@ class TemporalBackend:
             ) from None
         backend = cls(client, events=events, artifact_store=artifact_store, **kwargs)
         backend._owns_client = True
+        backend._runtime = own_runtime
         return backend
 
     async def __aenter__(self) -> Self:
@@ -148,8 +178,34 @@ class TemporalBackend:
         await self.events.initialize()
 
     async def aclose(self) -> None:
-        """Close the event sink (and nothing of a client passed in)."""
-        await self.events.aclose()
+        """Close the event sink, and the client ``connect()`` made (nothing of a client
+        passed in)."""
+        try:
+            await self.events.aclose()
+        finally:
+            if self._owns_client:
+                await self._release_client()
+
+    async def _release_client(self) -> None:
+        """Let go of the client ``connect()`` made, and shut its runtime down now.
+
+        The runtime shuts down (its threads joined, with the GIL released, so a thread that
+        is completing a future finishes first) when the last reference to it goes: the
+        client's and the runtime object's. ``temporalio``'s client refers to itself (its
+        interceptor chain), so a collection pass frees it; a client the program still holds
+        keeps the runtime until then."""
+        self._client = None
+        runtime, self._runtime = self._runtime, None
+        if runtime is None:
+            return
+        dropped = weakref.ref(runtime)
+        del runtime
+        # One pass through the loop first: the callback that last woke this task (a call's
+        # completion) is held until the loop's next pass, and a failed call's future holds
+        # its traceback, whose frames hold the client.
+        await asyncio.sleep(0)
+        if dropped() is not None:
+            gc.collect()
 
     async def worker(self, **options: Any) -> Worker:
         """A Temporal worker for this task queue and registry (``async with`` runs it)."""
