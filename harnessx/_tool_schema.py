@@ -180,14 +180,17 @@ def _cache_key(fn: Callable[..., Any]) -> Any:
     afresh for every agent it builds (closures), and each of those would otherwise have its
     signature read, its annotations resolved and its docstring parsed again, for every run a
     worker starts. Two functions with equal keys have the same signature, hints and docstring;
-    closure cells are not part of any of those. A function with attributes of its own
-    (``__wrapped__``, ``__signature__``...) or defaults that are not plain values is known by
-    identity, as any other hashable callable is."""
-    if type(fn) is not types.FunctionType or fn.__dict__:
+    closure cells are not part of any of those. Attributes a function was given are part of
+    its key when they are plain values (a marker such as the built-in tools'); a function with
+    others (``__wrapped__``, ``__signature__``...) or defaults that are not plain values is
+    known by identity, as any other hashable callable is."""
+    if type(fn) is not types.FunctionType:
         return fn if _is_hashable(fn) else None
     defaults = fn.__defaults__ or ()
     kwdefaults = tuple((fn.__kwdefaults__ or {}).items())
-    if not all(type(value) in _PLAIN_DEFAULTS for value in (*defaults, *(v for _, v in kwdefaults))):
+    attributes = tuple(sorted(fn.__dict__.items()))
+    plain = (*defaults, *(v for _, v in kwdefaults), *(v for _, v in attributes))
+    if not all(type(value) in _PLAIN_DEFAULTS for value in plain):
         return fn
     key = (
         fn.__code__,
@@ -199,6 +202,7 @@ def _cache_key(fn: Callable[..., Any]) -> Any:
         tuple((type(value), value) for value in defaults),
         tuple((name, type(value), value) for name, value in kwdefaults),
         tuple(fn.__annotations__.items()),
+        tuple((name, type(value), value) for name, value in attributes),
     )
     return key if _is_hashable(key) else fn
 

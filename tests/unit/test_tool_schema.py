@@ -7,7 +7,7 @@ import datetime
 import enum
 import functools
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, NewType, NotRequired, Optional, Required, TypedDict
 
 import pytest
@@ -329,6 +329,38 @@ def test_schema_is_cached_per_function_and_callers_cannot_corrupt_the_cache(
     second = function_schema(tool)
     assert calls == [tool]
     assert second[1]["properties"]["a"] == {"type": "integer"}
+
+
+def test_closures_made_afresh_share_one_entry_also_with_plain_attributes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An agent factory defines its tools afresh for every agent: each closure is known by what
+    # it is made of, and a plain attribute it was given (the built-in tools carry a marker) is
+    # part of that, not a reason to read its hints again for every agent built.
+    def make(marker: object) -> Callable[..., Any]:
+        def tool(a: int) -> None:
+            pass
+
+        tool.__dict__["marker"] = marker
+        return tool
+
+    calls = []
+    real = typing.get_type_hints
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(typing, "get_type_hints", counting)
+    for _ in range(3):
+        assert function_schema(make(True))[1]["properties"] == {"a": {"type": "integer"}}
+    assert len(calls) == 1
+    function_schema(make(2))  # another value of it: another entry
+    assert len(calls) == 2
+    wrapped = [make(object()) for _ in range(2)]  # not a plain value: each its own
+    for tool in wrapped:
+        function_schema(tool)
+    assert calls[2:] == wrapped
 
 
 def test_unhashable_callable_is_described_without_the_cache() -> None:
