@@ -9,6 +9,7 @@ count and the take are in the same serialised transaction. The algorithm is the 
 from __future__ import annotations
 
 import heapq
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -139,6 +140,10 @@ class SQLiteScheduling:
     def _pick(self, conn: sqlite3.Connection, refs: list[str] | None, limit: int, now: float) -> _Picked:
         limited, floor = conn.execute(Q["claim_setup"]).fetchone()
         picked = _Picked(floor)
+        if refs is not None and len(refs) > 1:
+            refs = [str(ref) for (ref,) in conn.execute(Q["queued_agents"], (json.dumps(refs),))]
+            if not refs:  # none of the agents served has a run queued
+                return picked
         limits = _Limits(conn, now) if limited else None
         if floor is None:  # only untenanted runs wait
             self._take_from(conn, "", limit, refs, now, limits, picked)

@@ -137,6 +137,35 @@ async def test_a_worker_naming_its_agents_takes_their_runs_by_priority_across_th
         assert await claim_all(store, agents=["x@v1"]) == ["other"]
 
 
+async def test_a_worker_serving_many_agents_reads_the_queues_of_those_with_runs_waiting(
+    target: BackendTarget,
+) -> None:
+    # A worker names every agent it serves (a dozen, say), and a SQLite claim read each one's
+    # queue for every tenant it served, most of them empty: twelve statements a run. It now
+    # reads only the queues of the agents with runs waiting. (PostgreSQL merges the queues
+    # inside harnessx_claim_runs: there the claim is only checked to take the right runs.)
+    served = [f"idle{n}@v1" for n in range(10)] + ["a@v1", "b@v1"]
+    async with target.open() as store:
+        for tenant in ("t1", "t2", "t3"):
+            await queue(store, f"a_{tenant}", agent="a@v1", tenant=tenant)
+        await queue(store, "b_t1", agent="b@v1", tenant="t1")
+        await queue(store, "unserved", agent="x@v1", tenant="t2")
+        seen: list[str] = []
+        if target.kind == "sqlite":
+            await store._call(lambda conn: conn.set_trace_callback(seen.append))
+        try:
+            taken = await claim_all(store, agents=served)
+        finally:
+            if target.kind == "sqlite":
+                await store._call(lambda conn: conn.set_trace_callback(None))
+        assert sorted(taken) == ["a_t1", "a_t2", "a_t3", "b_t1"]
+        reads = [s for s in seen if "r.agent_ref = '" in s]  # agent_queue, one agent's queue
+        assert not any("idle" in s for s in reads), reads
+        assert len(reads) <= 7, reads  # t1's two agents, t2's and t3's one; a second look at most
+        assert await claim_all(store, agents=served) == []
+        assert await claim_all(store, agents=["x@v1"]) == ["unserved"]
+
+
 # ----------------------------------------------------------------- delayed runs
 
 

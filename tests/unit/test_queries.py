@@ -69,6 +69,7 @@ SQLITE_ONLY_QUERIES = {
             "waiting_tenants",
             "tenant_queue",
             "agent_queue",
+            "queued_agents",
             "limit_of",
             "driving_key",
             "driving_agent",

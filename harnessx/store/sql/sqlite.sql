@@ -270,6 +270,14 @@ WHERE r.queued_at IS NOT NULL AND r.tenant = ?1
   AND (r.not_before IS NULL OR r.not_before <= ?2)
 ORDER BY max(r.queued_at, coalesce(r.not_before, r.queued_at)) - r.priority * 60.0;
 
+-- name: queued_agents
+-- Of the agents in the JSON array ?1, those with runs queued (runs_queued_agent): a claim
+-- reads the queues of only those (a worker serving a dozen agents, one of them busy, read
+-- twelve queues for every tenant it served).
+SELECT j.value FROM json_each(?1) j
+WHERE EXISTS (SELECT 1 FROM runs r WHERE r.agent_ref = j.value AND r.queued_at IS NOT NULL)
+ORDER BY j.key;
+
 -- name: agent_queue
 -- The same of one agent (?3) only, through runs_agent_queue: a worker that names its agents
 -- merges theirs by rank, never reading other agents' runs.
