@@ -423,8 +423,10 @@ class Supervisor:
             self.metrics.retention_errors.inc()
             logger.error("retention pass stopped, nothing unarchived was removed: %s", exc)
             return
-        self.metrics.retention_pass_seconds.observe(report.seconds)
+        # The gauge first: a pass counted is a pass whose oldest activity is reported (a
+        # supervisor stopped between the two left the gauge at 0 with the pass counted).
         await self._oldest_activity()
+        self.metrics.retention_pass_seconds.observe(report.seconds)
         if report.sessions:
             self._log_pass(report, policy, term)
 
