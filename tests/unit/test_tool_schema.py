@@ -310,13 +310,9 @@ def test_partial_and_callable_instance() -> None:
     assert function_schema(Counter()) == ("Count up.", function_schema(Counter.__call__)[1])
 
 
-def test_schema_is_cached_per_function_and_callers_cannot_corrupt_the_cache(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    def tool(a: int) -> None:
-        pass
-
-    calls = []
+def count_type_hint_reads(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The functions whose type hints are read from now on, in order (a schema cache miss)."""
+    calls: list[Any] = []
     real = typing.get_type_hints
 
     def counting(*args: Any, **kwargs: Any) -> Any:
@@ -324,6 +320,16 @@ def test_schema_is_cached_per_function_and_callers_cannot_corrupt_the_cache(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(typing, "get_type_hints", counting)
+    return calls
+
+
+def test_schema_is_cached_per_function_and_callers_cannot_corrupt_the_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def tool(a: int) -> None:
+        pass
+
+    calls = count_type_hint_reads(monkeypatch)
     first = function_schema(tool)
     first[1]["properties"]["a"]["type"] = "string"
     second = function_schema(tool)
@@ -344,14 +350,7 @@ def test_closures_made_afresh_share_one_entry_also_with_plain_attributes(
         tool.__dict__["marker"] = marker
         return tool
 
-    calls = []
-    real = typing.get_type_hints
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[0])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(typing, "get_type_hints", counting)
+    calls = count_type_hint_reads(monkeypatch)
     for _ in range(3):
         assert function_schema(make(True))[1]["properties"] == {"a": {"type": "integer"}}
     assert len(calls) == 1
