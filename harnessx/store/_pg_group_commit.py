@@ -3,9 +3,10 @@
 A worker drives many runs at once, and their checkpoints come in faster than one round trip
 each: while one is on its way to the server, the next ones wait here, and go together in one
 statement (``_pg_checkpoint.group``) as soon as it is back. So at most one group is in flight
-per store, and a checkpoint that finds nothing in flight goes at once, alone, as the
-one-checkpoint statement it always was (the same round trips, the same cost): grouping only
-ever happens when checkpoints would otherwise have queued for connections and commits.
+per store, and a checkpoint that finds nothing in flight waits one turn of the event loop
+(for the others of a burst to join it) and, if none came, goes alone from its caller's task,
+as the one-checkpoint statement it always was (the same round trips, the same cost): grouping
+only ever happens when checkpoints would otherwise have queued for connections and commits.
 
 Each member keeps its own fence. A member whose lease no longer holds is answered ``lost``
 and writes nothing, while the others are written: only its caller gets the
@@ -61,6 +62,7 @@ class GroupCommit:
         self._limit = limit
         self._waiting: list[_Waiting] = []
         self._sender: asyncio.Task[None] | None = None
+        self._leading = False  # a caller is giving others one turn to join it
         # Held while a group is in flight. A group locks several session rows, in no order
         # the store promises, and so does the renewal of this process's leases: the renewal
         # holds this too, so that the two never wait for each other's rows (a deadlock the
@@ -69,14 +71,34 @@ class GroupCommit:
 
     async def commit(self, point: Checkpoint) -> None:
         """Write ``point`` (``groupable``), with whatever else is waiting by then."""
+        if self._idle():
+            # Nothing in flight or waiting: give the checkpoints of this same turn of the event
+            # loop (a burst) one turn to come, and if none did, send this one from here. A task
+            # and a future per lone checkpoint were ~15 % of its cost on a quick machine.
+            self._leading = True
+            try:
+                await asyncio.sleep(0)
+            finally:
+                self._leading = False
+            if not self._waiting and not self._sending():
+                async with self.exclusive:
+                    await self._alone(point)
+                return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append((point, future))
-        if self._sender is None or self._sender.done():
+        if not self._sending():
             # Its own context: the sender's logging must not carry the first caller's run.
             self._sender = asyncio.get_running_loop().create_task(
                 self._send_waiting(), name="harnessx-pg-group-commit", context=contextvars.Context()
             )
         await future
+
+    def _sending(self) -> bool:
+        return self._sender is not None and not self._sender.done()
+
+    def _idle(self) -> bool:
+        """No checkpoint is in flight, waiting, or about to be sent."""
+        return not (self._leading or self._waiting or self._sending() or self.exclusive.locked())
 
     async def close(self) -> None:
         """Stop sending (the store is closing): what has not been sent fails with
@@ -92,8 +114,9 @@ class GroupCommit:
         sending: list[_Waiting] = []
         try:
             while self._waiting:
-                sending, self._waiting = self._next_group(self._waiting)
                 async with self.exclusive:
+                    # Chosen once the lock is held: what came while waiting for it goes too.
+                    sending, self._waiting = self._next_group(self._waiting)
                     if len(sending) == 1:
                         await self._send_alone(*sending[0])
                     elif sending:
