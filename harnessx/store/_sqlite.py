@@ -32,8 +32,9 @@ from harnessx._errors import (
 )
 from harnessx._events import RunEvent
 from harnessx._journal import JournalRecord
+from harnessx._results import RunStatus
 from harnessx._runlog import event_position
-from harnessx._state import Delta, RunState
+from harnessx._state import UNCHANGED, Delta, RunState
 from harnessx.store._codec import (
     Answers,
     answers_of,
@@ -267,10 +268,16 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         answers = answers_of(delta.messages, first, values)
         last_seq = self._insert_events(conn, lease, events, now, result_keys(delta.tools), answers)
         self._insert_journal(conn, lease, state.run_id, journal)
-        conn.execute(
-            Q["update_run"],
-            (*values, last_seq, lease.generation, now, values[0], state.run_id),
-        )
+        if delta.run.status is UNCHANGED and values[0] == RunStatus.RUNNING.value:
+            # Only the holder of the lease writes a driven run's status, so the row says
+            # running too, and stays in or out of the queue as it is.
+            progress = (*values[1:], last_seq, lease.generation, now, state.run_id)
+            conn.execute(Q["update_run_progress"], progress)
+        else:
+            conn.execute(
+                Q["update_run"],
+                (*values, last_seq, lease.generation, now, values[0], state.run_id),
+            )
 
     def _insert_events(
         self,

@@ -66,18 +66,13 @@ class _Limits:
             if key in self.full:
                 return False
             if key not in self.caps:
-                (self.caps[key],) = self.conn.execute(Q["limit_of"], (key,)).fetchone()
+                cap, driving = self.conn.execute(Q["key_room"], (key, self.now)).fetchone()
+                self.caps[key] = cap
+                if cap is not None:
+                    self.used[key] = int(driving)
             cap = self.caps[key]
             if cap is None:
                 continue
-            if key not in self.used:
-                if key.startswith(AGENT_PREFIX):
-                    row = self.conn.execute(
-                        Q["driving_agent"], (key[len(AGENT_PREFIX) :], self.now)
-                    ).fetchone()
-                else:
-                    row = self.conn.execute(Q["driving_key"], (key, self.now)).fetchone()
-                self.used[key] = int(row[0])
             if self.used[key] >= cap:
                 self.full.add(key)
                 return False

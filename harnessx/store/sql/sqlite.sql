@@ -85,6 +85,16 @@ SET status = ?, phase = ?, iteration = ?, usage = ?, output = ?, stop_reason = ?
     queued_at = CASE WHEN ? = 'running' THEN queued_at END
 WHERE id = ?;
 
+-- name: update_run_progress
+-- update_run for a checkpoint that leaves a running run running (most of them): it does not
+-- name status or queued_at, so SQLite leaves alone the eight indexes that read them (it
+-- rewrites an index entry whenever the SET names one of its columns, changed or not:
+-- 12.7 against 2.9 us a row).
+UPDATE runs
+SET phase = ?, iteration = ?, usage = ?, output = ?, stop_reason = ?, error = ?,
+    usage_incomplete = ?, event_count = MAX(event_count, ?), generation = ?, updated_at = ?
+WHERE id = ?;
+
 -- name: set_event_count
 -- Record the highest event sequence after appending provisional events.
 UPDATE runs SET event_count = ?, updated_at = ? WHERE id = ? AND event_count < ?;
@@ -289,29 +299,36 @@ WHERE r.queued_at IS NOT NULL AND r.tenant = ?1 AND r.agent_ref = ?3
   AND (r.not_before IS NULL OR r.not_before <= ?2)
 ORDER BY max(r.queued_at, coalesce(r.not_before, r.queued_at)) - r.priority * 60.0;
 
--- name: limit_of
--- The limit on key ?1: an operator's, the exact pattern first, then the longest trailing-*
--- pattern that matches; for 'agent:NAME@VERSION', else the registry's. NULL: none.
-SELECT coalesce(
-    (SELECT max_running FROM concurrency_limits
-     WHERE pattern = ?1
-        OR (substr(pattern, -1) = '*' AND substr(?1, 1, length(pattern) - 1) = substr(pattern, 1, length(pattern) - 1))
-     ORDER BY pattern = ?1 DESC, length(pattern) DESC
-     LIMIT 1),
-    (SELECT max_concurrent FROM agent_defaults WHERE substr(?1, 1, 6) = 'agent:' AND agent_ref = substr(?1, 7)));
-
--- name: driving_key
--- How many runs of concurrency key ?1 drive now (?2): taken off the queue, not stopped, and
--- their session still holds the claim's lease.
-SELECT count(*) FROM runs d JOIN sessions s ON s.id = d.session_id
-WHERE d.concurrency_key = ?1 AND d.status = 'running' AND d.queued_at IS NULL
-  AND d.claim_generation = s.generation AND s.lease_owner IS NOT NULL AND s.lease_expires_at > ?2;
-
--- name: driving_agent
--- How many runs of agent ?1 drive now (?2), as driving_key counts them.
-SELECT count(*) FROM runs d JOIN sessions s ON s.id = d.session_id
-WHERE d.agent_ref = ?1 AND d.claim_generation IS NOT NULL AND d.status = 'running' AND d.queued_at IS NULL
-  AND d.claim_generation = s.generation AND s.lease_owner IS NOT NULL AND s.lease_expires_at > ?2;
+-- name: key_room
+-- The limit on key ?1 and, when it has one, how many of its runs drive now (?2), in one
+-- statement (a claim looks at each key once). The limit: an operator's, the exact pattern
+-- first, then the longest trailing-* pattern that matches; for 'agent:NAME@VERSION', else the
+-- registry's; NULL: none (and no count). A run drives when it was taken off the queue, has not
+-- stopped, and its session still holds the claim's lease; an agent's runs count only when a
+-- claim took them (claim_generation).
+SELECT cap,
+       CASE WHEN cap IS NULL THEN NULL
+            WHEN substr(?1, 1, 6) = 'agent:' THEN
+                (SELECT count(*) FROM runs d JOIN sessions s ON s.id = d.session_id
+                 WHERE d.agent_ref = substr(?1, 7) AND d.claim_generation IS NOT NULL
+                   AND d.status = 'running' AND d.queued_at IS NULL
+                   AND d.claim_generation = s.generation AND s.lease_owner IS NOT NULL
+                   AND s.lease_expires_at > ?2)
+            ELSE
+                (SELECT count(*) FROM runs d JOIN sessions s ON s.id = d.session_id
+                 WHERE d.concurrency_key = ?1 AND d.status = 'running' AND d.queued_at IS NULL
+                   AND d.claim_generation = s.generation AND s.lease_owner IS NOT NULL
+                   AND s.lease_expires_at > ?2)
+       END
+FROM (SELECT coalesce(
+          (SELECT max_running FROM concurrency_limits
+           WHERE pattern = ?1
+              OR (substr(pattern, -1) = '*'
+                  AND substr(?1, 1, length(pattern) - 1) = substr(pattern, 1, length(pattern) - 1))
+           ORDER BY pattern = ?1 DESC, length(pattern) DESC
+           LIMIT 1),
+          (SELECT max_concurrent FROM agent_defaults
+           WHERE substr(?1, 1, 6) = 'agent:' AND agent_ref = substr(?1, 7))) AS cap);
 
 -- name: dequeue_run
 -- A worker took the run, under the lease of generation ?2 (not_before stays: when the run
