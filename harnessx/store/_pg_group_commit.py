@@ -43,7 +43,9 @@ class GroupCommit:
     """Commits checkpoints, several at once when they queue up (see the module's doc).
 
     ``alone(point)`` writes one checkpoint with the one-checkpoint statement and raises what it
-    raises; ``together(points)`` writes several with one statement and returns each one's
+    raises; ``direct(point)`` does the same from the caller's own task, which may be
+    cancelled in the middle of the statement (so not on a connection of the group's, which
+    nothing would reset); ``together(points)`` writes several with one statement and returns each one's
     answer (``WRITTEN``, ``APPLIED``, ``NOT_HELD``, ``LOST``) in order, ``None`` when the
     statement was refused as a whole (nothing written), or raises the store's failure;
     ``lost(point)`` is the error a member whose lease no longer holds gets."""
@@ -51,12 +53,14 @@ class GroupCommit:
     def __init__(
         self,
         alone: Callable[[Checkpoint], Awaitable[None]],
+        direct: Callable[[Checkpoint], Awaitable[None]],
         together: Callable[[Sequence[Checkpoint]], Awaitable[list[str] | None]],
         lost: Callable[[Checkpoint], HarnessError],
         *,
         limit: int = GROUP_LIMIT,
     ) -> None:
         self._alone = alone
+        self._direct = direct
         self._together = together
         self._lost = lost
         self._limit = limit
@@ -82,7 +86,7 @@ class GroupCommit:
                 self._leading = False
             if not self._waiting and not self._sending():
                 async with self.exclusive:
-                    await self._alone(point)
+                    await self._direct(point)
                 return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append((point, future))

@@ -216,6 +216,7 @@ class PostgresBackend(
         self._group_connection: list[Connection | None] = [None]
         self._group = GroupCommit(
             lambda point: self._commit_alone(point, grouping=True),
+            self._commit_alone,
             self._commit_together,
             lambda point: lease_lost(point.lease),
         )
