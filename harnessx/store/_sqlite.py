@@ -89,6 +89,7 @@ from harnessx.store._records import (
     listed_status,
 )
 from harnessx.store._scheduling import Schedule
+from harnessx.store._sqlite_bell import WorkBell, ring
 from harnessx.store._sqlite_console import SQLiteConsole
 from harnessx.store._sqlite_file import SQLiteFile
 from harnessx.store._sqlite_lifecycle import SQLiteLifecycle
@@ -150,6 +151,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         )
         self._leaderships: dict[str, tuple[int, Leadership]] = {}  # role -> (locked fd, term)
         self._deadlines = LeaseDeadlines(lease_seconds)
+        self._bell: WorkBell | None = None  # listening once this process waits for work
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({str(self.path)!r})"
@@ -348,6 +350,8 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
             self._insert_run(conn, lease, run_id, request_id, message, delta, queued, journal, schedule)
 
         await self._call(self._write, body)
+        if queued and not (schedule and schedule.wait):  # a delayed run waits for a poll
+            self._ring()
         self._notify(run_id)
 
     def _insert_run(
@@ -425,6 +429,8 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         lease: Lease = await self._call(self._write, body)
         if not queued:
             self._extended([lease], sent)
+        elif not (schedule and schedule.wait):  # a delayed run waits for a poll
+            self._ring()
         self._notify(run_id)
         return lease
 
@@ -482,6 +488,9 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
 
     async def aclose(self) -> None:
         await self._stops.aclose()
+        if self._bell is not None:
+            self._bell.close()
+            self._bell = None  # opened again, the store is a new process with a new bell
         await super().aclose()
 
     async def load_state(self, run_id: str) -> RunState:
@@ -563,6 +572,7 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
             conn.execute(Q["requeue_run"], (time.time(), run_id))
 
         await self._call(self._write, body)
+        self._ring()
 
     async def defer_start(
         self, lease: Lease, run_id: str, *, attempts: int, retry_in: float, events: list[RunEvent]
@@ -621,9 +631,15 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
         return max(int(last), self._insert_events(conn, lease, events, now))
 
     async def wait_for_work(self, max_wait: float) -> bool:
-        # SQLite cannot notify other processes: the claim loop's back-off is the polling.
-        await asyncio.sleep(max_wait)
-        return False
+        # SQLite cannot notify other processes: the processes that queue runs ring this one's
+        # bell (_sqlite_bell), and the claim loop's back-off polls for what they miss.
+        if self._bell is None:
+            self._bell = WorkBell(self.process_id)
+        return await self._bell.wait(max_wait)
+
+    def _ring(self) -> None:
+        """Wake the stores of this database waiting for work (after a commit that queued a run)."""
+        ring(self.owners_dir)
 
     async def register_worker(self, worker: WorkerInfo) -> None:
         now = time.time()
@@ -688,7 +704,10 @@ class SQLiteBackend(SQLiteConsole, SQLiteScheduling, SQLiteLifecycle, SQLiteFile
             row = conn.execute(Q["requeue_session"], (at, orphan.session_id, orphan.generation)).fetchone()
             return Recovery(str(row[0]) if row else None, at)
 
-        return await self._call(self._write, body)
+        recovery: Recovery | None = await self._call(self._write, body)
+        if recovery is not None and recovery.run_id is not None:
+            self._ring()
+        return recovery
 
     async def mark_worker_dead(self, term: Leadership, worker_id: str) -> float | None:
         def body(conn: sqlite3.Connection) -> float | None:
