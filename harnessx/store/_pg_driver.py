@@ -23,6 +23,7 @@ from harnessx.store._pg_types import Connection, Pool
 
 __all__ = [
     "BROKEN_CONNECTION",
+    "CONFLICTS",
     "CONNECT_TIMEOUT",
     "DRIVER_ERRORS",
     "SCHEMA_MISSING",
@@ -53,9 +54,10 @@ BROKEN_CONNECTION = (
     ConnectionError,  # reset, refused, aborted
     TimeoutError,
 )
-# Errors after which the operation may simply be tried again: the above, or the server
-# rolled the transaction back on its own.
-TRANSIENT = (*BROKEN_CONNECTION, _exc.SerializationError, _exc.DeadlockDetectedError)
+# The server rolled the transaction back on its own to end a conflict with another one.
+CONFLICTS = (_exc.SerializationError, _exc.DeadlockDetectedError)
+# Errors after which the operation may simply be tried again: either of the above.
+TRANSIENT = (*BROKEN_CONNECTION, *CONFLICTS)
 DRIVER_ERRORS = (_exc.PostgresError, asyncpg.InterfaceError, _exc.InternalClientError, OSError, TimeoutError)
 SCHEMA_MISSING = (
     _exc.UndefinedTableError,

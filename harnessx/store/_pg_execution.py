@@ -40,6 +40,7 @@ from harnessx.store._core import (
 )
 from harnessx.store._pg_driver import (
     BROKEN_CONNECTION,
+    CONFLICTS,
     DRIVER_ERRORS,
     SCHEMA_MISSING,
     TRANSIENT,
@@ -96,12 +97,19 @@ def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, TRANSIENT)
 
 
+def _is_conflict(exc: BaseException) -> bool:
+    return isinstance(exc, CONFLICTS)
+
+
 def _retrying(
-    *, within: float | None = None, before_sleep: Callable[[RetryCallState], None] | None = None
+    *,
+    within: float | None = None,
+    before_sleep: Callable[[RetryCallState], None] | None = None,
+    retry_on: Callable[[BaseException], bool] = _is_transient,
 ) -> AsyncRetrying:
     stop = stop_after_attempt(_RETRY_ATTEMPTS)
     return AsyncRetrying(
-        retry=retry_if_exception(_is_transient),
+        retry=retry_if_exception(retry_on),
         stop=stop if within is None else stop | stop_after_delay(within),
         # 50 ms, 100 ms, 200 ms... plus jitter so processes that failed together spread out.
         wait=wait_exponential(multiplier=0.05, max=1.0) + wait_random(0, 0.05),
@@ -208,6 +216,36 @@ class PostgresExecution(StoreCore):
                 self._dsn.redacted,
                 self._describe(failure) if failure is not None else "?",
                 self.connect_timeout,
+            )
+
+        return log
+
+    async def _until_no_conflict(self, what: str, transaction: Callable[[], Awaitable[T]]) -> T:
+        """Run ``transaction`` (on a connection the caller holds) again each time the server
+        fails it to end a conflict with another transaction (a deadlock, a serialization
+        failure), after a wait that grows. Other errors are raised as they are."""
+        retrying = _retrying(before_sleep=self._log_conflict(what), retry_on=_is_conflict)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await transaction()
+        except CONFLICTS as exc:
+            # Translated here, so that no caller's own retrying (``_run``'s) starts over.
+            error = self._translate(exc, what, None, None, retrying)
+            raise error from (None if self._dsn.leaks(exc) else exc)
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    def _log_conflict(self, what: str) -> Callable[[RetryCallState], None]:
+        def log(state: RetryCallState) -> None:
+            failure = state.outcome.exception() if state.outcome is not None else None
+            logger.warning(
+                "%s on %s: the server failed the transaction to end a conflict with another one "
+                "(%s); trying again (attempt %d of %d)",
+                what,
+                self._where,
+                self._describe(failure) if failure is not None else "?",
+                state.attempt_number + 1,
+                _RETRY_ATTEMPTS,
             )
 
         return log

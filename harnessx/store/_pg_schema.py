@@ -176,7 +176,10 @@ class PostgresSchema(PostgresExecution):
                 for part in running.before:
                     await conn.execute(part)
             running = None
-            done = await self._apply(conn)
+            # A transaction of a running worker can deadlock with it (0018's swap holds events
+            # and then wants runs): the server fails one of the two, and the migrations'
+            # transaction, changing nothing until it commits, can simply go again.
+            done = await self._until_no_conflict("migrating the schema", lambda: self._apply(conn))
         except Exception as exc:
             undone = await self._take_back(conn, waiting)
             if isinstance(exc, asyncpg.exceptions.LockNotAvailableError):

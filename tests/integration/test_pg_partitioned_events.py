@@ -321,6 +321,46 @@ async def test_migrating_a_live_database_loses_no_event_and_fails_no_run(pg_data
         await one_run(backend)
 
 
+async def test_a_migration_that_loses_a_deadlock_to_a_running_transaction_goes_again(
+    pg_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The swap (0018's last part) holds events and, dropping events' foreign key, waits for
+    runs; a worker's transaction that changed runs and then writes events waits for the
+    swap: a deadlock, which the server breaks by failing the migration's transaction (it
+    waited first, so it looks first). The migrations' transaction is run again and applies."""
+    await unpartitioned(pg_database)
+    await with_id_ms(pg_database)
+    worker = await connect(pg_database)
+    try:
+        transaction = worker.transaction()
+        await transaction.start()
+        # Long enough that this side never looks for the deadlock itself (it would be the one
+        # failed, and the test would prove nothing).
+        await worker.execute("SET LOCAL deadlock_timeout = '60s'")
+        await worker.execute("LOCK TABLE runs IN ROW EXCLUSIVE MODE")
+        migrating = asyncio.create_task(PostgresBackend(pg_database).migrate())
+
+        async def swap_waits_for_runs() -> None:
+            waiting = "SELECT count(*) FROM pg_locks WHERE relation = 'runs'::regclass AND NOT granted"
+            while not (await worker.fetchval(waiting)):
+                if migrating.done():
+                    migrating.result()
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(swap_waits_for_runs(), 60)
+        with caplog.at_level("WARNING", logger="harnessx.store.postgres"):
+            # Granted once the server has failed the migration's transaction.
+            await asyncio.wait_for(worker.execute("LOCK TABLE events IN ROW EXCLUSIVE MODE"), 60)
+            await transaction.commit()
+            report = await asyncio.wait_for(migrating, 60)
+    finally:
+        await worker.close()
+    assert {m.version for m in report.applied} == PARTITIONING
+    kind = await fetch(pg_database, "SELECT relkind::text FROM pg_class WHERE oid = 'events'::regclass")
+    assert kind[0][0] == "p"
+    assert any("DeadlockDetectedError" in r.getMessage() for r in caplog.records), caplog.text
+
+
 async def catalog(dsn: str) -> list[Any]:
     """What a migration may change: the schema's relations, constraints (validated or not),
     functions and recorded migrations."""
