@@ -118,9 +118,7 @@ def _retrying(
     )
 
 
-def _attempts(retrying: AsyncRetrying | None) -> str:
-    if retrying is None:
-        return f"{_RETRY_ATTEMPTS} attempts"
+def _attempts(retrying: AsyncRetrying) -> str:
     count = retrying.statistics.get("attempt_number", 1)
     elapsed = retrying.statistics.get("delay_since_first_attempt", 0.0)
     return f"{count} attempt{'s' if count != 1 else ''} in {elapsed:.1f} s"
@@ -273,16 +271,18 @@ class PostgresExecution(StoreCore):
                 else "the PostgresBackend is closed"
             )
         pool = self._pool
+        # The first attempt runs without the retry machinery, as nearly all succeed; if it
+        # fails, that failure is the retry loop's first attempt, so the back-off and the
+        # number of attempts are as if the loop had made it.
+        first_failure: BaseException | None
         with self._translated(what, lease=lease, request_id=request_id):
-            # The first attempt runs without setting up the retry machinery, as nearly all
-            # succeed; if it fails, that failure is the retry loop's first attempt, so the
-            # back-off and the number of attempts are as if the loop had made it.
-            first_failure: BaseException | None
             try:
                 return await on_pooled(pool, op)
             except TRANSIENT as exc:
                 first_failure = exc
-            async for attempt in _retrying():
+        retrying = _retrying()
+        with self._translated(what, lease=lease, request_id=request_id, retrying=retrying):
+            async for attempt in retrying:
                 with attempt:
                     if first_failure is not None:
                         failure, first_failure = first_failure, None
@@ -306,8 +306,9 @@ class PostgresExecution(StoreCore):
             raise StorageError(
                 "the PostgresBackend is closed" if self._closed else "the PostgresBackend is not open"
             )
-        with self._translated(what, lease=lease):
-            async for attempt in _retrying():
+        retrying = _retrying()
+        with self._translated(what, lease=lease, retrying=retrying):
+            async for attempt in retrying:
                 with attempt:
                     conn = held[0]
                     if conn is None or conn.is_closed():
@@ -385,7 +386,9 @@ class PostgresExecution(StoreCore):
             return StorageError(
                 f"the database in {self._dsn.redacted} does not exist ({detail}): create it or fix the DSN"
             )
-        tried = f"; gave up after {_attempts(retrying)}" if _is_transient(exc) else ""
+        tried = ""
+        if retrying is not None and _is_transient(exc):  # only where a retry loop ran
+            tried = f"; gave up after {_attempts(retrying)}"
         if isinstance(exc, (*BROKEN_CONNECTION, OSError)):
             return StorageError(
                 f"cannot reach PostgreSQL at {self._dsn.redacted} while {what} ({detail}{tried}): check "
@@ -394,6 +397,11 @@ class PostgresExecution(StoreCore):
         if tried:  # serialization failures or deadlocks, again and again
             return StorageError(
                 f"{what} on {self._where} kept conflicting with other transactions ({detail}{tried})"
+            )
+        if isinstance(exc, CONFLICTS):
+            return StorageError(
+                f"{what} on {self._where} conflicted with another transaction, and the server undid "
+                f"this one to resolve it ({detail}): nothing of it was kept; try again"
             )
         return StorageError(f"PostgreSQL error while {what} on {self._where}: {detail}")
 
