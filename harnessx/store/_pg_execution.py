@@ -271,24 +271,7 @@ class PostgresExecution(StoreCore):
                 else "the PostgresBackend is closed"
             )
         pool = self._pool
-        # The first attempt runs without the retry machinery, as nearly all succeed; if it
-        # fails, that failure is the retry loop's first attempt, so the back-off and the
-        # number of attempts are as if the loop had made it.
-        first_failure: BaseException | None
-        with self._translated(what, lease=lease, request_id=request_id):
-            try:
-                return await on_pooled(pool, op)
-            except TRANSIENT as exc:
-                first_failure = exc
-        retrying = _retrying()
-        with self._translated(what, lease=lease, request_id=request_id, retrying=retrying):
-            async for attempt in retrying:
-                with attempt:
-                    if first_failure is not None:
-                        failure, first_failure = first_failure, None
-                        raise failure
-                    return await on_pooled(pool, op)
-        raise AssertionError("unreachable: tenacity re-raises the last error")
+        return await self._tried(what, lambda: on_pooled(pool, op), lease=lease, request_id=request_id)
 
     async def _run_on_own(
         self,
@@ -301,25 +284,54 @@ class PostgresExecution(StoreCore):
         """Run ``op`` as ``_run`` does, but on a connection of its own (``held[0]``, opened
         when missing, replaced when it breaks): for statements one task sends one after
         another, which are then prepared and planned on one connection rather than on every
-        pooled one in turn."""
+        pooled one in turn, without a pool's hand-over around each. The caller makes sure
+        that one ``op`` at a time uses it."""
         if self._pool is None:
             raise StorageError(
                 "the PostgresBackend is closed" if self._closed else "the PostgresBackend is not open"
             )
+        return await self._tried(what, lambda: self._on_own(op, held), lease=lease)
+
+    async def _tried(
+        self,
+        what: str,
+        once: Callable[[], Awaitable[T]],
+        *,
+        lease: Lease | None = None,
+        request_id: str | None = None,
+    ) -> T:
+        """``once()``, again after transient errors, and what finally fails translated."""
+        # The first attempt runs without the retry machinery, as nearly all succeed; if it
+        # fails, that failure is the retry loop's first attempt, so the back-off and the
+        # number of attempts are as if the loop had made it.
+        first_failure: BaseException | None
+        with self._translated(what, lease=lease, request_id=request_id):
+            try:
+                return await once()
+            except TRANSIENT as exc:
+                first_failure = exc
         retrying = _retrying()
-        with self._translated(what, lease=lease, retrying=retrying):
+        with self._translated(what, lease=lease, request_id=request_id, retrying=retrying):
             async for attempt in retrying:
                 with attempt:
-                    conn = held[0]
-                    if conn is None or conn.is_closed():
-                        conn = held[0] = await self._connect("checkpoints", self.connect_timeout)
-                    try:
-                        return await op(conn)
-                    except BROKEN_CONNECTION:
-                        held[0] = None
-                        conn.terminate()
-                        raise
+                    if first_failure is not None:
+                        failure, first_failure = first_failure, None
+                        raise failure
+                    return await once()
         raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    async def _on_own(self, op: Callable[[Connection], Awaitable[T]], held: list[Connection | None]) -> T:
+        conn = held[0]
+        if conn is None or conn.is_closed():
+            conn = held[0] = await self._connect("checkpoints", self.connect_timeout)
+        try:
+            # Cancelled in the middle of a statement, the driver asks the server to cancel
+            # it, and the connection's next statement waits until it has.
+            return await op(conn)
+        except BROKEN_CONNECTION:
+            held[0] = None
+            conn.terminate()
+            raise
 
     # The core's primitives (``_core``): one named statement on a pooled connection.
 

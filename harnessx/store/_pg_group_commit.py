@@ -43,11 +43,13 @@ class GroupCommit:
     """Commits checkpoints, several at once when they queue up (see the module's doc).
 
     ``alone(point)`` writes one checkpoint with the one-checkpoint statement and raises what it
-    raises; ``direct(point)`` does the same from the caller's own task, which may be
-    cancelled in the middle of the statement (so not on a connection of the group's, which
-    nothing would reset); ``together(points)`` writes several with one statement and returns each one's
-    answer (``WRITTEN``, ``APPLIED``, ``NOT_HELD``, ``LOST``) in order, ``None`` when the
-    statement was refused as a whole (nothing written), or raises the store's failure;
+    raises; ``direct(point)`` does the same from the caller's own task, on a pooled
+    connection (on the group's connection it cost less client CPU but no less time: a run's
+    other statements go on pooled connections, and the server's backends then take turns;
+    measured in docs/benchmarks.md); ``together(points)`` writes several with one statement
+    and returns each one's answer (``WRITTEN``, ``APPLIED``, ``NOT_HELD``, ``LOST``) in order,
+    ``None`` when the statement was refused as a whole (nothing written), or raises the store's
+    failure;
     ``lost(point)`` is the error a member whose lease no longer holds gets."""
 
     def __init__(
