@@ -72,6 +72,21 @@ class PostgresLiveness(PostgresSchema):
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
+    def _liveness_missing(self) -> None:
+        """A statement found this process's liveness lock gone while its connection looks
+        open (a server restart the driver has not noticed yet, say): drop that connection,
+        which re-takes the lock as a lost one does."""
+        conn = self._liveness
+        logger.warning(
+            "process %s does not hold its liveness lock on %s (others see it as dead): taking it again",
+            self.process_id,
+            self._where,
+        )
+        if conn is not None and not conn.is_closed():
+            conn.terminate()  # its termination listener (_liveness_lost) takes the lock again
+        else:
+            self._liveness_lost(conn)
+
     async def _retake_liveness(self) -> None:
         # The server may still be restarting: keep trying until the backend closes.
         delay = 0.05

@@ -782,9 +782,14 @@ class PostgresBackend(
 
         sent = self._sent()
         rows = await self._run("claiming queued runs", claim)
+        if any(len(row) > 4 and row[4] is False for row in rows):
+            # The server holds no liveness lock of ours although our connection for it looks
+            # open: take it again before the next claim (nothing was taken).
+            self._liveness_missing()
+            return Claims([], 0)
         claimed = Claims(
             [(Lease(str(sid), owner, int(gen)), str(run_id)) for run_id, sid, gen, *_ in rows if run_id],
-            sum(int(row[3]) for row in rows if len(row) > 3 and row[0] is None),
+            sum(int(row[3] or 0) for row in rows if len(row) > 3 and row[0] is None),
         )
         self._extended([lease for lease, _ in claimed], sent)
         return claimed

@@ -1173,6 +1173,29 @@ async def test_dropped_connections_are_retried_and_liveness_is_retaken(pg_databa
         await a.renew([lease])  # and the heartbeat still works
 
 
+async def test_a_queue_claim_takes_nothing_while_the_process_holds_no_liveness_lock(pg_database: str) -> None:
+    """Every other process sees a process without its liveness lock as dead (a supervisor takes
+    its leases straight back), also while its own connection for the lock still looks open (a
+    server restart it has not noticed yet; here the lock is let go behind its back): its claim
+    takes nothing, and it takes the lock again for the next one."""
+    async with backends(pg_database, 2) as (app, worker):
+        await app.create_session("s", "a@v1", {})
+        lease = await app.claim("s", "h")
+        await app.create_run(lease, "r1", None, "go", Delta(Phase.PREPARE_MODEL_CALL), queued=True)
+        held = worker._liveness
+        assert held is not None
+        await held.execute("SELECT pg_advisory_unlock_all()")
+        assert not await app.process_alive(f"{worker.process_id}/worker")
+        assert not held.is_closed()  # as far as the worker can tell, it holds the lock
+
+        assert list(await worker.claim_queued("worker", None, 1)) == []
+        assert await count(pg_database, "runs", "queued_at IS NOT NULL") == 1  # still queued
+        await eventually(lambda: worker._liveness is not held)
+        [(taken, run_id)] = await worker.claim_queued("worker", None, 1)
+        assert run_id == "r1" and await app.process_alive(taken.owner)
+        assert [o for o in await app.find_orphans() if o.session_id == "s"] == []
+
+
 async def test_a_connection_lost_inside_a_transaction_is_retried(pg_database: str) -> None:
     """Leaving a transaction block on a connection that died in it raises asyncpg's
     InterfaceError, not a connection error: it used to end a worker's load_state during a

@@ -461,9 +461,19 @@ WHERE lease_owner COLLATE "C" >= $1 AND lease_owner COLLATE "C" < $2 AND control
 -- name: claim_queued
 -- Take up to $3 queued runs for owner $1 (leases of $4 seconds) of the agents $2 (NULL: any),
 -- as claim call $5: in fair-share and rank order, within every concurrency limit, skipping
--- rows other claimers have locked (harnessx_claim_runs, migration 0009). A last row with a
--- NULL run says how many runs were passed over because a limit was full.
-SELECT run_id, session_id, generation, deferred FROM harnessx_claim_runs($1, $2, $3, $4, $5);
+-- rows other claimers have locked (harnessx_claim_runs, migration 0009). A row with a NULL
+-- run says how many runs were passed over because a limit was full (NULL: none).
+-- Nothing is taken unless the owner's process holds its liveness lock (the last column says
+-- whether it does): without it every other process sees it as dead, and a supervisor would
+-- take the leases straight back (after a server restart, before the process has noticed).
+-- The look is a try-lock of that key, given back at once when it was free (the owner's lock
+-- is gone): no read of the whole lock table.
+WITH me AS MATERIALIZED (
+    SELECT CASE WHEN pg_try_advisory_lock(k.key) THEN NOT pg_advisory_unlock(k.key) ELSE true END AS alive
+    FROM (SELECT hashtextextended('harnessx:' || current_schema() || ':' || split_part($1, '/', 1), 0) AS key) k
+)
+SELECT c.run_id, c.session_id, c.generation, c.deferred, me.alive
+FROM me LEFT JOIN LATERAL harnessx_claim_runs($1, $2, CASE WHEN me.alive THEN $3 ELSE 0 END, $4, $5) c ON true;
 
 -- name: claimed_by
 -- What an earlier attempt of one claim_queued call took, if it committed but its reply was lost.
