@@ -466,11 +466,12 @@ WHERE lease_owner COLLATE "C" >= $1 AND lease_owner COLLATE "C" < $2 AND control
 -- Nothing is taken unless the owner's process holds its liveness lock (the last column says
 -- whether it does): without it every other process sees it as dead, and a supervisor would
 -- take the leases straight back (after a server restart, before the process has noticed).
--- The look is a try-lock of that key, given back at once when it was free (the owner's lock
--- is gone): no read of the whole lock table.
+-- The look is a try-lock of that key for this transaction (so nothing can leave it held):
+-- refused while the owner holds it; no read of the whole lock table.
 WITH me AS MATERIALIZED (
-    SELECT CASE WHEN pg_try_advisory_lock(k.key) THEN NOT pg_advisory_unlock(k.key) ELSE true END AS alive
-    FROM (SELECT hashtextextended('harnessx:' || current_schema() || ':' || split_part($1, '/', 1), 0) AS key) k
+    SELECT NOT pg_try_advisory_xact_lock(
+        hashtextextended('harnessx:' || current_schema() || ':' || split_part($1, '/', 1), 0)
+    ) AS alive
 )
 SELECT c.run_id, c.session_id, c.generation, c.deferred, me.alive
 FROM me LEFT JOIN LATERAL harnessx_claim_runs($1, $2, CASE WHEN me.alive THEN $3 ELSE 0 END, $4, $5) c ON true;
