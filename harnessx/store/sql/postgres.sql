@@ -467,7 +467,9 @@ WHERE lease_owner COLLATE "C" >= $1 AND lease_owner COLLATE "C" < $2 AND control
 -- whether it does): without it every other process sees it as dead, and a supervisor would
 -- take the leases straight back (after a server restart, before the process has noticed).
 -- The look is a try-lock of that key for this transaction (so nothing can leave it held):
--- refused while the owner holds it; no read of the whole lock table.
+-- refused while the owner holds it; no read of the whole lock table. The key is
+-- harnessx_liveness_key's (0001) written out: that function's SET clause would have the
+-- server parse its body anew at every call.
 WITH me AS MATERIALIZED (
     SELECT NOT pg_try_advisory_xact_lock(
         hashtextextended('harnessx:' || current_schema() || ':' || split_part($1, '/', 1), 0)
