@@ -207,7 +207,9 @@ async def test_a_worker_drives_a_claimed_run_in_a_known_number_of_round_trips(pg
     from harness_workers._worker import Worker, WorkerConfig
     from harnessx.store import PostgresBackend
 
-    own = ("workers", "pending", "LISTEN", "queue", "candidates", "claim_runs", "rate_limits")
+    # The queue claim's statement begins "WITH claimer" (its liveness look) before it calls
+    # harnessx_claim_runs; an idle worker claims many times.
+    own = ("workers", "pending", "LISTEN", "queue", "candidates", "claimer", "claim_runs", "rate_limits")
     async with (
         PostgresRoundTrips(pg_database) as client_proxy,
         PostgresBackend(client_proxy.dsn) as client,

@@ -470,13 +470,13 @@ WHERE lease_owner COLLATE "C" >= $1 AND lease_owner COLLATE "C" < $2 AND control
 -- refused while the owner holds it; no read of the whole lock table. The key is
 -- harnessx_liveness_key's (0001) written out: that function's SET clause would have the
 -- server parse its body anew at every call.
-WITH me AS MATERIALIZED (
+WITH claimer AS MATERIALIZED (
     SELECT NOT pg_try_advisory_xact_lock(
         hashtextextended('harnessx:' || current_schema() || ':' || split_part($1, '/', 1), 0)
     ) AS alive
 )
-SELECT c.run_id, c.session_id, c.generation, c.deferred, me.alive
-FROM me LEFT JOIN LATERAL harnessx_claim_runs($1, $2, CASE WHEN me.alive THEN $3 ELSE 0 END, $4, $5) c ON true;
+SELECT c.run_id, c.session_id, c.generation, c.deferred, claimer.alive
+FROM claimer LEFT JOIN LATERAL harnessx_claim_runs($1, $2, CASE WHEN claimer.alive THEN $3 ELSE 0 END, $4, $5) c ON true;
 
 -- name: claimed_by
 -- What an earlier attempt of one claim_queued call took, if it committed but its reply was lost.
