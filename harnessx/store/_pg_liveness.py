@@ -75,17 +75,17 @@ class PostgresLiveness(PostgresSchema):
     def _liveness_missing(self) -> None:
         """A statement found this process's liveness lock gone while its connection looks
         open (a server restart the driver has not noticed yet, say): drop that connection,
-        which re-takes the lock as a lost one does."""
-        conn = self._liveness
+        whose termination listener (``_liveness_lost``) takes the lock again. A connection
+        already closed is being replaced (its listener ran), and the next claim's
+        ``_keep_liveness`` waits for that."""
         logger.warning(
             "process %s does not hold its liveness lock on %s (others see it as dead): taking it again",
             self.process_id,
             self._where,
         )
+        conn = self._liveness
         if conn is not None and not conn.is_closed():
-            conn.terminate()  # its termination listener (_liveness_lost) takes the lock again
-        else:
-            self._liveness_lost(conn)
+            conn.terminate()
 
     async def _retake_liveness(self) -> None:
         # The server may still be restarting: keep trying until the backend closes.
