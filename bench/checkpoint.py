@@ -13,7 +13,7 @@ For each backend it reports:
   also changed a run field (as a model call's usage does), which writes the run row too
   (on PostgreSQL a phase change alone goes to the session row); floor commits and both
   kinds of checkpoint take turns;
-- run: a whole run with one tool call and an answer (about eight boundaries), in one
+- run: a whole run with one tool call and an answer (eight boundaries in six commits), in one
   runtime that starts a new session per run;
 - fresh run: the same in the seed's pattern, everything set up per request: a new agent,
   a new ``AgentRuntime`` (``async with``), ``await runtime.run(prompt)``;

@@ -13,7 +13,7 @@ binds but every claim checks, the key as its fair-share tenant, and a model rate
 - claim latency: from a run's creation to its first committed event, runs submitted one by
   one to two idle workers, after pauses that spread the submissions across the idle
   workers' polls (p50/p99; the database's own timestamps);
-- throughput: checkpointed steps per second with two workers, 8 boundaries a run;
+- throughput: checkpointed steps per second with two workers, 8 boundaries (6 commits) a run;
 - the deep queue: --queued runs waiting across 1,000 keys (limit 2 each) and 1,000 tenants,
   or as many plain runs: the claim statement's latency (``claim_queued`` of 8, p50/p99) and
   two workers' steps per second while they drain it.

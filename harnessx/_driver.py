@@ -284,12 +284,66 @@ class Driver:
         """Commit ``delta``, apply it to ``state``, and announce the checkpoint (a durable
         run's; a run in memory has none) and any change of the task list."""
         await self.committer.commit(state, delta)
+        await self._applied(state, delta)
+
+    async def commit_with_next(
+        self, state: RunState, delta: Delta, between: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Commit ``delta``, and with it, in the same transaction, the boundary that follows
+        it when only computation lies between the two (``_pure_successor``): a round trip
+        fewer, and nothing lost, since a crash before the one commit leaves the run where a
+        crash before the first of two would, and everything after it is computed again.
+        Each boundary is still applied and announced on its own, in order, with ``between``
+        (the hooks due after ``delta``) between them, as if they had been two commits."""
+        successor = self._pure_successor(state, delta)
+        if successor is None:
+            await self.commit(state, delta)
+        else:
+            await self.committer.commit(state, delta.then(successor))
+            await self._applied(state, delta)
+        if between is not None:
+            await between()
+        if successor is not None:
+            iteration = state.iteration
+            await self._applied(state, successor)
+            await self._stepped(state, successor, iteration)
+
+    def _pure_successor(self, state: RunState, delta: Delta) -> Delta | None:
+        """The boundary the loop would commit next after ``delta``, when nothing but the
+        engine's computation comes between them: no call of the step still to run, answer
+        or decide, no stop or hand-off asked for, the engine's next step a ``Delta``."""
+        if self.journal is not None:
+            return None  # a recorded run's journal keeps a checkpoint record per boundary
+        control = self.control
+        if control.cancel_requested or control.pause_requested or control.handoff_requested:
+            return None
+        if self.held is not None:
+            return None
+        after = state.after(delta)
+        if after.status is not RunStatus.RUNNING:
+            return None
+        if any(entry.status is not ToolStatus.COMPLETED for entry in after.entries()):
+            return None
+        step = self.engine.next_step(after)
+        return step if isinstance(step, Delta) else None
+
+    async def _applied(self, state: RunState, delta: Delta) -> None:
+        """Apply committed ``delta`` to ``state`` and fire what its commit announces."""
         state.apply(delta)
         if self.checkpoints:
             await announce_checkpoint(self.settings.hooks, self.settings.agent, state)
         for event in delta.events:
             if event.type is RunEventType.TODOS_UPDATED:
                 await self._hook(HookEvent.TODOS_UPDATED, **copy.deepcopy(event.data))
+
+    async def _stepped(self, state: RunState, step: Delta, iteration: int) -> None:
+        """The hooks due once the engine's boundary ``step`` is committed (``iteration``:
+        the run's before it)."""
+        if step.repetition is not None:
+            period, laps, tool = step.repetition
+            await self._hook(HookEvent.REPETITION, period=period, laps=laps, tool=tool)
+        if state.iteration != iteration:  # the iteration's tool results are in
+            await self._hook(HookEvent.LOOP_ITERATION_END, iteration=iteration + 1)
 
     async def _hook(self, event: HookEvent, **data: Any) -> None:
         await self.settings.hooks.fire(event, self.settings.agent, **data)
@@ -374,11 +428,7 @@ class Driver:
             case Delta():
                 iteration = state.iteration
                 await self.commit(state, step)
-                if step.repetition is not None:
-                    period, laps, tool = step.repetition
-                    await self._hook(HookEvent.REPETITION, period=period, laps=laps, tool=tool)
-                if state.iteration != iteration:  # the iteration's tool results are in
-                    await self._hook(HookEvent.LOOP_ITERATION_END, iteration=iteration + 1)
+                await self._stepped(state, step, iteration)
             case CallModel():
                 await self._call_model(state)
             case PrepareTools(calls=calls):
@@ -555,12 +605,15 @@ class Driver:
         if self.stream and middleware.rewrites_responses and response.text:
             # Middleware rewrote the reply, so it reaches the stream whole, as rewritten.
             await self._provisional(state, RunEventType.TEXT_DELTA, response.text)
-        await self.commit(state, self.engine.model_responded(state, response))
-        for recovery in self.engine.recoveries(state, response):
-            budget = await self.raised_budget(state) if recovery.raised_budget else request.max_tokens
-            await self._hook(
-                HookEvent.RECOVERY, reason=recovery.reason, attempt=recovery.attempt, reply_budget=budget
-            )
+
+        async def recovering() -> None:
+            for recovery in self.engine.recoveries(state, response):
+                budget = await self.raised_budget(state) if recovery.raised_budget else request.max_tokens
+                await self._hook(
+                    HookEvent.RECOVERY, reason=recovery.reason, attempt=recovery.attempt, reply_budget=budget
+                )
+
+        await self.commit_with_next(state, self.engine.model_responded(state, response), recovering)
 
     async def raised_budget(self, state: RunState) -> int:
         """The reply budget of the call after a reply of ``state``'s run is cut off at its
@@ -1088,7 +1141,7 @@ class Driver:
         delta = self.engine.completed_result(state, key, final)
         if self.journal is not None:
             self.journal.tools_processed(delta)
-        await self.commit(state, delta)
+        await self.commit_with_next(state, delta)
 
     async def processed_result(self, state: RunState, key: str) -> ToolResult:
         """Entry ``key``'s committed raw result after result middleware. A middleware that

@@ -561,7 +561,7 @@ class Engine:
             if allowed:
                 delta.tools.append(entry.moved(status=ToolStatus.PREPARED, approved=True))
             else:
-                delta = _merge(delta, self._deny(state, entry))
+                delta = delta.then(self._deny(state, entry))
         return delta
 
     def pause(self, state: RunState, reason: str = "") -> Delta:
@@ -686,20 +686,19 @@ class Engine:
             )
             problem = self._call_problem(call, index)
             if problem is not None:
-                delta = _merge(delta, self._complete(state, entry, ToolResult(call.id, problem, True), None))
+                delta = delta.then(self._complete(state, entry, ToolResult(call.id, problem, True), None))
                 continue
             reused = self._dedupe(state, call)
             if reused is not None:
-                delta = _merge(
-                    delta,
+                delta = delta.then(
                     self._complete(state, entry, ToolResult(call.id, reused.content, reused.is_error), None),
                 )
                 continue
             level = self.permissions.get_effective_permission(call.name, tool)
             if level is PermissionLevel.DENY:
-                delta = _merge(delta, self._deny(state, entry))
+                delta = delta.then(self._deny(state, entry))
             elif level is PermissionLevel.ASK and not self._granted(call):
-                delta = _merge(delta, self._ask(state, entry))
+                delta = delta.then(self._ask(state, entry))
             else:
                 delta.tools.append(entry)
         return delta
@@ -757,17 +756,17 @@ class Engine:
         for entry in prepared:
             problem = self._call_problem(entry.call, entry.index)
             if problem is not None:
-                delta = _merge(
-                    delta, self._complete(state, entry, ToolResult(entry.call.id, problem, True), None)
+                delta = delta.then(
+                    self._complete(state, entry, ToolResult(entry.call.id, problem, True), None)
                 )
                 continue
             level = self.permissions.get_effective_permission(
                 entry.call.name, self.tools.get(entry.call.name)
             )
             if level is PermissionLevel.DENY:
-                delta = _merge(delta, self._deny(state, entry))
+                delta = delta.then(self._deny(state, entry))
             elif level is PermissionLevel.ASK and not entry.approved and not self._granted(entry.call):
-                delta = _merge(delta, self._ask(state, entry))
+                delta = delta.then(self._ask(state, entry))
         return delta if delta.tools else None
 
     def _deny(self, state: RunState, entry: ToolEntry) -> Delta:
@@ -953,17 +952,6 @@ def _tool_retry(tool: ToolDefinition | None) -> ToolRetry:
     """The retry settings a call records with it."""
     retry = tool.retry if tool is not None else None
     return retry if isinstance(retry, ToolRetry) else ToolRetry()
-
-
-def _merge(first: Delta, second: Delta) -> Delta:
-    """Both deltas as one boundary, labelled with the second's phase."""
-    return Delta(
-        second.phase,
-        messages=first.messages + second.messages,
-        tools=first.tools + second.tools,
-        run=first.run.then(second.run),
-        events=first.events + second.events,
-    )
 
 
 def _tool_message(entry: ToolEntry, max_chars: int) -> dict[str, Any]:

@@ -291,6 +291,19 @@ class Delta:
         self.phase = phase
         return self
 
+    def then(self, later: Delta) -> Delta:
+        """This boundary and ``later`` as one, labelled with ``later``'s phase: its messages
+        and events after these, an entry that both move as ``later`` leaves it. (Not stored,
+        ``repetition`` stays with the boundary that tripped it.)"""
+        moved = {entry.execution_key for entry in later.tools}
+        return Delta(
+            later.phase,
+            messages=self.messages + later.messages,
+            tools=[e for e in self.tools if e.execution_key not in moved] + later.tools,
+            run=self.run.then(later.run),
+            events=self.events + later.events,
+        )
+
 
 @dataclass
 class RunState:
@@ -325,6 +338,14 @@ class RunState:
             self.tools[entry.execution_key] = entry
         self.phase = delta.phase
         delta.run.apply(self)
+
+    def after(self, delta: Delta) -> RunState:
+        """The run as ``delta`` would leave it, this one unchanged."""
+        preview = copy.copy(self)
+        preview.messages = [*self.messages]
+        preview.tools = dict(self.tools)
+        preview.apply(delta)
+        return preview
 
     def entries(self, iteration: int | None = None) -> list[ToolEntry]:
         """Tool entries of one iteration (default: the current one), in the model's order."""

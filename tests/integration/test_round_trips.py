@@ -22,7 +22,7 @@ from harnessx import AgentRef, AgentRuntime
 from harnessx.testing._round_trips import PostgresRoundTrips, SQLiteRoundTrips
 
 # A fresh run in the seed's pattern: a new AgentRuntime per request, one tool call, an answer.
-FRESH_RUN = {"postgres": 9, "sqlite": 9}
+FRESH_RUN = {"postgres": 7, "sqlite": 7}
 # Submitting a run to the pool from a new runtime (the workers' round trips not counted).
 POOL_SUBMISSION = {"postgres": 1, "sqlite": 1}
 
@@ -201,7 +201,8 @@ async def test_the_last_checkpoint_gives_the_lease_back_and_keeps_the_final_phas
 
 async def test_a_worker_drives_a_claimed_run_in_a_known_number_of_round_trips(pg_database: str) -> None:
     """A pool worker's round trips for one run it claims: the claim, one load (its row,
-    session and state), eight checkpoints of which the last gives the lease back. The
+    session and state), five checkpoints of which the last gives the lease back (eight
+    boundaries, two pairs of them committed together). The
     worker's own loops (heartbeat, controls, queue stats, idle claims) are not counted."""
     from chaos.agents import registry
     from harness_workers._worker import Worker, WorkerConfig
@@ -228,7 +229,7 @@ async def test_a_worker_drives_a_claimed_run_in_a_known_number_of_round_trips(pg
                 assert (await handle.result()).ok
                 await runtime.stop()
             of_the_run = [trip for trip in proxy.trips if not any(k in " ".join(trip) for k in own)]
-            assert len(of_the_run) == 9, proxy.describe()
+            assert len(of_the_run) == 7, proxy.describe()
             # The submitter's result(): the announcement that it waits, a look at the row before
             # and after the run stops (or one, when it had stopped already), the events read
             # once; nothing more for a finished run (no second look at the row or the session).
