@@ -13,8 +13,9 @@ Reports, side by side:
 - throughput: checkpointed steps per second with 1, 2 and 4 workers (8 boundaries per run:
   model reply, prepared tools, dispatch, raw result, completed result, next model call,
   model reply, finish; committed in 6 transactions, the completed result with the next
-  model call and the last reply with the finish), and submissions per second while those workers run (each a new
-  pool runtime's start() and submit(), one after another from this process);
+  model call and the last reply with the finish), and submissions per second while those
+  workers run (each a new pool runtime's start() and submit(), one after another from this
+  process);
 - submissions per second with no worker running (--runs of them; they stay queued);
 - CPU per step during each throughput measurement, which the machine's load moves far less
   than the rate: the workers' (``/proc/<pid>/stat``), the database server's (PostgreSQL: the
