@@ -83,13 +83,10 @@ def heard(agent: Agent) -> list[tuple[str, Any]]:
     return fired
 
 
-async def drive(
-    agent: Agent,
-    commits: Commits,
-    *,
-    control: RunControl | None = None,
-    journal: bool = False,
+async def started(
+    agent: Agent, commits: Commits, *, control: RunControl | None = None, journal: bool = False
 ) -> tuple[RunState, Driver]:
+    """A durable run of ``agent`` committed up to its start, and the driver to drive it."""
     state = RunState("session-1", "run-1")
     engine = agent.engine(durable=True)
     driver = Driver(
@@ -101,8 +98,15 @@ async def drive(
         journal=RunJournal(state) if journal else None,
     )
     await driver.commit(state, engine.start(state, "Write the report."))
-    await driver.drive(state)
     return state, driver
+
+
+async def drive(
+    agent: Agent, commits: Commits, *, control: RunControl | None = None, journal: bool = False
+) -> RunState:
+    state, driver = await started(agent, commits, control=control, journal=journal)
+    await driver.drive(state)
+    return state
 
 
 async def test_a_run_with_a_tool_call_commits_six_times_and_announces_every_boundary() -> None:
@@ -110,7 +114,7 @@ async def test_a_run_with_a_tool_call_commits_six_times_and_announces_every_boun
     agent = reporter([a_call(), "Report written."], ledger)
     fired = heard(agent)
     commits = Commits()
-    state, _ = await drive(agent, commits)
+    state = await drive(agent, commits)
     assert state.status is RunStatus.COMPLETED and state.output == "Report written."
     assert ledger == ["EMEA"]
     assert commits.phases == [
@@ -153,7 +157,7 @@ async def test_hooks_due_between_two_joined_boundaries_fire_between_their_announ
     agent = reporter([ProviderResponse(text=""), "Done."], [])
     fired = heard(agent)
     commits = Commits()
-    state, _ = await drive(agent, commits)
+    state = await drive(agent, commits)
     assert state.status is RunStatus.COMPLETED
     assert commits.phases == [Phase.PREPARE_MODEL_CALL, Phase.PREPARE_MODEL_CALL, Phase.FINISH]
     assert fired == [
@@ -172,7 +176,7 @@ async def test_a_pause_asked_for_before_the_commit_takes_effect_before_the_next_
     control = RunControl()
     agent = reporter([a_call(), "Report written."], [], meanwhile=control.request_pause)
     commits = Commits()
-    state, _ = await drive(agent, commits, control=control)
+    state = await drive(agent, commits, control=control)
     assert state.status is RunStatus.PAUSED
     # The processed result went alone; the pause came before the next call's request.
     assert commits.phases[-2:] == [Phase.COMPLETED_RESULT, Phase.COMPLETED_RESULT]
@@ -183,15 +187,7 @@ async def test_a_joined_commit_that_fails_leaves_the_run_at_the_boundary_before_
     ledger: list[str] = []
     agent = reporter([a_call(), "Report written."], ledger)
     commits = Commits(refuse=5)  # the processed result with the next call's request
-    state = RunState("session-1", "run-1")
-    engine = agent.engine(durable=True)
-    driver = Driver(
-        engine=engine,
-        settings=agent.run_settings(),
-        provider=lambda: agent.provider,
-        committer=commits,
-    )
-    await driver.commit(state, engine.start(state, "Write the report."))
+    state, driver = await started(agent, commits)
     with pytest.raises(LeaseLostError):
         await driver.drive(state)
     # Nothing of either boundary is applied: the raw result is the last one kept, from
@@ -206,7 +202,7 @@ async def test_a_recorded_run_commits_every_boundary_on_its_own() -> None:
     # Its journal keeps one checkpoint record per boundary, as harnessx 0.9.1's does.
     agent = reporter([a_call(), "Report written."], [])
     commits = Commits()
-    state, _ = await drive(agent, commits, journal=True)
+    state = await drive(agent, commits, journal=True)
     assert state.status is RunStatus.COMPLETED
     assert commits.phases[-3:] == [Phase.PREPARE_MODEL_CALL, Phase.MODEL_CALL, Phase.FINISH]
     assert Phase.COMPLETED_RESULT in commits.phases
