@@ -324,7 +324,12 @@ class Driver:
             return None
         if any(entry.status is not ToolStatus.COMPLETED for entry in after.entries()):
             return None
-        step = self.engine.next_step(after)
+        try:
+            step = self.engine.next_step(after)
+        except Exception:
+            # Whatever the engine cannot decide, it meets again once ``delta`` is committed
+            # on its own, in the loop, where it failed before boundaries went together.
+            return None
         return step if isinstance(step, Delta) else None
 
     async def _applied(self, state: RunState, delta: Delta) -> None:
