@@ -219,7 +219,7 @@ async def bench_claims(store: Store, fleet: Fleet, claims: int, timestamps: Any)
         run_ids.append(handle.run_id)
         await asyncio.sleep(0.05)  # idle again before the next one
     fleet.stop()
-    return [first - created for created, first in await timestamps(run_ids)]
+    return [first - created for created, _, first in await timestamps(run_ids)]
 
 
 async def bench_throughput(
@@ -267,15 +267,18 @@ async def bench_submissions(store: Store, runs: int) -> float:
 def sqlite_timestamps(path: Path) -> Any:
     import sqlite3
 
-    async def read(run_ids: list[str]) -> list[tuple[float, float]]:
+    async def read(run_ids: list[str]) -> list[tuple[float, float, float]]:
         with sqlite3.connect(path) as conn:
             rows = []
             for run_id in run_ids:
                 created = conn.execute("SELECT created_at FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+                claimed = conn.execute(
+                    "SELECT MIN(claimed_at) FROM run_claims WHERE run_id = ?", (run_id,)
+                ).fetchone()[0]
                 first = conn.execute(
                     "SELECT MIN(created_at) FROM events WHERE run_id = ?", (run_id,)
                 ).fetchone()[0]
-                rows.append((created, first))
+                rows.append((created, claimed, first))
             return rows
 
     return read
@@ -301,17 +304,19 @@ async def postgres_postmaster(dsn: str) -> int | None:
 def postgres_timestamps(dsn: str, schema: str) -> Any:
     import asyncpg
 
-    async def read(run_ids: list[str]) -> list[tuple[float, float]]:
+    async def read(run_ids: list[str]) -> list[tuple[float, float, float]]:
         conn = await asyncpg.connect(dsn)
         try:
             rows = await conn.fetch(
                 "SELECT extract(epoch FROM r.created_at)::float8, "
+                f'(SELECT extract(epoch FROM min(c.claimed_at))::float8 FROM "{schema}".run_claims c '
+                "WHERE c.run_id = r.id), "
                 "extract(epoch FROM min(e.created_at))::float8 "
                 f'FROM "{schema}".runs r JOIN "{schema}".events e ON e.run_id = r.id '
                 "WHERE r.id = ANY($1::text[]) GROUP BY r.id, r.created_at",
                 run_ids,
             )
-            return [(row[0], row[1]) for row in rows]
+            return [(row[0], row[1], row[2]) for row in rows]
         finally:
             await conn.close()
 
