@@ -191,7 +191,13 @@ class Worker:
                 self._start(lease, run_id)
             if claimed:
                 idle = self.config.poll_min
-                continue
+                if len(claimed) >= free:
+                    continue  # no slot left: the wait below is for one to come free
+                # Fewer than asked for: the queue had no more that this worker may take
+                # now, so another claim at once would find nothing, and would compete with
+                # the loads of the runs just claimed. A run queued meanwhile wakes the wait
+                # (SQLite's bell keeps it; PostgreSQL's notification is kept for the next
+                # wait), and the poll catches what neither announces.
             # Nothing to do: wait for a finished run, a queue notification, or the next
             # poll, backing off while idle.
             self._wake.clear()

@@ -77,6 +77,9 @@ class Notifications:
         self._retry_at = 0.0
         self._runs = RunWaiters()
         self._work = asyncio.Event()  # replaced each time it is set
+        # Work was announced since the last wait for it returned (the worker was claiming):
+        # the next wait returns at once rather than leave that run to the next poll.
+        self._work_unheard = False
         self._control = asyncio.Event()  # likewise
 
     async def wait_for_run(self, run_id: str, max_wait: float) -> bool:
@@ -118,7 +121,11 @@ class Notifications:
             return row
 
     async def wait_for_work(self, max_wait: float) -> bool:
-        return await self._wait(self.work_channel, self._work, max_wait)
+        unheard, self._work_unheard = self._work_unheard, False
+        woken = await self._wait(self.work_channel, self._work, max_wait, look_again=unheard)
+        # Whatever was announced until now, the caller looks at the queue after this.
+        self._work_unheard = False
+        return woken
 
     async def wait_for_control(self, max_wait: float) -> bool:
         # Unlike the waits above, beginning to listen is no reason to look at once: the
@@ -242,6 +249,7 @@ class Notifications:
 
     def wake_work(self) -> None:
         waiter, self._work = self._work, asyncio.Event()
+        self._work_unheard = True
         waiter.set()
 
     def wake_control(self) -> None:

@@ -1457,6 +1457,26 @@ async def test_wait_for_work_wakes_when_another_process_queues_a_run(pg_database
         await asyncio.wait_for(waiting, 5)
 
 
+async def test_work_queued_while_nobody_waits_is_heard_by_the_next_wait(pg_database: str) -> None:
+    """A worker that was claiming when a run was queued (nobody waited for work then) still
+    hears of it: its next wait returns at once rather than at the next poll, and only that
+    one: the wait after it is plain waiting again."""
+    async with backends(pg_database, 2) as (app, worker):
+        assert await worker.wait_for_work(5)  # starts listening: look again at once
+        await app.create_session("s", "sales:v1", {})
+        lease = await app.claim("s", "app")
+        await app.create_run(lease, "r1", None, "go", Delta(Phase.PREPARE_MODEL_CALL), queued=True)
+        deadline = time.monotonic() + 10
+        while not worker._notifications._work_unheard:  # the notification arrives, unawaited
+            assert time.monotonic() < deadline, "the queued run's notification never arrived"
+            await asyncio.sleep(0.01)
+        assert await asyncio.wait_for(worker.wait_for_work(60), 5)
+        began = time.monotonic()
+        assert not await worker.wait_for_work(0.2)
+        assert time.monotonic() - began >= 0.15
+        await app.release(lease)
+
+
 async def test_liveness_is_judged_by_one_view_that_every_statement_reads(pg_database: str) -> None:
     """A process is alive while it holds its liveness lock, as the view
     harnessx_live_processes (migration 17) lists it: the one place that reads pg_locks.
