@@ -14,40 +14,44 @@ from harnessx import AgentRef, AgentRuntime
 async def test_a_claim_that_comes_back_short_is_not_made_again_at_once(target: BackendTarget) -> None:
     """A claim that took fewer runs than the worker had free slots found no more it may take:
     the worker waits (for a run of its own to finish, a run to be queued, or its poll) rather
-    than claim again at once, in the way of the runs it has just claimed. Its polls are 30 s
-    apart here, so only the run finishing can wake it."""
+    than claim again at once, in the way of the runs it has just claimed. Its polls are 5 s
+    apart here, far longer than the run takes. The run is submitted through a store
+    of its own, as by another process (a store also wakes its own process's waiters at once,
+    and its notification would then come a second time, during the claim)."""
     from chaos.agents import registry
     from harness_workers._worker import Worker, WorkerConfig
 
-    async with target.open() as store:
-        submitted: list[str] = []
-        seen: list[str | None] = []  # at each claim after the submission: the run's status
+    async with target.open() as store, target.open() as submitter:
+        taken: list[str] = []  # the run the first claim to take one took
+        seen: list[str | None] = []  # at each claim after that one: that run's status
         claim = store.claim_queued
 
         async def claim_queued(*args: Any, **kwargs: Any) -> Any:
-            if submitted:
-                run = await store.get_run(submitted[0], messages=False)
+            if taken:
+                run = await store.get_run(taken[0], messages=False)
                 seen.append(None if run is None else run.status.value)
-            return await claim(*args, **kwargs)
+            claims = await claim(*args, **kwargs)
+            if not taken:
+                taken.extend(run_id for _, run_id in claims)
+            return claims
 
         store.claim_queued = claim_queued
-        config = WorkerConfig(concurrency=4, stats_interval=60, poll_min=30, poll_max=30)
+        config = WorkerConfig(concurrency=4, stats_interval=60, poll_min=5, poll_max=5)
         worker = Worker(store, registry, config)
         running = asyncio.create_task(worker.run())
         try:
             await asyncio.wait_for(worker.registered.wait(), 30)
-            runtime = AgentRuntime(AgentRef("safe", "v1"), backend=store, execution="pool")
+            runtime = AgentRuntime(AgentRef("safe", "v1"), backend=submitter, execution="pool")
             handle = await runtime.submit("Write the report.")
-            submitted.append(handle.run_id)
             assert (await asyncio.wait_for(handle.result(), 60)).ok
             await runtime.stop()
+            assert taken == [handle.run_id]
             deadline = asyncio.get_running_loop().time() + 30
-            while len(seen) < 2:  # the claim that took it, then the one its end woke
-                assert asyncio.get_running_loop().time() < deadline, seen
+            while not seen:  # the claim after the one that took it: woken by its end
+                assert asyncio.get_running_loop().time() < deadline, "no claim after the run ended"
                 await asyncio.sleep(0.01)
-            # Woken by the submission, the first took the run; the next came once it ended,
-            # not at once (the run still running).
-            assert seen[1] == "completed", seen
+            # Not at once, while the run was still running.
+            assert seen[0] == "completed", seen
         finally:
             worker.drain()
             await running
