@@ -180,13 +180,21 @@ class Worker:
             free = self.config.concurrency - len(self._tasks)
             claimed: list[tuple[Lease, str]] = []
             if free > 0:
+                # The first model calls of the runs it takes: a lease for them rides on the
+                # claim (RateGate.ahead), rather than each call asking on its way.
+                ask = self.executor.rates.ahead(free)
+                leased = None
                 try:
-                    claims = await self.store.claim_queued(self.holder, self.agent_refs, free)
+                    claims = await self.store.claim_queued(self.holder, self.agent_refs, free, rate=ask)
                 except HarnessError as exc:
                     logger.warning("claim failed: %s", exc)
                 else:
                     claimed = list(claims)
+                    leased = claims.rate
                     self.metrics.runs_deferred.inc(claims.deferred)
+                finally:
+                    if ask is not None:
+                        self.executor.rates.taken(ask, leased)
             for lease, run_id in claimed:
                 self._start(lease, run_id)
             if claimed:

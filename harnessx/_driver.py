@@ -266,6 +266,7 @@ class Driver:
         # for budget; the worker read them as it loaded the run): its next call of each
         # takes it from the store. Every other call may come from the gate's lease.
         self.rate_holds: frozenset[str] = frozenset()
+        self._admitted = False  # its first model call is an opening one (RateGate.ahead)
         self.stream = stream
         self.checkpoints = checkpoints
         self._sleep = sleep
@@ -530,7 +531,8 @@ class Driver:
             bucket = bucket_of(self._provider(), request.model)
             if bucket in self.rate_holds:
                 run_id = state.run_id
-        admission = await self.rates.admit(self._provider(), request, run_id)
+        opening, self._admitted = not self._admitted, True
+        admission = await self.rates.admit(self._provider(), request, run_id, opening=opening)
         if run_id is not None and admission is not None:
             self.rate_holds -= {admission.bucket}  # taken (or, gone meanwhile, not there)
         if admission is None or admission.wait <= 0:

@@ -26,6 +26,15 @@ within ``LEASE_SECONDS`` of asking; what is not spent by then (or when the gate 
 or the bucket is paused) is given back. Only the store can make a call wait, so waits and
 their metrics are those of the store's reservations.
 
+*Ahead.* A worker that claims runs knows their first model calls are a few milliseconds
+away, behind the runs' loads: it asks for a lease for them in the claim's own statement
+(``ahead``, then ``taken`` with the store's answer), in the bucket (and of the size in
+tokens) that this process's runs have lately opened with, so that the first calls find
+their starts granted instead of asking the store on their way. It is an ordinary lease (the
+same arithmetic, the same ``LEASE_SECONDS``) of at most as many calls as the claim took
+runs, granted only while each may start now: a full bucket grants none, and the calls
+reserve (and wait) as before. A guess that misses only costs its calls, given back unspent.
+
 The limits themselves are read from the store at most every ``refresh_seconds``, so a model
 call of a bucket that nothing limits costs no round trip.
 """
@@ -47,7 +56,7 @@ from harnessx._middleware import ModelRequest
 from harnessx.providers._base import LLMProvider, TokenUsage
 from harnessx.providers._http import estimate_tokens
 from harnessx.store._protocol import Store
-from harnessx.store._scheduling import RateLimit, RateRelease, governing_rate
+from harnessx.store._scheduling import RateAsk, RateLimit, RateRelease, RateReservation, governing_rate
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -57,6 +66,7 @@ __all__ = [
     "LEAD_SECONDS",
     "LEASE_CALLS",
     "LEASE_SECONDS",
+    "OPENERS",
     "SETTLE_SECONDS",
     "Admission",
     "RateGate",
@@ -92,6 +102,9 @@ LEASE_CALLS = 32
 LEASE_SHARE = 0.5
 """The most of a limit's burst (and the lease's slack), in calls, that one lease holds: one
 worker never takes all the room there is from the others."""
+OPENERS = 8
+"""How many of this process's latest opening calls (a driver's first model call) ``ahead``
+goes by: it asks only when they all went to one bucket, for as many tokens as the largest."""
 
 
 def bucket_of(provider: LLMProvider, model: str | None) -> str:
@@ -223,6 +236,10 @@ class RateGate:
         self._giving_back: set[asyncio.Task[None]] = set()
         self._recent: dict[str, deque[float]] = {}
         self._expiring: asyncio.Task[None] | None = None
+        # The bucket and tokens of the latest opening calls (a driver's first), and when a
+        # lease was asked for ahead of claimed runs' first calls, by bucket (ahead).
+        self._openers: deque[tuple[str, int]] = deque(maxlen=OPENERS)
+        self._ahead: dict[str, float] = {}
 
     async def refresh(self) -> None:
         """Read the limits now (a worker does when it starts, so that its first model calls
@@ -252,13 +269,19 @@ class RateGate:
             self._read_at = time.monotonic() - self.refresh_seconds + 1.0  # again in a second
 
     async def admit(
-        self, provider: LLMProvider, request: ModelRequest, run_id: str | None = None
+        self,
+        provider: LLMProvider,
+        request: ModelRequest,
+        run_id: str | None = None,
+        *,
+        opening: bool = False,
     ) -> Admission | None:
         """Reserve the start of ``request``'s call (or take the reservation kept for
         ``run_id``: pass it only for a run that has one, as it goes to the store); ``None``
         when no limit governs it. A call this gate's lease of the bucket covers starts now,
         with no round trip. What earlier calls of the bucket owe, and a lease given back,
-        go to the store in the same statement as the reservation."""
+        go to the store in the same statement as the reservation. ``opening``: the call is
+        its driver's first (what ``ahead`` learns from)."""
         bucket = bucket_of(provider, request.model)
         limit = await self.limit_for(bucket)
         if limit is None:
@@ -270,6 +293,8 @@ class RateGate:
             tokens = estimate_tokens(request.system, request.messages, request.tools) + (
                 request.max_tokens or 0
             )
+        if opening:
+            self._openers.append((bucket, tokens))
         calls = self._lease_size(bucket, limit, tokens, time.monotonic())
         while True:
             asked = time.monotonic()
@@ -302,16 +327,34 @@ class RateGate:
     ) -> Admission | None:
         """The store's part of ``admit``: one reservation, giving back ``lease`` (expired,
         or it cannot cover this call) in the same statement."""
-        release = None
-        owed = self._owed.pop(bucket, 0)
         if run_id is not None:
             calls = 1  # a kept reservation is one call's; the lease stays for other runs
-        elif lease is not None:  # expired, or it cannot cover this call: given back with it
-            self._leases.pop(bucket, None)
+            lease = None
+        taken = await self._ask(bucket, tokens, run_id, calls, lease)
+        if taken is None:  # the limit was removed since the gate last read them
+            return None
+        if taken.granted > 1:
+            self._lease_out(bucket, taken, taken.granted - 1, tokens, asked)
+        wait = max(0.0, taken.wait)  # a kept reservation's start may have passed
+        if wait > 0 and not taken.held:  # a kept one was counted when it was made
+            for observe in self.observers:
+                observe(bucket, wait)
+        return Admission(bucket, tokens, wait, taken.start, time.monotonic() + wait, taken.held)
+
+    async def _ask(
+        self, bucket: str, tokens: int, run_id: str | None, calls: int, lease: _Lease | None
+    ) -> RateReservation | None:
+        """One ``reserve_rate`` statement, carrying what the bucket owes and ``lease`` given
+        back (it is this gate's lease of the bucket, dropped here)."""
+        release = None
+        owed = self._owed.pop(bucket, 0)
+        if lease is not None:
+            if self._leases.get(bucket) is lease:
+                del self._leases[bucket]
             owed -= lease.tokens
             release = lease.release()
         try:
-            taken = await self.store.reserve_rate(
+            return await self.store.reserve_rate(
                 bucket, tokens, owed, run_id, calls=calls, slack=self.lease_seconds, release=release
             )
         except BaseException:
@@ -320,31 +363,62 @@ class RateGate:
             if owed > 0:
                 self._owe(bucket, owed)
             raise
-        if taken is None:  # the limit was removed since the gate last read them
+
+    def _lease_out(self, bucket: str, taken: RateReservation, calls: int, tokens: int, asked: float) -> None:
+        """Keep ``calls`` of ``taken``'s starts (``tokens`` each) as the bucket's lease, to
+        be spent within ``lease_seconds`` of ``asked``."""
+        older = self._leases.pop(bucket, None)
+        if older is not None:  # not expected (one call of a bucket asks at a time): not lost
+            task = asyncio.create_task(self._give_back(bucket, older), name="harnessx-rate-lease-back")
+            self._giving_back.add(task)
+            task.add_done_callback(self._giving_back.discard)
+        self._leases[bucket] = _Lease(
+            calls,
+            calls * tokens,
+            asked + self.lease_seconds,
+            taken.start,
+            time.monotonic(),
+            taken.requests_at,
+            taken.given_back,
+        )
+        self._expire_soon()
+
+    def ahead(self, calls: int) -> RateAsk | None:
+        """What to ask for with a claim of up to ``calls`` runs: a lease of their first model
+        calls' starts (module docstring, *Ahead*), or ``None``. Only when this process's
+        latest opening calls all went to one bucket that a limit governs, and this gate
+        neither holds a lease of it nor has asked ahead for one; as many calls as runs,
+        capped as a lease's are, of the largest opening call's tokens. Whoever asks must
+        hand the answer to ``taken``, also when the claim fails."""
+        if calls <= 0 or not self._openers:
             return None
-        if taken.granted > 1:
-            extra = taken.granted - 1
-            got = time.monotonic()
-            older = self._leases.pop(bucket, None)
-            if older is not None:  # not expected (one call of a bucket asks at a time): not lost
-                task = asyncio.create_task(self._give_back(bucket, older), name="harnessx-rate-lease-back")
-                self._giving_back.add(task)
-                task.add_done_callback(self._giving_back.discard)
-            self._leases[bucket] = _Lease(
-                extra,
-                extra * tokens,
-                asked + self.lease_seconds,
-                taken.start,
-                got,
-                taken.requests_at,
-                taken.given_back,
-            )
-            self._expire_soon()
-        wait = max(0.0, taken.wait)  # a kept reservation's start may have passed
-        if wait > 0 and not taken.held:  # a kept one was counted when it was made
-            for observe in self.observers:
-                observe(bucket, wait)
-        return Admission(bucket, tokens, wait, taken.start, time.monotonic() + wait, taken.held)
+        bucket = self._openers[0][0]
+        if any(opened != bucket for opened, _ in self._openers):
+            return None
+        tokens = max(spent for _, spent in self._openers)
+        limit = governing_rate(self._limits, bucket)  # the copy read: nothing waits here
+        if limit is None or bucket in self._leases or bucket in self._ahead:
+            return None
+        self._ahead[bucket] = time.monotonic()
+        return RateAsk(bucket, tokens, min(calls, self._lease_cap(limit, tokens)), self.lease_seconds)
+
+    def taken(self, ask: RateAsk, reservation: RateReservation | None) -> None:
+        """The store's answer to ``ask`` (``None``: the claim failed, or nothing limits the
+        bucket any more): the calls granted (none when the claim took no run, or the bucket
+        is full) become the bucket's lease, counted from the moment they were asked for."""
+        asked = self._ahead.pop(ask.bucket, time.monotonic())
+        if reservation is not None and reservation.granted > 0:
+            self._lease_out(ask.bucket, reservation, reservation.granted, ask.tokens, asked)
+
+    def _lease_cap(self, limit: RateLimit, tokens: int) -> int:
+        """The most calls one lease may hold under ``limit`` (``LEASE_SHARE``), at least 1."""
+        room = limit.burst_seconds + self.lease_seconds
+        cap = LEASE_CALLS
+        if limit.requests_per_minute is not None:
+            cap = min(cap, int(room * limit.requests_per_minute / 60.0 * LEASE_SHARE))
+        if limit.tokens_per_minute is not None and tokens > 0:
+            cap = min(cap, int(room * limit.tokens_per_minute / 60.0 * LEASE_SHARE / tokens))
+        return max(1, cap)
 
     def _lease_size(self, bucket: str, limit: RateLimit, tokens: int, now: float) -> int:
         """How many calls' starts to ask for: about as many as this gate's calls of the
@@ -353,14 +427,8 @@ class RateGate:
         recent = self._recent.setdefault(bucket, deque())
         while recent and recent[0] <= now - self.lease_seconds:
             recent.popleft()
-        wanted = min(max(1, len(recent)), LEASE_CALLS)
         recent.append(now)
-        room = limit.burst_seconds + self.lease_seconds
-        if limit.requests_per_minute is not None:
-            wanted = min(wanted, int(room * limit.requests_per_minute / 60.0 * LEASE_SHARE))
-        if limit.tokens_per_minute is not None and tokens > 0:
-            wanted = min(wanted, int(room * limit.tokens_per_minute / 60.0 * LEASE_SHARE / tokens))
-        return max(1, wanted)
+        return min(max(1, len(recent) - 1), self._lease_cap(limit, tokens))
 
     def _expire_soon(self) -> None:
         if self._expiring is None or self._expiring.done():

@@ -4,7 +4,7 @@ by ``claim_queued``; see docs/scheduling.md."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from harnessx.store._core import lease_lost
 from harnessx.store._pg_execution import PostgresExecution
@@ -29,7 +29,16 @@ from harnessx.store._scheduling import (
     matching_pattern,
 )
 
-__all__ = ["PostgresScheduling"]
+__all__ = ["PostgresScheduling", "rate_reservation"]
+
+
+def rate_reservation(row: tuple[Any, ...]) -> RateReservation:
+    """A reservation from the columns of ``harnessx_reserve_rate`` (``reserve_rate``) or
+    ``harnessx_lease_ahead`` (the lease asked for with a claim, ``claim_queued``)."""
+    wait, start, requests_at, tokens_at, held, granted, given_back = row
+    times = (float(wait), float(start), float(requests_at), float(tokens_at))
+    return RateReservation(*times, bool(held), int(granted), float(given_back))
+
 
 T = TypeVar("T")
 Q = load_queries("postgres")
@@ -148,18 +157,7 @@ class PostgresScheduling(PostgresExecution):
         row = await self._run(
             "reserving a model call's rate budget", lambda conn: conn.fetchrow(Q["reserve_rate"], *args)
         )
-        if row is None:
-            return None
-        wait, start, requests_at, tokens_at, held, granted, given_back = row
-        return RateReservation(
-            float(wait),
-            float(start),
-            float(requests_at),
-            float(tokens_at),
-            bool(held),
-            int(granted),
-            float(given_back),
-        )
+        return None if row is None else rate_reservation(tuple(row))
 
     async def release_rate(self, bucket: str, release: RateRelease, settle: int = 0) -> None:
         args = (bucket, settle, release.calls, release.end, release.mark)

@@ -106,7 +106,7 @@ from harnessx.store._pg_lifecycle import PostgresLifecycle
 from harnessx.store._pg_liveness import PostgresLiveness
 from harnessx.store._pg_notifications import Interest, Notifications
 from harnessx.store._pg_partitions import PostgresPartitions
-from harnessx.store._pg_scheduling import PostgresScheduling
+from harnessx.store._pg_scheduling import PostgresScheduling, rate_reservation
 from harnessx.store._pg_schema import check_schema_name
 from harnessx.store._pg_types import Connection, Pool
 from harnessx.store._queries import load_queries
@@ -126,7 +126,7 @@ from harnessx.store._records import (
     leadership_lost,
     listed_status,
 )
-from harnessx.store._scheduling import Claims, Schedule
+from harnessx.store._scheduling import Claims, RateAsk, Schedule
 
 __all__ = ["PostgresBackend", "redact_dsn", "runtime_grants"]
 
@@ -759,8 +759,11 @@ class PostgresBackend(
             event.cursor = str(int(first) + offset)
         self._notifications.wake_run(run_id)
 
-    async def claim_queued(self, holder: str, agent_refs: list[str] | None, limit: int) -> Claims:
+    async def claim_queued(
+        self, holder: str, agent_refs: list[str] | None, limit: int, *, rate: RateAsk | None = None
+    ) -> Claims:
         owner = self.owner_for(holder)
+        ask = (None, 0, 0, 0.0) if rate is None else (rate.bucket, rate.tokens, rate.calls, float(rate.slack))
         claim_id = uuid.uuid4().hex
         attempts = 0
         await self._keep_liveness()
@@ -776,9 +779,8 @@ class PostgresBackend(
                 taken = await conn.fetch(Q["claimed_by"], owner, claim_id)
                 if taken:
                     return list(taken)
-            return list(
-                await conn.fetch(Q["claim_queued"], owner, agent_refs, limit, self.lease_seconds, claim_id)
-            )
+            args = (owner, agent_refs, limit, self.lease_seconds, claim_id, *ask)
+            return list(await conn.fetch(Q["claim_queued"], *args))
 
         sent = self._sent()
         rows = await self._run("claiming queued runs", claim)
@@ -787,9 +789,13 @@ class PostgresBackend(
             # open: take it again before the next claim (nothing was taken).
             self._liveness_missing()
             return Claims([], 0)
+        # A retry that found its lost attempt's runs has no lease to report: its calls, if
+        # granted, stay spent, which errs on the limit's side.
+        leased = next((row[5] for row in rows if len(row) > 5 and row[5] is not None), None)
         claimed = Claims(
             [(Lease(str(sid), owner, int(gen)), str(run_id)) for run_id, sid, gen, *_ in rows if run_id],
             sum(int(row[3] or 0) for row in rows if len(row) > 3 and row[0] is None),
+            None if leased is None else rate_reservation(tuple(leased)),
         )
         self._extended([lease for lease, _ in claimed], sent)
         return claimed

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         Claims,
         ConcurrencyLimit,
         QueueShape,
+        RateAsk,
         RateBucket,
         RateLimit,
         RateRelease,
@@ -342,12 +343,16 @@ class PoolStore(Protocol):
         ``events`` after its last event (this call sets their cursors). Fenced by ``lease``;
         applied at most once even when a lost reply makes the call repeat."""
 
-    async def claim_queued(self, holder: str, agent_refs: list[str] | None, limit: int) -> Claims:
+    async def claim_queued(
+        self, holder: str, agent_refs: list[str] | None, limit: int, *, rate: RateAsk | None = None
+    ) -> Claims:
         """Claim up to ``limit`` queued runs whose sessions are free, as ``(lease, run_id)``:
         tenants in fair-share order, each tenant's runs by rank (priority and age), none whose
         concurrency key or agent already has as many runs driving as its limit allows, none
         before its ``not_before`` (see docs/scheduling.md). One transaction: the limits are
-        checked and the runs taken atomically."""
+        checked and the runs taken atomically. ``rate``: a lease of the taken runs' first
+        model calls to reserve in the same transaction (``lease_ahead``: at most one call a
+        run taken, none that would wait), answered in ``Claims.rate``."""
 
     async def wait_for_work(self, max_wait: float) -> bool:
         """Return soon after a run is queued (a wake-up hint: ``True``), or after ``max_wait``

@@ -26,6 +26,7 @@ __all__ = [
     "ConcurrencyLimit",
     "QueueGroup",
     "QueueShape",
+    "RateAsk",
     "RateBucket",
     "RateLimit",
     "RateRelease",
@@ -40,6 +41,7 @@ __all__ = [
     "check_weight",
     "delay_of",
     "governing_rate",
+    "lease_ahead",
     "lease_rate",
     "matching_pattern",
     "released_seconds",
@@ -199,6 +201,20 @@ class RateReservation:
 
 
 @dataclass(frozen=True)
+class RateAsk:
+    """A lease of up to ``calls`` starts in ``bucket`` (``tokens`` each, granted while each
+    may start within ``slack`` seconds of now, the first one now) asked for with a claim
+    (``Store.claim_queued``): the first model calls of the runs the worker is claiming,
+    reserved in the claim's own transaction (``RateGate.ahead``), at most one a run taken.
+    """
+
+    bucket: str
+    tokens: int
+    calls: int
+    slack: float
+
+
+@dataclass(frozen=True)
 class RateRelease:
     """A lease's unspent calls given back to their bucket: ``calls`` of them, the bucket's
     ``requests_at`` the grant left (``end``, store's clock) and its ``given_back`` then
@@ -307,6 +323,27 @@ def lease_rate(
     )
 
 
+def lease_ahead(
+    limit: RateLimit,
+    requests_at: float,
+    tokens_at: float,
+    now: float,
+    ask: RateAsk,
+    calls: int,
+    paused_until: float = 0.0,
+) -> RateReservation:
+    """The lease a claim grants for ``ask`` (at most ``calls``: the runs it took): like
+    ``lease_rate``'s, but no call in it may wait, the first included; ``granted`` 0 when
+    the first would have to (the bucket is full, or paused), and then nothing is taken.
+    (``harnessx_lease_ahead``, migration 0038, runs the same arithmetic.)"""
+    if calls <= 0:
+        return RateReservation(0.0, now, requests_at, tokens_at, granted=0)
+    first = reserve_rate(limit, requests_at, tokens_at, now, ask.tokens, paused_until)
+    if first.start > now:
+        return RateReservation(0.0, now, requests_at, tokens_at, granted=0)
+    return lease_rate(limit, first, now, ask.tokens, min(calls, ask.calls), ask.slack)
+
+
 def released_seconds(
     limit: RateLimit, release: RateRelease, requests_at: float, given_back: float, now: float
 ) -> float:
@@ -346,13 +383,21 @@ class TenantShare:
 
 class Claims(list[tuple[Lease, str]]):
     """What one ``claim_queued`` call took, as ``(lease, run_id)``; ``deferred``: runs it
-    passed over because one of their limits was full."""
+    passed over because one of their limits was full; ``rate``: the lease its ``rate`` ask
+    was granted (``None``: nothing was asked, or no limit governs the bucket any more)."""
 
     deferred: int = 0
+    rate: RateReservation | None = None
 
-    def __init__(self, taken: list[tuple[Lease, str]] | None = None, deferred: int = 0) -> None:
+    def __init__(
+        self,
+        taken: list[tuple[Lease, str]] | None = None,
+        deferred: int = 0,
+        rate: RateReservation | None = None,
+    ) -> None:
         super().__init__(taken or [])
         self.deferred = deferred
+        self.rate = rate
 
 
 _NAME = re.compile(r"^[^\s*]+$")

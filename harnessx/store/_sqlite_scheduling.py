@@ -26,6 +26,7 @@ from harnessx.store._scheduling import (
     ConcurrencyLimit,
     QueueGroup,
     QueueShape,
+    RateAsk,
     RateBucket,
     RateLimit,
     RateRelease,
@@ -37,6 +38,7 @@ from harnessx.store._scheduling import (
     check_rate,
     check_weight,
     governing_rate,
+    lease_ahead,
     lease_rate,
     matching_pattern,
     released_seconds,
@@ -103,7 +105,9 @@ class SQLiteScheduling:
 
         def _unsynced(self, conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T]) -> T: ...
 
-    async def claim_queued(self, holder: str, agent_refs: list[str] | None, limit: int) -> Claims:
+    async def claim_queued(
+        self, holder: str, agent_refs: list[str] | None, limit: int, *, rate: RateAsk | None = None
+    ) -> Claims:
         owner = self.owner_for(holder)
         refs = None if agent_refs is None else list(dict.fromkeys(agent_refs))
 
@@ -124,6 +128,8 @@ class SQLiteScheduling:
                     served[tenant] = served.get(tenant, 0) + 1
                 for tenant in sorted(served):
                     conn.execute(Q["advance_pass"], (picked.floor, served[tenant], tenant))
+            if rate is not None and claims:  # the runs' first calls, in the claim's transaction
+                claims.rate = _lease_ahead(conn, rate, len(claims))
             return claims
 
         sent = time.monotonic()
@@ -304,10 +310,7 @@ class SQLiteScheduling:
             kept = None if run_id is None else conn.execute(Q["take_rate_hold"], (run_id, bucket)).fetchone()
             if limit is None:
                 return None
-            row = conn.execute(Q["rate_bucket"], (bucket,)).fetchone()
-            requests_at, tokens_at, paused, given_back = (
-                (float(v) for v in row) if row is not None else (0.0, 0.0, 0.0, 0.0)
-            )
+            requests_at, tokens_at, paused, given_back = _bucket(conn, bucket)
             now = time.time()
             tokens_at += token_seconds(limit, settle)
             if release is not None:  # a lease's unspent calls, given back first
@@ -378,6 +381,29 @@ def _waiting(conn: sqlite3.Connection, floor: float, count: int) -> list[tuple[s
 
 def _governing(conn: sqlite3.Connection, bucket: str) -> RateLimit | None:
     return governing_rate([RateLimit.of_row(row) for row in conn.execute(Q["list_rate_limits"])], bucket)
+
+
+def _bucket(conn: sqlite3.Connection, bucket: str) -> tuple[float, float, float, float]:
+    """A bucket's requests_at, tokens_at, paused_until and given_back (zeros: never used)."""
+    row = conn.execute(Q["rate_bucket"], (bucket,)).fetchone()
+    if row is None:
+        return 0.0, 0.0, 0.0, 0.0
+    requests_at, tokens_at, paused, given_back = (float(v) for v in row)
+    return requests_at, tokens_at, paused, given_back
+
+
+def _lease_ahead(conn: sqlite3.Connection, ask: RateAsk, runs: int) -> RateReservation | None:
+    """``ask``'s lease for a claim that took ``runs`` runs, in its transaction (``None``: no
+    limit governs the bucket); a grant of none writes nothing."""
+    limit = _governing(conn, ask.bucket)
+    if limit is None:
+        return None
+    requests_at, tokens_at, paused, given_back = _bucket(conn, ask.bucket)
+    leased = lease_ahead(limit, requests_at, tokens_at, time.time(), ask, runs, paused)
+    if leased.granted:
+        values = (ask.bucket, leased.requests_at, leased.tokens_at, 0.0, 0, given_back)
+        conn.execute(Q["reserve_rate"], values)
+    return replace(leased, given_back=given_back)
 
 
 class _Picked:

@@ -470,13 +470,25 @@ WHERE lease_owner COLLATE "C" >= $1 AND lease_owner COLLATE "C" < $2 AND control
 -- refused while the owner holds it; no read of the whole lock table. The key is
 -- harnessx_liveness_key's (0001) written out: that function's SET clause would have the
 -- server parse its body anew at every call.
+-- With a bucket $6, the claim also leases the taken runs' first model calls in its own
+-- transaction (harnessx_lease_ahead, migration 0038; RateGate.ahead): at most $8 of them and
+-- one a run taken, $7 tokens each, slack $9; the last column is its answer (NULL: nothing
+-- asked, no run taken, or no limit governs the bucket), the same on every row.
 WITH claimer AS MATERIALIZED (
     SELECT NOT pg_try_advisory_xact_lock(
         hashtextextended('harnessx:' || current_schema() || ':' || split_part($1, '/', 1), 0)
     ) AS alive
+), claimed AS MATERIALIZED (
+    SELECT c.run_id, c.session_id, c.generation, c.deferred, claimer.alive
+    FROM claimer LEFT JOIN LATERAL harnessx_claim_runs($1, $2, CASE WHEN claimer.alive THEN $3 ELSE 0 END, $4, $5) c ON true
+), leased AS MATERIALIZED (
+    SELECT ROW(x.wait, x.start, x.requests_at, x.tokens_at, x.held, x.granted, x.given_back) AS lease
+    FROM harnessx_lease_ahead($6, $7, least($8::integer, (SELECT count(run_id)::integer FROM claimed)), $9) x
+    WHERE $6::text IS NOT NULL
 )
-SELECT c.run_id, c.session_id, c.generation, c.deferred, claimer.alive
-FROM claimer LEFT JOIN LATERAL harnessx_claim_runs($1, $2, CASE WHEN claimer.alive THEN $3 ELSE 0 END, $4, $5) c ON true;
+SELECT claimed.run_id, claimed.session_id, claimed.generation, claimed.deferred, claimed.alive,
+       (SELECT lease FROM leased)
+FROM claimed;
 
 -- name: claimed_by
 -- What an earlier attempt of one claim_queued call took, if it committed but its reply was lost.
