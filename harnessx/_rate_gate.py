@@ -27,15 +27,13 @@ or the bucket is paused) is given back. Only the store can make a call wait, so 
 their metrics are those of the store's reservations.
 
 *Ahead.* A worker that claims runs knows their first model calls are a few milliseconds
-away, behind the runs' loads. When it has not called their bucket for a lease's lifetime
-(so the first of those calls would reserve on its own), it asks for a lease for them in the
-claim's own statement (``ahead``, then ``taken`` with the store's answer), in the bucket (and
-of the size in tokens) that this process's runs have lately opened with, so that the first
-calls find their starts granted instead of asking the store on their way. It is an ordinary
-lease (the same arithmetic, the same ``LEASE_SECONDS``) of at most as many calls as the
-claim took runs, granted only while each may start now: a full bucket grants none, and the
-calls reserve (and wait) as before. A guess that misses only costs its calls, given back
-unspent.
+away, behind the runs' loads: it asks for a lease for them in the claim's own statement
+(``ahead``, then ``taken`` with the store's answer), in the bucket (and of the size in
+tokens) that this process's runs have lately opened with, so that the first calls find
+their starts granted instead of asking the store on their way. It is an ordinary lease (the
+same arithmetic, the same ``LEASE_SECONDS``) of at most as many calls as the claim took
+runs, granted only while each may start now: a full bucket grants none, and the calls
+reserve (and wait) as before. A guess that misses only costs its calls, given back unspent.
 
 The limits themselves are read from the store at most every ``refresh_seconds``, so a model
 call of a bucket that nothing limits costs no round trip.
@@ -389,8 +387,7 @@ class RateGate:
         """What to ask for with a claim of up to ``calls`` runs: a lease of their first model
         calls' starts (module docstring, *Ahead*), or ``None``. Only when this process's
         latest opening calls all went to one bucket that a limit governs, and this gate
-        neither holds a lease of it, nor has asked ahead for one, nor called it within a
-        lease's lifetime (its calls come one at a time); as many calls as runs,
+        neither holds a lease of it nor has asked ahead for one; as many calls as runs,
         capped as a lease's are, of the largest opening call's tokens. Whoever asks must
         hand the answer to ``taken``, also when the claim fails."""
         if calls <= 0 or not self._openers:
@@ -402,14 +399,7 @@ class RateGate:
         limit = governing_rate(self._limits, bucket)  # the copy read: nothing waits here
         if limit is None or bucket in self._leases or bucket in self._ahead:
             return None
-        now = time.monotonic()
-        recent = self._recent.get(bucket)
-        if recent and recent[-1] > now - self.lease_seconds:
-            # A bucket called within a lease's lifetime: its next call's reservation asks
-            # for a lease sized by those calls, which serves the claimed runs as well; a
-            # lease with every claim would only write the bucket's row more often.
-            return None
-        self._ahead[bucket] = now
+        self._ahead[bucket] = time.monotonic()
         return RateAsk(bucket, tokens, min(calls, self._lease_cap(limit, tokens)), self.lease_seconds)
 
     def taken(self, ask: RateAsk, reservation: RateReservation | None) -> None:

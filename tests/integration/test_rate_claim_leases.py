@@ -53,13 +53,9 @@ async def stop_all(runtimes: list[AgentRuntime]) -> None:
 
 
 async def opened(gate: RateGate, provider: OpenAIProvider) -> Any:
-    """One opening call through ``gate`` (a driver's first): what ``ahead`` learns from;
-    then the gate is made to forget when it was made, as if its lease's lifetime had passed
-    since (``ahead`` asks only for a bucket not called that long; these gates' leases last
-    30 s so that nothing expires during a test)."""
+    """One opening call through ``gate`` (a driver's first): what ``ahead`` learns from."""
     admission = await gate.admit(provider, REQUEST, opening=True)
     assert admission is not None and admission.wait == 0
-    gate._recent.clear()
     return admission
 
 
@@ -215,21 +211,16 @@ async def test_nothing_is_asked_ahead_without_one_known_limited_bucket(
         gate = RateGate(store, lease_seconds=30)
         await gate.refresh()
         assert gate.ahead(2) is None  # no opening call seen yet: nothing to go by
-        await gate.admit(provider, REQUEST, opening=True)
-        assert gate._leases == {} and gate.ahead(2) is None  # called within a lease's lifetime
-        for _ in range(2):  # the third call leases: a gate holding a lease asks nothing ahead
+        for _ in range(3):  # the third call leases: a gate holding a lease asks nothing ahead
             await gate.admit(provider, REQUEST, opening=True)
-        gate._recent.clear()
         assert BUCKET in gate._leases and gate.ahead(2) is None
         gate._leases.clear()
         other = ModelRequest(model="gpt-other", messages=[], system="", tools=[], max_tokens=100)
         await gate.admit(provider, other, opening=True)
-        gate._recent.clear()
         assert gate.ahead(2) is None  # the runs opened in two buckets: which one is not known
         for _ in range(8):
             await gate.admit(provider, REQUEST, opening=True)
         gate._leases.clear()
-        gate._recent.clear()
         assert gate.ahead(2) is not None  # the last 8 opened in one bucket
         gate._ahead.clear()
         await store.remove_rate_limit("openai/*")
