@@ -59,6 +59,13 @@ async def opened(gate: RateGate, provider: OpenAIProvider) -> Any:
     return admission
 
 
+async def claim_one(store: Any, gate: RateGate) -> tuple[RateAsk, Any]:
+    """A claim of one run carrying the gate's ask for its first call, and what it took."""
+    ask = gate.ahead(1)
+    assert ask is not None
+    return ask, await store.claim_queued("w", None, 1, rate=ask)
+
+
 async def test_a_claim_leases_one_first_call_for_each_run_it_takes(
     target: BackendTarget, provider: OpenAIProvider
 ) -> None:
@@ -107,9 +114,7 @@ async def test_a_full_bucket_grants_a_claim_nothing_and_calls_wait_as_before(
         counted = Counted(store)
         gate = RateGate(store, lease_seconds=30)
         first = await opened(gate, provider)
-        ask = gate.ahead(1)  # the next start is a second away: no lease may hold it
-        assert ask is not None
-        claims = await store.claim_queued("w", None, 1, rate=ask)
+        ask, claims = await claim_one(store, gate)  # the next start is a second away
         assert len(claims) == 1 and claims.rate is not None and claims.rate.granted == 0
         gate.taken(ask, claims.rate)
         assert gate._leases == {}
@@ -129,9 +134,7 @@ async def test_a_paused_bucket_grants_a_claim_nothing(
         gate = RateGate(store, lease_seconds=30)
         await opened(gate, provider)
         await store.pause_rate(BUCKET, 30)  # a vendor's Retry-After on another worker's call
-        ask = gate.ahead(1)
-        assert ask is not None
-        claims = await store.claim_queued("w", None, 1, rate=ask)
+        _, claims = await claim_one(store, gate)
         assert len(claims) == 1 and claims.rate is not None and claims.rate.granted == 0
         await stop_all(runtimes)
 
@@ -144,10 +147,8 @@ async def test_a_claim_whose_bucket_lost_its_limit_answers_none(
         runtimes = await queue_runs(store, 1)
         gate = RateGate(store, lease_seconds=30)
         await opened(gate, provider)
-        ask = gate.ahead(1)  # from the gate's copy of the limits, read before the removal
-        assert ask is not None
         await store.remove_rate_limit(BUCKET)
-        claims = await store.claim_queued("w", None, 1, rate=ask)
+        ask, claims = await claim_one(store, gate)  # by the gate's copy of the limits, read before
         assert len(claims) == 1 and claims.rate is None  # the run is taken all the same
         gate.taken(ask, claims.rate)
         assert gate._leases == {} and gate._ahead == {}
@@ -189,9 +190,8 @@ async def test_a_call_larger_than_the_guess_reserves_itself_and_gives_the_guess_
         runtimes = await queue_runs(store, 1)
         gate = RateGate(store, lease_seconds=30)
         first = await opened(gate, provider)
-        ask = gate.ahead(1)
-        assert ask is not None and ask.tokens == first.tokens  # its 100 to reply, and its input
-        claims = await store.claim_queued("w", None, 1, rate=ask)
+        ask, claims = await claim_one(store, gate)
+        assert ask.tokens == first.tokens  # its 100 to reply, and its input
         gate.taken(ask, claims.rate)
         counted = Counted(store)
         larger = ModelRequest(model="gpt-lease", messages=[], system="x" * 400, tools=[], max_tokens=100)
