@@ -98,3 +98,20 @@ async def test_a_session_taken_while_the_claim_waited_is_not_claimed(pg_database
         finally:
             await writer.close()
         assert list(claims) == []
+
+
+async def test_a_session_held_against_removal_only_does_not_hold_a_claim_up(pg_database: str) -> None:
+    """A session's row held FOR KEY SHARE (a foreign key's check, compaction's batch) leaves
+    a claim free to lease it at once: the claim's lock is the lease's own, FOR NO KEY UPDATE."""
+    async with PostgresBackend(pg_database) as store:
+        await queued_run(store, "s", None)
+        holder: Any = await asyncpg.connect(pg_database, server_settings={"search_path": SCHEMA})
+        try:
+            transaction = holder.transaction()
+            await transaction.start()
+            await holder.execute("SELECT 1 FROM sessions WHERE id = 's' FOR KEY SHARE")
+            claims = await asyncio.wait_for(store.claim_queued("w", None, 4), 5)  # while it holds
+            await transaction.commit()
+        finally:
+            await holder.close()
+        assert [run_id for _, run_id in claims] == ["s-run"]

@@ -13,7 +13,9 @@
 -- Now only the run's row is locked with SKIP LOCKED (claimers still pass over each other's
 -- runs); the session's row is locked waiting, and once had, checked again (PostgreSQL
 -- re-evaluates the candidate on the row's latest version: a session whose lease was taken
--- meanwhile is not a candidate any more). A session's row is only ever held briefly (one
+-- meanwhile is not a candidate any more). The session's lock is FOR NO KEY UPDATE, the lock
+-- the lease's UPDATE takes anyway: it does not conflict with FOR KEY SHARE (foreign key
+-- checks, and compaction's batch, which holds its sessions against removal only). A session's row is only ever held briefly (one
 -- statement, or a short transaction), and a claimer waits for it holding only the rows of
 -- runs nobody else may take: every writer that locks a session and then its queued run also
 -- changes that run's row first or in the same statement (a hand-off, a requeue), so the claim
@@ -116,7 +118,7 @@ BEGIN
               AND NOT (r.agent_ref = ANY (v_capped))
             ORDER BY 3
             LIMIT p_limit
-            FOR UPDATE OF r SKIP LOCKED FOR UPDATE OF s
+            FOR UPDATE OF r SKIP LOCKED FOR NO KEY UPDATE OF s
         ), leased AS (
             UPDATE sessions s
             SET lease_owner = p_owner, generation = s.generation + 1,
@@ -160,7 +162,7 @@ BEGIN
                 WHERE coalesce(r.queued_at, '-infinity') > '-infinity'  -- queued; see the top
                   AND (s.lease_owner IS NULL OR s.lease_expires_at <= clock_timestamp())
                   AND (r.not_before IS NULL OR r.not_before <= clock_timestamp())
-                FOR UPDATE OF r SKIP LOCKED FOR UPDATE OF s
+                FOR UPDATE OF r SKIP LOCKED FOR NO KEY UPDATE OF s
             ), leased AS (
                 UPDATE sessions s
                 SET lease_owner = p_owner, generation = s.generation + 1,
@@ -271,7 +273,7 @@ BEGIN
                               AND (r.not_before IS NULL OR r.not_before <= clock_timestamp())
                               AND NOT (r.id = ANY (v_runs)) AND NOT (r.session_id = ANY (v_sessions))
                             ORDER BY harnessx_queue_rank(r.queued_at, r.not_before, r.priority)
-                            FOR UPDATE OF r SKIP LOCKED FOR UPDATE OF s;
+                            FOR UPDATE OF r SKIP LOCKED FOR NO KEY UPDATE OF s;
                     ELSE
                         -- As many as it still wants, and more after runs passed over.
                         v_size := v_want - v_got + v_skips;
@@ -287,7 +289,7 @@ BEGIN
                               AND (r.not_before IS NULL OR r.not_before <= clock_timestamp())
                               AND NOT (r.session_id = ANY (v_sessions))
                             ORDER BY p.k
-                            FOR UPDATE OF r SKIP LOCKED FOR UPDATE OF s;
+                            FOR UPDATE OF r SKIP LOCKED FOR NO KEY UPDATE OF s;
                     END IF;
                     v_open := true;
                 END IF;
