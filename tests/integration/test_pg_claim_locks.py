@@ -17,6 +17,8 @@ agents, a tenant's runs (the fair-share path) and a run under a key's limit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -51,6 +53,20 @@ async def queued_run(store: PostgresBackend, session_id: str, schedule: Schedule
     await store.release(lease)
 
 
+@contextlib.asynccontextmanager
+async def holding(dsn: str, statement: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """``statement`` run in a transaction of another connection, held open until the
+    yielded ``commit`` is awaited (or the block ends)."""
+    conn: Any = await asyncpg.connect(dsn, server_settings={"search_path": SCHEMA})
+    try:
+        transaction = conn.transaction()
+        await transaction.start()
+        await conn.execute(statement)
+        yield transaction.commit
+    finally:
+        await conn.close()
+
+
 @pytest.mark.parametrize("path", list(PATHS))
 async def test_a_claim_waits_for_a_session_row_being_written_rather_than_passing_the_run_over(
     pg_database: str, path: str
@@ -60,19 +76,14 @@ async def test_a_claim_waits_for_a_session_row_being_written_rather_than_passing
         if path == "limited key":
             await store.set_concurrency_limit("key:*", 5)
         await queued_run(store, "s", schedule)
-        writer: Any = await asyncpg.connect(pg_database, server_settings={"search_path": SCHEMA})
-        try:
-            # What await_run does, held open a moment: the session's row is locked.
-            transaction = writer.transaction()
-            await transaction.start()
-            await writer.execute("UPDATE sessions SET awaited_until = now() + interval '5 s' WHERE id = 's'")
+        # What await_run does, held open a moment: the session's row is locked.
+        awaiting = "UPDATE sessions SET awaited_until = now() + interval '5 s' WHERE id = 's'"
+        async with holding(pg_database, awaiting) as commit:
             claim = asyncio.create_task(store.claim_queued("w", agents, 4))
             await asyncio.sleep(0.3)
             assert not claim.done(), f"the claim did not wait for the session's row: {claim.result()}"
-            await transaction.commit()
+            await commit()
             claims = await asyncio.wait_for(claim, 10)
-        finally:
-            await writer.close()
         assert [run_id for _, run_id in claims] == ["s-run"]
         lease, _ = claims[0]
         assert lease.generation == 2  # the app's claim was 1: the session's latest row, leased
@@ -83,20 +94,15 @@ async def test_a_session_taken_while_the_claim_waited_is_not_claimed(pg_database
     taken meanwhile (by the writer the claim waited for) is not leased a second time."""
     async with PostgresBackend(pg_database) as store:
         await queued_run(store, "s", None)
-        writer: Any = await asyncpg.connect(pg_database, server_settings={"search_path": SCHEMA})
-        try:
-            transaction = writer.transaction()
-            await transaction.start()
-            await writer.execute(
-                "UPDATE sessions SET lease_owner = 'other/x', generation = generation + 1, "
-                "lease_expires_at = clock_timestamp() + interval '60 s' WHERE id = 's'"
-            )
+        taking = (
+            "UPDATE sessions SET lease_owner = 'other/x', generation = generation + 1, "
+            "lease_expires_at = clock_timestamp() + interval '60 s' WHERE id = 's'"
+        )
+        async with holding(pg_database, taking) as commit:
             claim = asyncio.create_task(store.claim_queued("w", None, 4))
             await asyncio.sleep(0.3)
-            await transaction.commit()
+            await commit()
             claims = await asyncio.wait_for(claim, 10)
-        finally:
-            await writer.close()
         assert list(claims) == []
 
 
@@ -105,13 +111,6 @@ async def test_a_session_held_against_removal_only_does_not_hold_a_claim_up(pg_d
     a claim free to lease it at once: the claim's lock is the lease's own, FOR NO KEY UPDATE."""
     async with PostgresBackend(pg_database) as store:
         await queued_run(store, "s", None)
-        holder: Any = await asyncpg.connect(pg_database, server_settings={"search_path": SCHEMA})
-        try:
-            transaction = holder.transaction()
-            await transaction.start()
-            await holder.execute("SELECT 1 FROM sessions WHERE id = 's' FOR KEY SHARE")
+        async with holding(pg_database, "SELECT 1 FROM sessions WHERE id = 's' FOR KEY SHARE"):
             claims = await asyncio.wait_for(store.claim_queued("w", None, 4), 5)  # while it holds
-            await transaction.commit()
-        finally:
-            await holder.close()
         assert [run_id for _, run_id in claims] == ["s-run"]

@@ -125,31 +125,25 @@ async def test_a_full_bucket_grants_a_claim_nothing_and_calls_wait_as_before(
         await stop_all(runtimes)
 
 
-async def test_a_paused_bucket_grants_a_claim_nothing(
-    target: BackendTarget, provider: OpenAIProvider
+@pytest.mark.parametrize("change", ["paused", "limit removed"])
+async def test_a_claim_leases_nothing_from_a_paused_or_unlimited_bucket(
+    target: BackendTarget, provider: OpenAIProvider, change: str
 ) -> None:
     async with target.open() as store:
         await store.set_rate_limit(BUCKET, 60, None, burst_seconds=60)
         runtimes = await queue_runs(store, 1)
         gate = RateGate(store, lease_seconds=30)
-        await opened(gate, provider)
-        await store.pause_rate(BUCKET, 30)  # a vendor's Retry-After on another worker's call
-        _, claims = await claim_one(store, gate)
-        assert len(claims) == 1 and claims.rate is not None and claims.rate.granted == 0
-        await stop_all(runtimes)
-
-
-async def test_a_claim_whose_bucket_lost_its_limit_answers_none(
-    target: BackendTarget, provider: OpenAIProvider
-) -> None:
-    async with target.open() as store:
-        await store.set_rate_limit(BUCKET, 60, None, burst_seconds=60)
-        runtimes = await queue_runs(store, 1)
-        gate = RateGate(store, lease_seconds=30)
-        await opened(gate, provider)
-        await store.remove_rate_limit(BUCKET)
-        ask, claims = await claim_one(store, gate)  # by the gate's copy of the limits, read before
-        assert len(claims) == 1 and claims.rate is None  # the run is taken all the same
+        await opened(gate, provider)  # the gate reads the limits: it asks by that copy
+        if change == "paused":
+            await store.pause_rate(BUCKET, 30)  # a vendor's Retry-After on another worker's call
+        else:
+            await store.remove_rate_limit(BUCKET)
+        ask, claims = await claim_one(store, gate)
+        assert len(claims) == 1  # the run is taken all the same
+        if change == "paused":
+            assert claims.rate is not None and claims.rate.granted == 0
+        else:
+            assert claims.rate is None
         gate.taken(ask, claims.rate)
         assert gate._leases == {} and gate._ahead == {}
         await stop_all(runtimes)
