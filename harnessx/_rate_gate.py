@@ -327,10 +327,24 @@ class RateGate:
     ) -> Admission | None:
         """The store's part of ``admit``: one reservation, giving back ``lease`` (expired,
         or it cannot cover this call) in the same statement."""
+        release = None
+        owed = self._owed.pop(bucket, 0)
         if run_id is not None:
             calls = 1  # a kept reservation is one call's; the lease stays for other runs
-            lease = None
-        taken = await self._ask(bucket, tokens, run_id, calls, lease)
+        elif lease is not None:  # expired, or it cannot cover this call: given back with it
+            self._leases.pop(bucket, None)
+            owed -= lease.tokens
+            release = lease.release()
+        try:
+            taken = await self.store.reserve_rate(
+                bucket, tokens, owed, run_id, calls=calls, slack=self.lease_seconds, release=release
+            )
+        except BaseException:
+            # Whether it reached the store is not known: owing more again errs on the
+            # limit's side, giving budget back twice would not (nor would calls given back).
+            if owed > 0:
+                self._owe(bucket, owed)
+            raise
         if taken is None:  # the limit was removed since the gate last read them
             return None
         if taken.granted > 1:
@@ -340,29 +354,6 @@ class RateGate:
             for observe in self.observers:
                 observe(bucket, wait)
         return Admission(bucket, tokens, wait, taken.start, time.monotonic() + wait, taken.held)
-
-    async def _ask(
-        self, bucket: str, tokens: int, run_id: str | None, calls: int, lease: _Lease | None
-    ) -> RateReservation | None:
-        """One ``reserve_rate`` statement, carrying what the bucket owes and ``lease`` given
-        back (it is this gate's lease of the bucket, dropped here)."""
-        release = None
-        owed = self._owed.pop(bucket, 0)
-        if lease is not None:
-            if self._leases.get(bucket) is lease:
-                del self._leases[bucket]
-            owed -= lease.tokens
-            release = lease.release()
-        try:
-            return await self.store.reserve_rate(
-                bucket, tokens, owed, run_id, calls=calls, slack=self.lease_seconds, release=release
-            )
-        except BaseException:
-            # Whether it reached the store is not known: owing more again errs on the
-            # limit's side, giving budget back twice would not (nor would calls given back).
-            if owed > 0:
-                self._owe(bucket, owed)
-            raise
 
     def _lease_out(self, bucket: str, taken: RateReservation, calls: int, tokens: int, asked: float) -> None:
         """Keep ``calls`` of ``taken``'s starts (``tokens`` each) as the bucket's lease, to

@@ -67,6 +67,23 @@ async def holding(dsn: str, statement: str) -> AsyncIterator[Callable[[], Awaita
         await conn.close()
 
 
+async def blocked_on_a_row(dsn: str, claim: asyncio.Task[Any]) -> None:
+    """Return once a backend waits for a row lock (the claim, behind the held row); fail if
+    the claim finishes first (it passed the row over) or nothing waits within 10 s."""
+    conn: Any = await asyncpg.connect(dsn)
+    try:
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND wait_event = 'transactionid'"
+        ):
+            assert not claim.done(), f"the claim did not wait for the session's row: {claim.result()}"
+            assert asyncio.get_running_loop().time() < deadline, "the claim never waited for the row"
+            await asyncio.sleep(0.01)
+    finally:
+        await conn.close()
+
+
 @pytest.mark.parametrize("path", list(PATHS))
 async def test_a_claim_waits_for_a_session_row_being_written_rather_than_passing_the_run_over(
     pg_database: str, path: str
@@ -80,8 +97,7 @@ async def test_a_claim_waits_for_a_session_row_being_written_rather_than_passing
         awaiting = "UPDATE sessions SET awaited_until = now() + interval '5 s' WHERE id = 's'"
         async with holding(pg_database, awaiting) as commit:
             claim = asyncio.create_task(store.claim_queued("w", agents, 4))
-            await asyncio.sleep(0.3)
-            assert not claim.done(), f"the claim did not wait for the session's row: {claim.result()}"
+            await blocked_on_a_row(pg_database, claim)
             await commit()
             claims = await asyncio.wait_for(claim, 10)
         assert [run_id for _, run_id in claims] == ["s-run"]
@@ -100,7 +116,7 @@ async def test_a_session_taken_while_the_claim_waited_is_not_claimed(pg_database
         )
         async with holding(pg_database, taking) as commit:
             claim = asyncio.create_task(store.claim_queued("w", None, 4))
-            await asyncio.sleep(0.3)
+            await blocked_on_a_row(pg_database, claim)
             await commit()
             claims = await asyncio.wait_for(claim, 10)
         assert list(claims) == []
