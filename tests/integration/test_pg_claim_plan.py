@@ -269,20 +269,25 @@ async def test_a_claim_naming_its_agents_passes_over_runs_another_claim_holds(pg
         await second.close()
 
 
-async def test_a_claim_finding_its_only_tenant_busy_waits_for_it_instead_of_coming_back_empty(
-    pg_database: str,
-) -> None:
-    # One large tenant and two workers claiming at once: the second claim passes the tenant
-    # over (another claim holds its row), finds nothing else, and then waits for the first
-    # claim's commit and takes the tenant's next run (schema 25), where it came back empty.
-    async with PostgresBackend(pg_database) as store:
-        for n in range(5):
+async def queue_tenants_runs(dsn: str, count: int) -> None:
+    """Runs r0, r1, ... of tenant acme queued, each in its own session."""
+    async with PostgresBackend(dsn) as store:
+        for n in range(count):
             await store.create_session(f"s{n}", "sales:v1", {})
             lease = await store.claim(f"s{n}", "submitter")
             await store.create_run(
                 lease, f"r{n}", None, "queued", Delta(Phase.PREPARE_MODEL_CALL), queued=True,
                 schedule=Schedule(tenant="acme"),
             )  # fmt: skip
+
+
+async def test_a_claim_finding_its_only_tenant_busy_waits_for_it_instead_of_coming_back_empty(
+    pg_database: str,
+) -> None:
+    # One large tenant and two workers claiming at once: the second claim passes the tenant
+    # over (another claim holds its row), finds nothing else, and then waits for the first
+    # claim's commit and takes the tenant's next run (schema 25), where it came back empty.
+    await queue_tenants_runs(pg_database, 5)
     settings = {"search_path": quote_ident(SCHEMA)}
     first = await asyncpg.connect(pg_database, server_settings=settings)
     second = await asyncpg.connect(pg_database, server_settings=settings)
@@ -306,6 +311,30 @@ async def test_a_claim_finding_its_only_tenant_busy_waits_for_it_instead_of_comi
         await first.close()
         await second.close()
         await watcher.close()
+
+
+async def test_a_claim_does_not_wait_for_a_busy_tenant_whose_runs_the_other_claim_holds(
+    pg_database: str,
+) -> None:
+    # Two idle workers woken for one run: the claim that loses the tenant's row finds every
+    # run of the tenant locked by the other claim, so waiting could not give it one. It comes
+    # back empty at once (schema 40), where it waited for the other's commit, took nothing,
+    # and committed a transaction of its own (the tenant's row lock) as the run started.
+    await queue_tenants_runs(pg_database, 1)
+    settings = {"search_path": quote_ident(SCHEMA)}
+    first = await asyncpg.connect(pg_database, server_settings=settings)
+    second = await asyncpg.connect(pg_database, server_settings=settings)
+    try:
+        claim = "SELECT run_id FROM harnessx_claim_runs($1, NULL, 8, 30, $2) WHERE run_id IS NOT NULL"
+        transaction = first.transaction()
+        await transaction.start()
+        assert [row[0] for row in await first.fetch(claim, "w/1", "c1")] == ["r0"]
+        # Answered while the first claim still holds the tenant's row and the run.
+        assert await asyncio.wait_for(second.fetch(claim, "w/2", "c2"), 10) == []
+        await transaction.commit()
+    finally:
+        await first.close()
+        await second.close()
 
 
 @pytest.mark.parametrize(("tenants", "expected"), [(3, 13), (1, 12)], ids=["three-tenants", "one-tenant"])
